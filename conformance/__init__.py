@@ -1,0 +1,1 @@
+"""Conformance suite: checks a backend bit for bit against ocpmx.emulator (see its issue)."""

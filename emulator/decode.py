@@ -1,0 +1,58 @@
+"""Decoding element and scale codes (§5.3, §5.4), derived from the format table."""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from ..spec import E8M0, ElementFormat, get_format
+
+
+def decode_code(fmt: ElementFormat, code: int) -> float:
+    """Value of one element code, by the format's definition (readable scalar path)."""
+    if not 0 <= code < fmt.num_codes:
+        raise ValueError(f"code {code:#x} out of range for {fmt.name} ({fmt.bits} bits)")
+    if fmt.kind == "int":
+        signed = code - fmt.num_codes if code & fmt.sign_bit else code
+        return signed / (1 << fmt.mbits)
+    if code in fmt.nan_codes:
+        return math.nan
+    sign = -1.0 if code & fmt.sign_bit else 1.0
+    if fmt.inf_code is not None and (code & ~fmt.sign_bit) == fmt.inf_code:
+        return sign * math.inf
+    exp = (code >> fmt.mbits) & ((1 << fmt.ebits) - 1)
+    mant = code & ((1 << fmt.mbits) - 1)
+    if exp == 0:  # subnormal
+        return sign * mant * 2.0 ** (fmt.emin - fmt.mbits)
+    return sign * (1 + mant / (1 << fmt.mbits)) * 2.0 ** (exp - fmt.bias)
+
+
+@lru_cache(maxsize=None)
+def decode_table(fmt: ElementFormat) -> np.ndarray:
+    """float64[256]: value of every code (codes past the format's width are NaN)."""
+    table = np.full(256, np.nan)
+    for c in range(fmt.num_codes):
+        table[c] = decode_code(fmt, c)
+    table.setflags(write=False)
+    return table
+
+
+def decode(codes, fmt) -> np.ndarray:
+    """Element codes -> float32 values (scale 2^0)."""
+    fmt = get_format(fmt)
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"codes must be uint8, got {codes.dtype}")
+    return decode_table(fmt)[codes].astype(np.float32)
+
+
+def decode_scale(codes) -> np.ndarray:
+    """E8M0 codes -> float32: 2^(c - 127); 0xFF -> NaN; code 0 is 2^-127 (an FP32 subnormal)."""
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"scale codes must be uint8, got {codes.dtype}")
+    exps = codes.astype(np.int64) - E8M0.bias
+    out = np.ldexp(np.ones(codes.shape), exps).astype(np.float32)
+    out[codes == E8M0.nan_code] = np.nan
+    return out

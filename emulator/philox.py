@@ -1,0 +1,54 @@
+"""Philox4x32-10, the counter-based generator behind stochastic rounding and random signs.
+
+The stream is defined exactly as Triton's ``tl.randint(seed, offset)``: key
+(k0, k1) = (seed & 0xffffffff, seed >> 32), counter (c0, c1, c2, c3) =
+(offset & 0xffffffff, offset >> 32, 0, 0), ten rounds, first output word. A GPU
+kernel calling ``tl.randint(seed, element_index)`` therefore draws the same bits.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_ROUND_A = np.uint64(0xD2511F53)
+_ROUND_B = np.uint64(0xCD9E8D57)
+_KEY_A = np.uint64(0x9E3779B9)
+_KEY_B = np.uint64(0xBB67AE85)
+_MASK = np.uint64(0xFFFFFFFF)
+
+
+@nb.njit(cache=True, inline="always")
+def philox_word(seed, offset):
+    """First 32-bit output of Philox4x32-10 for (seed, offset); both uint64."""
+    k0 = seed & _MASK
+    k1 = (seed >> np.uint64(32)) & _MASK
+    c0 = offset & _MASK
+    c1 = (offset >> np.uint64(32)) & _MASK
+    c2 = np.uint64(0)
+    c3 = np.uint64(0)
+    for _ in range(10):
+        p0 = _ROUND_A * c0
+        p2 = _ROUND_B * c2
+        n0 = ((p2 >> np.uint64(32)) ^ c1 ^ k0) & _MASK
+        n2 = ((p0 >> np.uint64(32)) ^ c3 ^ k1) & _MASK
+        c1 = p2 & _MASK
+        c3 = p0 & _MASK
+        c0 = n0
+        c2 = n2
+        k0 = (k0 + _KEY_A) & _MASK
+        k1 = (k1 + _KEY_B) & _MASK
+    return c0
+
+
+@nb.njit(cache=True, parallel=True)
+def _philox_array(seed, offsets, out):
+    for i in nb.prange(offsets.size):
+        out[i] = philox_word(seed, offsets[i])
+
+
+def random_bits(seed: int, offsets) -> np.ndarray:
+    """uint32 words for each offset (any integer array); equal to ``tl.randint(seed, offsets)``."""
+    offs = np.ascontiguousarray(np.asarray(offsets).astype(np.uint64)).ravel()
+    out = np.empty(offs.size, np.uint64)
+    _philox_array(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), offs, out)
+    return out.astype(np.uint32).reshape(np.shape(offsets))

@@ -1,0 +1,142 @@
+"""Block quantization (OCP MX v1.0 §6.3) and dequantization: the emulator's public API."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ..spec import BLOCK_SIZE, ElementFormat, get_format
+from . import kernels, packing
+from .decode import decode_table
+from .params import format_params, resolve
+from .rotation import Rotation, as_rotation, rotate_last_axis
+
+
+@dataclass
+class MXArray:
+    """An MX-quantized tensor.
+
+    codes   uint8, one element code per element, same shape as the input.
+    scales  uint8 E8M0 codes; the input's shape with the quantized axis divided by block_size.
+    fmt     the element format (``ocpmx.spec.ElementFormat``).
+    axis    the quantized (block) axis, normalized to be non-negative.
+    rotation  the rotation applied before quantizing (None for none); dequantize does not undo it.
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    fmt: ElementFormat
+    axis: int
+    block_size: int = BLOCK_SIZE
+    rotation: Rotation | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.codes.shape
+
+    def pack(self) -> np.ndarray:
+        """Codes packed along the quantized axis (FP4: 2 per byte, low nibble first; FP6: 4 per 3 bytes)."""
+        moved = np.moveaxis(self.codes, self.axis, -1)
+        return np.moveaxis(packing.pack(moved, self.fmt), -1, self.axis)
+
+    def dequantize(self) -> np.ndarray:
+        return dequantize(self)
+
+
+_INPUT_LAYOUTS = {
+    np.dtype(np.float32): (np.uint32, kernels.F32),
+    np.dtype(np.float64): (np.uint64, kernels.F64),
+}
+
+
+def _as_supported(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype == ml_dtypes.bfloat16:
+        return x.astype(np.float32)  # exact
+    if x.dtype not in _INPUT_LAYOUTS:
+        raise TypeError(f"input dtype must be float32, float64 or bfloat16 (ml_dtypes), got {x.dtype}")
+    return x
+
+
+def _check_axis(x: np.ndarray, axis: int, block_size: int) -> int:
+    if x.ndim == 0:
+        raise ValueError("cannot block-quantize a 0-d array")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of {x.ndim} dimensions")
+    axis %= x.ndim
+    if not isinstance(block_size, (int, np.integer)) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if x.shape[axis] % block_size:
+        raise ValueError(
+            f"axis {axis} has length {x.shape[axis]}, not divisible by the block size {block_size}")
+    return axis
+
+
+def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule: str = "floor",
+             rounding: str = "rne", seed: int = 0, rotation=None, int8_min: int = -127) -> MXArray:
+    """Quantize ``x`` to MX format ``fmt`` in blocks of ``block_size`` along ``axis``.
+
+    scale_rule: 'floor' (§6.3, default), 'ceil', 'rceil' (NVIDIA), 'even' (torchao/AMD).
+    rounding:   'rne' (§6.3, default) or 'stochastic' (Philox4x32-10 keyed by ``seed`` and the
+                element's flat index in ``x``, the counter Triton's ``tl.randint`` uses).
+    rotation:   None, 'hadamard16', 'hadamard32', or a ``Rotation``; applied in float32 along
+                ``axis`` before quantizing (float64 inputs are rounded to float32 first).
+    int8_min:   -127 (default, symmetric) or -128 for MXINT8.
+    """
+    fmt, rule_id, round_id = resolve(fmt, scale_rule, rounding)
+    x = _as_supported(x)
+    axis = _check_axis(x, axis, block_size)
+    rot = as_rotation(rotation)
+    if rot is not None and block_size % rot.size:
+        raise ValueError(f"block_size {block_size} is not a multiple of the rotation size {rot.size}")
+    moved = np.moveaxis(x, axis, -1)
+    if rot is not None:
+        moved = rotate_last_axis(moved.astype(np.float32), rot)
+    moved = np.ascontiguousarray(moved)
+    uint, layout = _INPUT_LAYOUTS[moved.dtype]
+    k = moved.shape[-1]
+    rows = moved.size // k if k else 0
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    codes = np.empty(moved.shape, np.uint8)
+    scales = np.empty(moved.shape[:-1] + (k // block_size,), np.uint8)
+    if moved.size:
+        kernels.quantize_rows(moved.reshape(-1).view(uint), rows, k, block_size, *layout,
+                              format_params(fmt, int8_min), rule_id, round_id,
+                              np.uint64(seed & 0xFFFFFFFFFFFFFFFF), max(inner, 1),
+                              codes.reshape(-1), scales.reshape(-1))
+    return MXArray(np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis), fmt, axis,
+                   block_size, rot)
+
+
+def dequantize(mx: MXArray) -> np.ndarray:
+    """MX codes and scales -> float32 values, exactly (overflow past float32 gives +-Inf)."""
+    codes = np.ascontiguousarray(np.moveaxis(mx.codes, mx.axis, -1))
+    scales = np.ascontiguousarray(np.moveaxis(mx.scales, mx.axis, -1))
+    if codes.dtype != np.uint8 or scales.dtype != np.uint8:
+        raise TypeError("MXArray codes and scales must be uint8")
+    k = codes.shape[-1]
+    if scales.shape != codes.shape[:-1] + (k // mx.block_size,):
+        raise ValueError(f"scales shape {scales.shape} does not match codes {codes.shape} "
+                         f"with block size {mx.block_size}")
+    out = np.empty(codes.shape, np.float32)
+    if codes.size:
+        kernels.dequantize_rows(codes.reshape(-1), scales.reshape(-1), codes.size // k, k,
+                                mx.block_size, decode_table(mx.fmt), out.reshape(-1))
+    return np.moveaxis(out, -1, mx.axis)
+
+
+def encode(x, fmt, *, rounding: str = "rne", seed: int = 0, int8_min: int = -127) -> np.ndarray:
+    """Element conversion with no scale (scale 2^0): float values -> uint8 codes.
+
+    Same rounding and saturation as ``quantize``; NaN -> the format's NaN code (or 0 where it
+    has none); +-Inf -> the Inf code (E5M2) or +-max.
+    """
+    fmt, _, round_id = resolve(fmt, "floor", rounding)
+    x = np.ascontiguousarray(_as_supported(x))
+    uint, layout = _INPUT_LAYOUTS[x.dtype]
+    out = np.empty(x.shape, np.uint8)
+    if x.size:
+        kernels.encode_elements(x.reshape(-1).view(uint), *layout, format_params(fmt, int8_min),
+                                round_id, np.uint64(seed & 0xFFFFFFFFFFFFFFFF), out.reshape(-1))
+    return out

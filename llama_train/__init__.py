@@ -1,0 +1,1 @@
+"""Llama 3.1 pretraining on the native backend (see its issue)."""

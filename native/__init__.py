@@ -1,0 +1,1 @@
+"""Triton MX kernels and MXLinear (see the native-backend issue)."""

@@ -1,0 +1,186 @@
+"""The OCP MX v1.0 formats as one table of independent parameters.
+
+Every other property (bias, emax, max normal, min subnormal, NaN/Inf codes, the
+largest finite code) is derived from these parameters, never restated.
+
+Spec references (OCP Microscaling Formats (MX) v1.0):
+  * §5.1  MX-compliant format: k = 32 elements share one scale X.
+  * §5.3  Scale data type E8M0.
+  * §5.4  Element data types: FP8 (E4M3, E5M2, per the OCP FP8 spec), FP6 (E3M2,
+          E2M3), FP4 (E2M1), INT8.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+BLOCK_SIZE = 32  # §5.1, k = 32 for every concrete MX format
+SCALE_BITS = 8
+
+
+@dataclass(frozen=True)
+class ElementFormat:
+    """Independent parameters of one MX element format.
+
+    kind        "float" (sign / exponent / mantissa) or "int" (two's complement
+                fixed point with ``mbits`` fraction bits, §5.4.3).
+    ebits       exponent bits (0 for int).
+    mbits       mantissa bits (fraction bits for int).
+    specials    how the all-ones exponent is used (float only):
+                "ieee"  -> Inf at mantissa 0, NaN otherwise (E5M2),
+                "nan_mantissa_all_ones" -> NaN only at S.1111.111, no Inf (E4M3),
+                "none"  -> every code is finite (FP6, FP4).
+    section     the spec section that defines the format.
+    """
+
+    name: str
+    kind: str
+    ebits: int
+    mbits: int
+    specials: str
+    section: str
+
+    # ---- derived -----------------------------------------------------------------
+    @cached_property
+    def bits(self) -> int:
+        return (1 + self.ebits + self.mbits) if self.kind == "float" else self.mbits + 2
+
+    @cached_property
+    def bias(self) -> int:
+        return (1 << (self.ebits - 1)) - 1 if self.kind == "float" else 0
+
+    @cached_property
+    def sign_bit(self) -> int:
+        return 1 << (self.bits - 1)
+
+    @cached_property
+    def max_code(self) -> int:
+        """Largest code magnitude (sign bit clear) that encodes a finite value."""
+        if self.kind == "int":
+            return (1 << (self.bits - 1)) - 1
+        top = (1 << (self.ebits + self.mbits)) - 1
+        if self.specials == "ieee":
+            return top - (1 << self.mbits)  # exponent all ones reserved
+        if self.specials == "nan_mantissa_all_ones":
+            return top - 1
+        return top
+
+    @cached_property
+    def emax(self) -> int:
+        """Exponent of the largest power of two that is <= max normal (§6.3's emax_elem)."""
+        if self.kind == "int":
+            return 0
+        return (self.max_code >> self.mbits) - self.bias
+
+    @cached_property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number."""
+        return 0 if self.kind == "int" else 1 - self.bias
+
+    @cached_property
+    def max_normal(self) -> float:
+        if self.kind == "int":
+            return self.max_code / (1 << self.mbits)
+        mant = self.max_code & ((1 << self.mbits) - 1)
+        return (1 + mant / (1 << self.mbits)) * 2.0**self.emax
+
+    @cached_property
+    def min_normal(self) -> float:
+        return 2.0**self.emin if self.kind == "float" else 1.0
+
+    @cached_property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (self.emin - self.mbits)
+
+    @cached_property
+    def inf_code(self) -> int | None:
+        """Code of +Inf, or None (only IEEE-style formats have Inf)."""
+        if self.specials == "ieee":
+            return ((1 << self.ebits) - 1) << self.mbits
+        return None
+
+    @cached_property
+    def nan_codes(self) -> tuple[int, ...]:
+        """Every code that decodes to NaN (both signs)."""
+        if self.specials == "ieee":
+            exp = ((1 << self.ebits) - 1) << self.mbits
+            mags = [exp | m for m in range(1, 1 << self.mbits)]
+        elif self.specials == "nan_mantissa_all_ones":
+            mags = [(1 << (self.ebits + self.mbits)) - 1]
+        else:
+            return ()
+        return tuple(sorted(mags + [self.sign_bit | m for m in mags]))
+
+    @cached_property
+    def num_codes(self) -> int:
+        return 1 << self.bits
+
+    @cached_property
+    def quantum_bits(self) -> int:
+        """Mantissa bits used by the `even` scale rule (fraction bits for int)."""
+        return self.mbits
+
+    def __repr__(self) -> str:  # short, readable in error messages and reports
+        return f"ElementFormat({self.name})"
+
+
+@dataclass(frozen=True)
+class ScaleFormat:
+    """E8M0 (§5.3): an unsigned 8-bit biased exponent; 0xFF is NaN; no zero, sign or Inf."""
+
+    name: str
+    ebits: int
+    section: str
+
+    @cached_property
+    def bias(self) -> int:
+        return (1 << (self.ebits - 1)) - 1
+
+    @cached_property
+    def nan_code(self) -> int:
+        return (1 << self.ebits) - 1
+
+    @cached_property
+    def emin(self) -> int:
+        return -self.bias
+
+    @cached_property
+    def emax(self) -> int:
+        return self.nan_code - 1 - self.bias
+
+
+# The table. Adding a format means adding one row here.
+FORMATS: dict[str, ElementFormat] = {
+    f.name: f
+    for f in (
+        ElementFormat("e4m3", "float", 4, 3, "nan_mantissa_all_ones", "§5.4.1 (OCP FP8 E4M3)"),
+        ElementFormat("e5m2", "float", 5, 2, "ieee", "§5.4.1 (OCP FP8 E5M2)"),
+        ElementFormat("e3m2", "float", 3, 2, "none", "§5.4.2 (FP6 E3M2)"),
+        ElementFormat("e2m3", "float", 2, 3, "none", "§5.4.2 (FP6 E2M3)"),
+        ElementFormat("e2m1", "float", 2, 1, "none", "§5.4.3 (FP4 E2M1)"),
+        ElementFormat("int8", "int", 0, 6, "none", "§5.4.4 (INT8, two's complement x 2^-6)"),
+    )
+}
+
+E8M0 = ScaleFormat("e8m0", 8, "§5.3 (E8M0 scale)")
+
+# Common aliases accepted at the API boundary; the canonical names above are used everywhere else.
+ALIASES = {
+    "fp4": "e2m1", "mxfp4": "e2m1", "fp6_e3m2": "e3m2", "fp6_e2m3": "e2m3",
+    "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2", "mxint8": "int8",
+}
+
+
+def get_format(fmt: str | ElementFormat) -> ElementFormat:
+    """Look up an element format by name; unknown names raise a ValueError listing the valid ones."""
+    if isinstance(fmt, ElementFormat):
+        return fmt
+    if not isinstance(fmt, str):
+        raise TypeError(f"format must be a name such as 'e2m1', got {type(fmt).__name__}")
+    key = ALIASES.get(fmt.lower(), fmt.lower())
+    try:
+        return FORMATS[key]
+    except KeyError:
+        raise ValueError(
+            f"unknown MX element format {fmt!r}; expected one of {sorted(FORMATS)}"
+        ) from None
