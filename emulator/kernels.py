@@ -98,7 +98,7 @@ def encode(neg, m, e, cls, s, fp, rounding, rbits, mb):
         qe = ee - mbits
     shift = qe + s - e  # bits of m below the element's quantum
     if shift <= 0:
-        if -shift > 40:
+        if -shift >= 62 - mb:  # far past any element's range: keep n finite, saturation follows
             n = np.int64(1) << 40
         else:
             n = m << (-shift)
