@@ -4,7 +4,7 @@ from .accumulate import HOPPER_BF16, HOPPER_FP8, MODELS, ChunkedModel, mx_dot, m
 from .decode import decode, decode_code, decode_scale, decode_table
 from .packing import pack, unpack
 from .philox import random_bits
-from .quantize import MXArray, dequantize, encode, quantize
+from .block_quantize import MXArray, dequantize, encode, quantize
 from .rotation import Rotation, as_rotation, rotate
 
 __all__ = [

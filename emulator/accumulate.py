@@ -32,7 +32,7 @@ import numpy as np
 
 from ..spec import ElementFormat
 from .decode import decode_table
-from .quantize import MXArray
+from .block_quantize import MXArray
 
 _NL = 26          # 32-bit limbs: 832 bits
 _BASE = -416      # exponent of bit 0 of limb 0

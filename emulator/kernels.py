@@ -197,3 +197,78 @@ def dequantize_rows(codes, scales, rows, k, block, table, out):
             f = 2.0 ** (np.int64(sc) - 127)
             for j in range(block):
                 out[base + j] = np.float32(table[codes[base + j]] * f)
+
+
+@nb.njit(cache=True, parallel=True)
+def quantize_rows_f32_rne(x, rows, k, block, fp, rule, nthreads, codes, scales):
+    """Fast path for float32 input with RNE; bit-identical to ``quantize_rows`` (tested on every
+    bf16 input and on random blocks).
+
+    The block is scaled by 2^-s in float32 (exact for every element that can round to a nonzero
+    code: only values far below half the element's smallest subnormal can underflow), then each
+    element is rounded with integer RNE on its bits (element-normal range) or with the float32
+    adder's RNE after adding 2^(emin - mbits + 23) (element-subnormal range, whose float32 ulp is
+    the element's quantum). Works for every float format and MXINT8 (quantum 2^-6).
+    """
+    nblk = k // block
+    total = rows * nblk
+    is_int = fp[0]
+    mbits = fp[3]
+    bias = fp[4]
+    maxc = fp[6]
+    sign_bit = np.uint32(1) << np.uint32(fp[1] - 1)
+    if is_int:
+        min_norm = np.float32(np.inf)  # everything goes through the adder path
+        magic = np.float32(2.0 ** (23 - mbits))  # float32 ulp 2^-6, the MXINT8 quantum
+    else:
+        min_norm = np.float32(2.0 ** (1 - bias))
+        magic = np.float32(2.0 ** (1 - bias - mbits + 23))
+    magic_arr = np.empty(1, np.float32)
+    magic_arr[0] = magic
+    magic_bits = magic_arr.view(np.uint32)[0]
+    shift = np.uint32(23 - mbits)
+    rebias = np.uint32((127 - bias) << mbits)
+    per = (total + nthreads - 1) // nthreads
+    for t in nb.prange(nthreads):
+        buf = np.empty(block, np.float32)
+        bits = buf.view(np.uint32)
+        xb = x.view(np.uint32)
+        for b in range(t * per, min(total, (t + 1) * per)):
+            base = (b // nblk) * k + (b % nblk) * block
+            amax = np.uint32(0)
+            for j in range(block):
+                a = xb[base + j] & np.uint32(0x7FFFFFFF)
+                if a > amax:
+                    amax = a
+            s, acls = scale_exponent(amax, 23, 0xFF, 127, fp, rule)
+            if acls == CLS_NAN or acls == CLS_INF:
+                scales[b] = 0xFF
+                for j in range(block):
+                    neg, m, e, cls = split(xb[base + j], 23, 0xFF, 127)
+                    if cls == CLS_FINITE:
+                        cls = CLS_ZERO
+                    codes[base + j] = np.uint8(encode(neg, m, e, cls, s, fp, 0, np.uint64(0), 23))
+                continue
+            scales[b] = np.uint8(s + 127)
+            inv = np.float32(2.0 ** (-s))
+            for j in range(block):
+                buf[j] = abs(x[base + j]) * inv
+            for j in range(block):
+                y = buf[j]
+                neg = (xb[base + j] >> np.uint32(31)) != 0
+                if y >= min_norm:
+                    yb = bits[j]
+                    lsb = (yb >> shift) & np.uint32(1)
+                    mag = ((yb + (np.uint32(1) << (shift - np.uint32(1))) - np.uint32(1) + lsb) >> shift) - rebias
+                else:
+                    buf[j] = y + magic
+                    mag = bits[j] - magic_bits
+                if mag > maxc:
+                    mag = np.uint32(maxc)
+                if is_int:
+                    if neg:
+                        codes[base + j] = np.uint8((np.uint32(256) - mag) & np.uint32(0xFF))
+                    else:
+                        codes[base + j] = np.uint8(mag)
+                else:
+                    codes[base + j] = np.uint8(mag | (sign_bit if neg else np.uint32(0)))

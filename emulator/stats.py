@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decode import decode_scale
-from .quantize import MXArray, dequantize
+from .block_quantize import MXArray, dequantize
 
 
 def unrotate(y: np.ndarray, mx: MXArray) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import ml_dtypes
+import numba
 import numpy as np
 
 from ..spec import BLOCK_SIZE, ElementFormat, get_format
@@ -43,6 +44,9 @@ class MXArray:
     def dequantize(self) -> np.ndarray:
         return dequantize(self)
 
+
+# Set by tests to force the generic integer kernel, to check the float32 fast path against it.
+_GENERIC_ONLY = False
 
 _INPUT_LAYOUTS = {
     np.dtype(np.float32): (np.uint32, kernels.F32),
@@ -100,7 +104,11 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     codes = np.empty(moved.shape, np.uint8)
     scales = np.empty(moved.shape[:-1] + (k // block_size,), np.uint8)
-    if moved.size:
+    if moved.size and moved.dtype == np.float32 and round_id == 0 and not _GENERIC_ONLY:
+        kernels.quantize_rows_f32_rne(moved.reshape(-1), rows, k, block_size,
+                                      format_params(fmt, int8_min), rule_id,
+                                      numba.get_num_threads(), codes.reshape(-1), scales.reshape(-1))
+    elif moved.size:
         kernels.quantize_rows(moved.reshape(-1).view(uint), rows, k, block_size, *layout,
                               format_params(fmt, int8_min), rule_id, round_id,
                               np.uint64(seed & 0xFFFFFFFFFFFFFFFF), max(inner, 1),
