@@ -56,3 +56,17 @@ def decode_scale(codes) -> np.ndarray:
     out = np.ldexp(np.ones(codes.shape), exps).astype(np.float32)
     out[codes == E8M0.nan_code] = np.nan
     return out
+
+
+def encode_scale(values) -> np.ndarray:
+    """float -> E8M0 code (§5.3): 2^floor(log2 v), taken from the exponent bits, clamped to
+    [2^-127, 2^127]; NaN, +-Inf -> 0xFF. Exact for every power of two. E8M0 has no zero and no
+    sign: zero or negative values raise."""
+    v = np.asarray(values, dtype=np.float64)
+    if np.any(v <= 0):
+        raise ValueError("E8M0 has no zero or negative values; got a value <= 0")
+    nonfinite = ~np.isfinite(v)
+    _, e = np.frexp(np.where(nonfinite, 1.0, v))
+    codes = np.clip(e.astype(np.int64) - 1 + E8M0.bias, 0, E8M0.nan_code - 1).astype(np.uint8)
+    codes[nonfinite] = E8M0.nan_code
+    return codes
