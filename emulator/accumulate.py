@@ -210,6 +210,8 @@ def _gemm(ac, asc, bc, bsc, block, tabs_a, tabs_b, model, L, F, align_rne, out_m
     for m in nb.prange(M):
         limbs = np.zeros(_NL, np.int64)
         specials = np.empty(K, np.float64)
+        sigs = np.empty(L + 1, np.int64)
+        exps = np.empty(L + 1, np.int64)
         for n in range(N):
             nsp = 0
             acc = np.float32(0.0)
@@ -237,8 +239,6 @@ def _gemm(ac, asc, bc, bsc, block, tabs_a, tabs_b, model, L, F, align_rne, out_m
                             _limb_add(limbs, s, e)
                     acc = np.float32(acc + _limbs_to_f32(limbs, _RNE))
             else:  # chunked alignment
-                sigs = np.empty(L + 1, np.int64)
-                exps = np.empty(L + 1, np.int64)
                 for k0 in range(0, K, L):
                     cnt = 0
                     for k in range(k0, min(k0 + L, K)):

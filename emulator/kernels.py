@@ -134,6 +134,16 @@ def encode(neg, m, e, cls, s, fp, rounding, rbits, mb):
     return sign | mag
 
 
+@nb.njit(cache=True, inline="always")
+def nan_block_code(u, mb, emask, fbias, fp):
+    """Element code in a block whose scale is NaN (0xFF): NaN and Inf keep their own encoding,
+    finite values become a zero of their sign (the choice in spec.rules.DEFAULT_CHOICES)."""
+    neg, m, e, cls = split(u, mb, emask, fbias)
+    if cls == CLS_FINITE:
+        cls = CLS_ZERO
+    return encode(neg, m, e, cls, np.int64(-127), fp, 0, np.uint64(0), mb)
+
+
 @nb.njit(cache=True, parallel=True)
 def quantize_rows(u, rows, k, block, mb, emask, fbias, fp, rule, rounding, seed, inner,
                   codes, scales):
@@ -158,13 +168,12 @@ def quantize_rows(u, rows, k, block, mb, emask, fbias, fp, rule, rounding, seed,
         s, acls = scale_exponent(amax, mb, emask, fbias, fp, rule)
         if acls == CLS_NAN or acls == CLS_INF:
             scales[b] = 0xFF
-        else:
-            scales[b] = np.uint8(s + 127)
+            for j in range(block):
+                codes[base + j] = np.uint8(nan_block_code(u[base + j], mb, emask, fbias, fp))
+            continue
+        scales[b] = np.uint8(s + 127)
         for j in range(block):
             neg, m, e, cls = split(u[base + j], mb, emask, fbias)
-            if acls == CLS_NAN or acls == CLS_INF:
-                if cls == CLS_FINITE:
-                    cls = CLS_ZERO
             rb = np.uint64(0)
             if rounding == 1:
                 idx = ((r // inner) * k + c0 + j) * inner + (r % inner)
@@ -244,10 +253,7 @@ def quantize_rows_f32_rne(x, rows, k, block, fp, rule, nthreads, codes, scales):
             if acls == CLS_NAN or acls == CLS_INF:
                 scales[b] = 0xFF
                 for j in range(block):
-                    neg, m, e, cls = split(xb[base + j], 23, 0xFF, 127)
-                    if cls == CLS_FINITE:
-                        cls = CLS_ZERO
-                    codes[base + j] = np.uint8(encode(neg, m, e, cls, s, fp, 0, np.uint64(0), 23))
+                    codes[base + j] = np.uint8(nan_block_code(xb[base + j], 23, 0xFF, 127, fp))
                 continue
             scales[b] = np.uint8(s + 127)
             inv = np.float32(2.0 ** (-s))

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decode import decode_scale
 from .block_quantize import MXArray, dequantize
+from .decode import decode_scale
+from .rotation import rotate
 
 
 def unrotate(y: np.ndarray, mx: MXArray) -> np.ndarray:
@@ -27,7 +28,6 @@ def error_stats(x, mx: MXArray) -> dict:
     finite_blocks = mx.scales != 0xFF
     xs = x64
     if mx.rotation is not None:
-        from .rotation import rotate
         xs = rotate(x64.astype(np.float32), mx.rotation, mx.axis).astype(np.float64)
     scale = np.repeat(decode_scale(mx.scales).astype(np.float64), mx.block_size, axis=mx.axis)
     ok = np.isfinite(xs) & np.isfinite(scale)

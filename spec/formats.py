@@ -115,11 +115,6 @@ class ElementFormat:
     def num_codes(self) -> int:
         return 1 << self.bits
 
-    @cached_property
-    def quantum_bits(self) -> int:
-        """Mantissa bits used by the `even` scale rule (fraction bits for int)."""
-        return self.mbits
-
     def __repr__(self) -> str:  # short, readable in error messages and reports
         return f"ElementFormat({self.name})"
 

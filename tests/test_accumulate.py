@@ -9,8 +9,7 @@ from ocpmx.spec import FORMATS
 
 
 def exact_f32(a, b):
-    """float32(sum of exact products) computed with Fractions, RNE via float64 then float32
-    only when float64 is exact; otherwise nearest by comparing neighbours."""
+    """float32 nearest-even to the exact sum of products, computed with Fractions."""
     da, db = dequantize(a).astype(np.float64), dequantize(b).astype(np.float64)
     out = np.empty((da.shape[0], db.shape[0]), np.float32)
     for i in range(da.shape[0]):
