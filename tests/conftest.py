@@ -2,6 +2,17 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# Without a GPU the Triton kernels run under Triton's CPU interpreter. Triton reads the switch
+# when it decorates a kernel, so it is set here, before any test module imports triton.
+try:
+    import torch
+
+    HAVE_CUDA = torch.cuda.is_available()
+except ImportError:  # pragma: no cover - torch comes with the dev extra
+    HAVE_CUDA = False
+if not HAVE_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # CI runs a derandomized profile: the same examples every run, failures print the minimal case.
 settings.register_profile("ci", derandomize=True, max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

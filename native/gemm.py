@@ -1,0 +1,144 @@
+"""The MX GEMM through ``tl.dot_scaled`` and the baselines it is measured against.
+
+``mx_matmul(a, b)`` contracts the quantized axis of ``a`` with the quantized axis of ``b``:
+for a 2-D ``a`` quantized along axis 1 (M, K) and ``b`` along axis 1 (N, K) it is A Bᵀ; an
+operand quantized along axis 0 is used transposed. The three training GEMMs are then
+  Fprop  Y  = X Wᵀ   mx_matmul(q(X, axis=-1), q(W, axis=-1))
+  Dgrad  ∇X = ∇Y W   mx_matmul(q(∇Y, axis=-1), q(W, axis=0))
+  Wgrad  ∇W = ∇Yᵀ X  mx_matmul(q(∇Y, axis=0), q(X, axis=0))
+
+Accumulation is fp32 inside ``tl.dot_scaled`` and is *not* bit-exact across chips by nature:
+the order and width of the sums belong to the hardware (sm_100 and gfx950 MX units) or to
+Triton's decomposition (Hopper and older: operands upcast to bf16, scale multiplied in, a bf16
+dot with Hopper's accumulation; the CPU interpreter: a NumPy float32 matmul). The tests
+measure the difference against the emulator's exact model and state it.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from .. import emulator
+from . import kernels
+from .quantize import MXTensor, interpreting, pick_backend
+
+DOT_SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
+
+
+def _configs():
+    out = []
+    for bm, bn, bk, w, s in [(128, 128, 128, 8, 3), (128, 256, 128, 8, 3), (256, 128, 128, 8, 3),
+                             (128, 128, 256, 8, 3), (128, 64, 256, 4, 3), (64, 128, 256, 4, 4),
+                             (128, 128, 128, 4, 4), (256, 128, 256, 8, 2)]:
+        out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                                 num_warps=w, num_stages=s))
+    return out
+
+
+_tuned = None
+
+
+def _tuned_kernel():
+    """The GEMM kernel autotuned over tile shapes (tuning cannot change the bits of a single
+    dot_scaled step, only the K-chunking the hardware sees; on MX units the result depends on
+    BLOCK_K no more than on the unit itself)."""
+    global _tuned
+    if _tuned is None:
+        _tuned = triton.autotune(_configs(), key=["M", "N", "K", "FMT_A", "FMT_B"])(
+            kernels.mx_gemm_kernel)
+    return _tuned
+
+
+def _as_operand(t: MXTensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(t, MXTensor):
+        raise TypeError(f"{name} must be an ocpmx.native.MXTensor, got {type(t).__name__}")
+    if len(t.shape) != 2:
+        raise ValueError(f"{name} must be a 2-D MX tensor, got shape {t.shape}")
+    if t.fmt.name not in DOT_SCALED_FORMATS:
+        raise ValueError(f"{name}: tl.dot_scaled takes {DOT_SCALED_FORMATS}, got {t.fmt.name}")
+    if t.block_size != 32:
+        raise ValueError(f"{name}: tl.dot_scaled takes block size 32, got {t.block_size}")
+    return t.data, t.scales_kmajor
+
+
+def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float32,
+              backend: str | None = None, model="exact") -> torch.Tensor:
+    """Σ_k A[m, k] B[n, k] over the quantized axes of two MX tensors (see the module doc).
+
+    backend 'triton': ``tl.dot_scaled``, fp32 accumulation; 'emulator': the emulator's
+    ``mx_matmul`` with accumulation ``model`` ('exact' by default)."""
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
+    da, sa = _as_operand(a, "a")
+    db, sb = _as_operand(b, "b")
+    if a.device != b.device:
+        raise ValueError(f"operands are on different devices: a on {a.device}, b on {b.device}")
+    ka, kb_ = a.shape[a.axis], b.shape[b.axis]
+    if ka != kb_:
+        raise ValueError(f"contraction lengths differ: a has {ka}, b has {kb_}")
+    if a.rotation != b.rotation:
+        raise ValueError(f"operands carry different rotations ({a.rotation} vs {b.rotation}); "
+                         "the product would not cancel them")
+    backend = pick_backend(a.device, backend)
+    m, n, k = da.shape[0], db.shape[0], ka
+    if backend == "emulator":
+        ea, eb = _k_major_emulator(a), _k_major_emulator(b)
+        out = torch.from_numpy(emulator.mx_matmul(ea, eb, model))
+        return out.to(out_dtype).to(a.device)
+    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return c
+    pa, pb = 2 if a.fmt.name == "e2m1" else 1, 2 if b.fmt.name == "e2m1" else 1
+    meta = dict(FMT_A=a.fmt.name, FMT_B=b.fmt.name, PACK_A=pa, PACK_B=pb, BS=32,
+                OUT_BF16=out_dtype == torch.bfloat16)
+    cv = c.view(torch.int16) if out_dtype == torch.bfloat16 else c
+    if interpreting():
+        grid = (triton.cdiv(m, 32) * triton.cdiv(n, 32),)
+        kernels.mx_gemm_kernel[grid](da, db, sa, sb, cv, m, n, k, **meta, BLOCK_M=32, BLOCK_N=32,
+                                     BLOCK_K=64, GROUP_M=4)
+    else:
+        def grid(meta_):
+            return (triton.cdiv(m, meta_["BLOCK_M"]) * triton.cdiv(n, meta_["BLOCK_N"]),)
+        _tuned_kernel()[grid](da, db, sa, sb, cv, m, n, k, **meta)
+    return c
+
+
+def _k_major_emulator(t: MXTensor) -> emulator.MXArray:
+    """The operand as an emulator MXArray of shape (rows, K) quantized along axis 1."""
+    e = t.to_emulator()
+    if t.axis == 0:
+        return emulator.MXArray(e.codes.T.copy(), e.scales.T.copy(), e.fmt, 1, e.block_size,
+                                e.rotation)
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines
+# ---------------------------------------------------------------------------------------------
+
+def bf16_matmul(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16):
+    """A Bᵀ in bfloat16 (cuBLAS on the GPU), a: (M, K), b: (N, K)."""
+    return (a.to(torch.bfloat16) @ b.to(torch.bfloat16).t()).to(out_dtype)
+
+
+FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def fp8_per_tensor(x: torch.Tensor, fmt: str = "e4m3") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor scaled FP8: (x / s).to(fp8) with s = amax / max (1 for an all-zero tensor);
+    returns (fp8 tensor, float32 scale s)."""
+    dt = FP8_DTYPES[fmt]
+    amax = x.detach().abs().max().float()
+    scale = torch.where(amax > 0, amax / torch.finfo(dt).max, torch.ones_like(amax))
+    return (x.float() / scale).to(dt), scale
+
+
+def fp8_matmul(a: torch.Tensor, b: torch.Tensor, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """A Bᵀ with per-tensor FP8 scaling (E4M3 forward, E5M2 for gradients), a: (M, K), b: (N, K).
+    ``torch._scaled_mm`` on the GPU; on the CPU the same FP8 operands multiplied in float32."""
+    a8, sa = fp8_per_tensor(a, fmt_a)
+    b8, sb = fp8_per_tensor(b, fmt_b)
+    if a.is_cuda:
+        return torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+    return ((a8.float() * sa) @ (b8.float() * sb).t()).to(out_dtype)

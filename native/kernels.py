@@ -1,0 +1,248 @@
+"""Triton kernels: fused block-rotate + MX quantize, dequantize, and the MX GEMM.
+
+The quantize kernel is a transcription of the emulator's integer algorithm
+(``ocpmx.emulator.kernels``): the scale exponent and every element code are computed from the
+float32 bits with integer arithmetic, so the kernel is bit-exact to the golden model by
+construction, and the tests check that it is. Floating-point arithmetic appears only in the
+rotation, whose order of operations (signs, butterfly stages h = 1, 2, ..., one multiply by
+float32(1/sqrt(n))) is the emulator's, each step a single IEEE float32 add or multiply (no
+product is ever added, so no FMA contraction can change a bit).
+
+Layout of the quantized output ("K-major"): the quantized axis is the last one; FP4 codes are
+packed two per byte along it, element 0 in the low nibble, other formats one code per byte;
+scales are uint8 E8M0 codes, one per block, rows = every position of the other axes. This is the
+layout ``tl.dot_scaled`` takes for an operand packed along its contraction dimension.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bf16_bits_to_f32(v):
+    """bf16 bits (int16) -> float32, exactly (subnormals included; the Triton 3.9 interpreter's
+    own bf16 -> fp32 cast mishandles bf16 subnormals)."""
+    return (v.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def f32_to_bf16_bits(x):
+    """float32 -> bf16 bits (int16), round to nearest even, NaN kept quiet. Done on the bits so
+    that the GPU and the interpreter (whose bf16 cast truncates) give the same result."""
+    u = x.to(tl.int32, bitcast=True)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    r = tl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, r)
+    return r.to(tl.int16)
+
+
+@triton.jit
+def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, seed, rot_scale,
+                    BS: tl.constexpr, ROWS: tl.constexpr, KB: tl.constexpr, ROT: tl.constexpr,
+                    LOG2_ROT: tl.constexpr, STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
+                    MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
+                    MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
+                    NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
+                    SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr):
+    """Quantize ROWS rows x KB blocks of BS elements of x.
+
+    Row r of the K-major view is (o, i) = (r // inner, r % inner) of the input seen as
+    (outer, K, inner); element (r, c) sits at flat index o*K*inner + c*inner + i, which is also
+    its stochastic-rounding counter (the emulator's).
+    """
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_r * ROWS + tl.arange(0, ROWS)
+    cols = pid_k * (KB * BS) + tl.arange(0, KB * BS)
+    rows64 = rows.to(tl.int64)
+    o = rows64 // inner
+    i = rows64 % inner
+    flat = o[:, None] * K * inner + cols[None, :].to(tl.int64) * inner + i[:, None]
+    mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
+    if IN_BF16:  # x_ptr holds the bf16 bits as int16
+        x = bf16_bits_to_f32(tl.load(x_ptr + flat, mask=mask, other=0))
+    else:
+        x = tl.load(x_ptr + flat, mask=mask, other=0.0).to(tl.float32)
+    x = tl.reshape(x, (ROWS * KB, BS))
+
+    if ROT > 0:  # block Hadamard along the block, groups of ROT elements
+        g = tl.reshape(x, (ROWS * KB * (BS // ROT), ROT))
+        g = g * tl.load(signs_ptr + tl.arange(0, ROT))[None, :]
+        for st in tl.static_range(LOG2_ROT):  # stages h = 2^st = 1, 2, ..., ROT / 2
+            t = tl.reshape(g, (ROWS * KB * (BS // ROT), ROT >> (st + 1), 2, 1 << st))
+            a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
+            t = tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2))
+            g = tl.reshape(t, (ROWS * KB * (BS // ROT), ROT))
+        g = g * rot_scale
+        x = tl.reshape(g, (ROWS * KB, BS))
+
+    u = x.to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    neg = u < 0
+
+    # ---- shared exponent from the amax bits (emulator: scale_exponent) ----
+    amax = tl.max(ab, axis=1)
+    a_ef = amax >> 23
+    a_mf = amax & 0x7FFFFF
+    a_sub = (a_mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127  # floor(log2 mf)
+    a_lg = tl.where(a_ef > 0, a_ef - 127, a_sub - 149)
+    a_frac = tl.where(a_ef > 0, a_mf,
+                      (a_mf << tl.where(a_mf > 0, 23 - a_sub, 0)) & 0x7FFFFF)
+    s = a_lg - EMAX
+    if RULE == 1:  # ceil
+        s += (a_frac != 0).to(tl.int32)
+    elif RULE == 2:  # rceil: mantissa of amax above the mantissa of max
+        s += (((a_frac.to(tl.int64) + (1 << 23)) << RSHIFT) > (RNUM << 23)).to(tl.int32)
+    elif RULE == 3:  # even: amax mantissa rounded to the element's bits, ties up
+        s += (a_frac + (1 << (22 - MBITS)) >= (1 << 23)).to(tl.int32)
+    s = tl.minimum(tl.maximum(s, -127), 127)
+    s = tl.where(amax == 0, -127, s)
+    special = a_ef == 255  # NaN or Inf in the block
+    scale = tl.where(special, 255, s + 127)
+
+    # ---- element codes (emulator: encode) ----
+    ef = ab >> 23
+    mf = ab & 0x7FFFFF
+    sub = (mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
+    lg = tl.where(ef > 0, ef - 127, sub - 149)  # floor(log2 |v|)
+    m = tl.where(ef > 0, mf | 0x800000, mf).to(tl.int64)
+    e = tl.where(ef > 0, ef - 150, -149)  # |v| = m * 2^e
+    sb = s[:, None]
+    if IS_INT:
+        ee = tl.zeros_like(lg)
+        qe = tl.zeros_like(lg) - MBITS
+    else:
+        ee = tl.maximum(lg - sb, 1 - BIAS)
+        qe = ee - MBITS
+    # shift >= 1 for every finite element of a finite block (the scale puts |v| / 2^s below
+    # 2^(emax + 1)); capped at 63 so every shift amount below stays defined.
+    sh = tl.minimum(tl.maximum(qe + sb - e, 1), 63).to(tl.int64)
+    n = m >> sh
+    rem = m - (n << sh)
+    if STOCH:
+        flat_u = flat.to(tl.uint64)
+        lo = (flat_u & 0xFFFFFFFF).to(tl.uint32)
+        hi = (flat_u >> 32).to(tl.uint32)
+        zero = lo * 0
+        rb, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
+        rb = tl.reshape(rb, (ROWS * KB, BS)).to(tl.int64) & 0xFFFFFFFF
+        frac32 = tl.where(sh <= 32, rem << tl.maximum(32 - sh, 0), rem >> tl.maximum(sh - 32, 0))
+        up = rb < frac32
+    else:
+        half = (rem * 0 + 1) << (sh - 1)
+        up = (rem > half) | ((rem == half) & ((n & 1) == 1))
+    n = n + up.to(tl.int64)
+    if IS_INT:
+        n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
+        code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
+        sign = tl.zeros_like(code)
+    else:
+        sign = tl.where(neg, SIGN, 0)
+        mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
+        code = sign | mag
+    code = tl.where(ab == 0, sign, code)
+    # block holding NaN or Inf: NaN and Inf keep their encoding, finite values become zeros
+    is_nan = ab > 0x7F800000
+    is_inf = ab == 0x7F800000
+    if NANC >= 0:
+        nan_code = sign | NANC
+    else:
+        nan_code = tl.zeros_like(code)
+    if IS_INT:
+        inf_code = tl.where(neg, (-NEGMAX) & 0xFF, MAXC)
+    else:
+        if INFC >= 0:
+            inf_code = sign | INFC
+        else:
+            inf_code = sign | MAXC
+    sp_code = tl.where(is_nan, nan_code, tl.where(is_inf, inf_code, sign))
+    code = tl.where(special[:, None], sp_code, code)
+
+    # ---- store: codes (packed for FP4) and scales ----
+    code = tl.reshape(code, (ROWS, KB * BS))
+    if PACK == 2:
+        lo4, hi4 = tl.split(tl.reshape(code, (ROWS, KB * BS // 2, 2)))
+        byte = (lo4 | (hi4 << 4)).to(tl.uint8)
+        pcols = pid_k * (KB * BS // 2) + tl.arange(0, KB * BS // 2)
+        pmask = (rows < n_rows)[:, None] & (pcols < K // 2)[None, :]
+        tl.store(data_ptr + rows64[:, None] * (K // 2) + pcols[None, :], byte, mask=pmask)
+    else:
+        tl.store(data_ptr + rows64[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
+    scols = pid_k * KB + tl.arange(0, KB)
+    smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
+    tl.store(scale_ptr + rows64[:, None] * (K // BS) + scols[None, :],
+             tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
+
+
+@triton.jit
+def dequantize_kernel(data_ptr, scale_ptr, table_ptr, out_ptr, n_rows, K,
+                      BS: tl.constexpr, ROWS: tl.constexpr, KB: tl.constexpr,
+                      PACK: tl.constexpr, OUT_BF16: tl.constexpr):
+    """out[r, c] = table[code] * 2^(scale - 127) in float32 (one rounding); scale 0xFF -> NaN.
+    The output is K-major like the input; bfloat16 output (OUT_BF16) rounds that float32 once
+    more, to nearest even."""
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = (pid_r * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    cols = pid_k * (KB * BS) + tl.arange(0, KB * BS)
+    mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
+    if PACK == 2:
+        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + (cols // 2)[None, :], mask=mask,
+                       other=0).to(tl.int32)
+        code = (byte >> ((cols % 2) * 4)[None, :]) & 0xF
+    else:
+        code = tl.load(data_ptr + rows[:, None] * K + cols[None, :], mask=mask, other=0).to(tl.int32)
+    val = tl.load(table_ptr + code, mask=mask, other=0.0)
+    sc = tl.load(scale_ptr + rows[:, None] * (K // BS) + (cols // BS)[None, :], mask=mask,
+                 other=127).to(tl.int32)
+    # 2^(sc - 127) as float32 bits; code 0 is the subnormal 2^-127
+    f = tl.where(sc == 0, 0x00400000, sc << 23).to(tl.float32, bitcast=True)
+    out = tl.where(sc == 255, float("nan"), val * f)
+    if OUT_BF16:  # out_ptr is the bf16 output viewed as int16
+        out = f32_to_bf16_bits(out)
+    tl.store(out_ptr + rows[:, None] * K + cols[None, :], out, mask=mask)
+
+
+@triton.jit
+def mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K,
+                   FMT_A: tl.constexpr, FMT_B: tl.constexpr, PACK_A: tl.constexpr,
+                   PACK_B: tl.constexpr, BS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                   OUT_BF16: tl.constexpr):
+    """C[M, N] = A B^T for K-major MX operands A (M, K) and B (N, K), fp32 accumulation by
+    ``tl.dot_scaled``; C is float32, or bfloat16 rounded to nearest even (OUT_BF16)."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    ka = tl.arange(0, BLOCK_K // PACK_A)
+    kb = tl.arange(0, BLOCK_K // PACK_B)
+    ks = tl.arange(0, BLOCK_K // BS)
+    a_ptrs = a_ptr + rm[:, None] * (K // PACK_A) + ka[None, :]
+    b_ptrs = b_ptr + rn[None, :] * (K // PACK_B) + kb[:, None]  # (BLOCK_K / PACK_B, BLOCK_N)
+    sa_ptrs = sa_ptr + rm[:, None] * (K // BS) + ks[None, :]
+    sb_ptrs = sb_ptr + rn[:, None] * (K // BS) + ks[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k0 * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm < M)[:, None] & (ka < k_left // PACK_A)[None, :], other=0)
+        b = tl.load(b_ptrs, mask=(rn < N)[None, :] & (kb < k_left // PACK_B)[:, None], other=0)
+        sa = tl.load(sa_ptrs, mask=(rm < M)[:, None] & (ks < k_left // BS)[None, :], other=127)
+        sb = tl.load(sb_ptrs, mask=(rn < N)[:, None] & (ks < k_left // BS)[None, :], other=127)
+        acc = tl.dot_scaled(a, sa, FMT_A, b, sb, FMT_B, acc)
+        a_ptrs += BLOCK_K // PACK_A
+        b_ptrs += BLOCK_K // PACK_B
+        sa_ptrs += BLOCK_K // BS
+        sb_ptrs += BLOCK_K // BS
+    cmask = (rm < M)[:, None] & (rn < N)[None, :]
+    if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], f32_to_bf16_bits(acc), mask=cmask)
+    else:
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=cmask)

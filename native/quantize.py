@@ -1,0 +1,215 @@
+"""MX quantize / dequantize on torch tensors: Triton kernels on the GPU (or the Triton CPU
+interpreter), the Numba emulator on request. Every backend gives the same bits.
+
+Backends
+  'triton'    the kernels in ``kernels.py``; a CUDA/ROCm tensor, or a CPU tensor when
+              ``TRITON_INTERPRET=1`` was set before Triton was imported (the interpreter).
+  'emulator'  ``ocpmx.emulator`` (Numba, CPU); the result is moved to the input's device.
+The default is 'triton' for GPU tensors and under the interpreter, else 'emulator'.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from .. import emulator
+from ..emulator.decode import decode_table
+from ..emulator.params import format_params, resolve
+from ..emulator.rotation import Rotation, as_rotation
+from ..spec import BLOCK_SIZE, ElementFormat
+from . import kernels
+
+BACKENDS = ("triton", "emulator")
+INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def pick_backend(device: torch.device, backend: str | None) -> str:
+    if backend is None:
+        return "triton" if (device.type != "cpu" or interpreting()) else "emulator"
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "triton" and device.type == "cpu" and not interpreting():
+        raise RuntimeError(
+            "backend='triton' got a CPU tensor, but the Triton interpreter is off: set "
+            "TRITON_INTERPRET=1 before importing triton, move the tensor to a GPU, or use "
+            "backend='emulator'")
+    return backend
+
+
+def pack_factor(fmt: ElementFormat) -> int:
+    """Codes per byte in the packed data: 2 for FP4, else 1 (FP6 and INT8 keep one per byte)."""
+    return 2 if fmt.bits == 4 else 1
+
+
+@dataclass
+class MXTensor:
+    """An MX-quantized torch tensor in the K-major layout ``tl.dot_scaled`` takes.
+
+    data          uint8: the input with the quantized axis moved last, codes packed along it
+                  (FP4: two per byte, element 0 in the low nibble; other formats one per byte).
+    scales_kmajor uint8 E8M0 codes, the same leading shape, one per block.
+    shape         the input's shape; ``axis`` its quantized axis (non-negative).
+    ``codes`` and ``scales`` give the emulator's layout (``ocpmx.emulator.MXArray``).
+    """
+
+    data: torch.Tensor
+    scales_kmajor: torch.Tensor
+    fmt: ElementFormat
+    axis: int
+    shape: tuple[int, ...]
+    block_size: int = BLOCK_SIZE
+    rotation: Rotation | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @property
+    def codes(self) -> torch.Tensor:
+        """uint8, one code per element, in the input's shape (unpacked on access)."""
+        d = self.data
+        if pack_factor(self.fmt) == 2:
+            d = torch.stack([d & 0xF, d >> 4], dim=-1).reshape(*d.shape[:-1], d.shape[-1] * 2)
+        return d.movedim(-1, self.axis).contiguous()
+
+    @property
+    def scales(self) -> torch.Tensor:
+        """uint8 E8M0 codes, the input's shape with the quantized axis divided by block_size."""
+        return self.scales_kmajor.movedim(-1, self.axis).contiguous()
+
+    def to_emulator(self) -> emulator.MXArray:
+        return emulator.MXArray(self.codes.cpu().numpy(), self.scales.cpu().numpy(), self.fmt,
+                                self.axis, self.block_size, self.rotation)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32, backend: str | None = None):
+        return dequantize(self, dtype, backend=backend)
+
+
+def _check_input(x, fmt, axis, block_size, rotation):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
+    if x.dim() == 0:
+        raise ValueError("cannot block-quantize a 0-d tensor")
+    if not -x.dim() <= axis < x.dim():
+        raise ValueError(f"axis {axis} is out of range for a tensor of {x.dim()} dimensions")
+    axis %= x.dim()
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if x.shape[axis] % block_size:
+        raise ValueError(f"axis {axis} has length {x.shape[axis]}, not divisible by the block "
+                         f"size {block_size}")
+    if rotation is not None and block_size % rotation.size:
+        raise ValueError(f"block_size {block_size} is not a multiple of the rotation size "
+                         f"{rotation.size}")
+    return axis
+
+
+def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE,
+             scale_rule: str = "floor", rounding: str = "rne", seed: int = 0, rotation=None,
+             int8_min: int = -127, backend: str | None = None) -> MXTensor:
+    """Quantize ``x`` to MX format ``fmt`` in blocks along ``axis``; same arguments and the same
+    bits as ``ocpmx.emulator.quantize`` (rotation fused into the kernel, stochastic rounding
+    from Philox(seed, flat element index))."""
+    fmt, rule_id, round_id = resolve(fmt, scale_rule, rounding)
+    rot = as_rotation(rotation)
+    axis = _check_input(x, fmt, axis, block_size, rot)
+    backend = pick_backend(x.device, backend)
+    moved_shape = tuple(x.shape[:axis]) + tuple(x.shape[axis + 1:]) + (x.shape[axis],)
+    k = x.shape[axis]
+    pack = pack_factor(fmt)
+    if backend == "emulator":
+        mx = emulator.quantize(x.detach().float().cpu().numpy(), fmt, axis=axis,
+                               block_size=block_size, scale_rule=scale_rule, rounding=rounding,
+                               seed=seed, rotation=rot, int8_min=int8_min)
+        codes = np.ascontiguousarray(np.moveaxis(mx.codes, axis, -1))
+        if pack == 2:
+            codes = emulator.pack(codes, fmt)
+        scales = np.ascontiguousarray(np.moveaxis(mx.scales, axis, -1))
+        return MXTensor(torch.from_numpy(codes).to(x.device), torch.from_numpy(scales).to(x.device),
+                        fmt, axis, tuple(x.shape), block_size, rot)
+    if block_size & (block_size - 1) or (pack == 2 and block_size < 2):
+        raise ValueError(f"the Triton kernel needs a power-of-two block size, got {block_size}")
+    fp = [int(v) for v in format_params(fmt, int8_min)]
+    x = x.detach().contiguous()
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    rows = int(np.prod(moved_shape[:-1], dtype=np.int64))
+    data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
+    scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
+    if x.numel():
+        signs = _signs(rot, x.device)
+        nblk = k // block_size
+        kb = max(1, min(_pow2_floor(max(1, 256 // block_size)), _pow2_ceil(nblk)))
+        rows_tile = 64 if interpreting() else 16
+        grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
+        xin = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
+        kernels.quantize_kernel[grid](
+            xin, data, scales, signs, rows, k, inner, seed & 0xFFFFFFFFFFFFFFFF,
+            float(rot.scale) if rot else 1.0,
+            BS=block_size, ROWS=rows_tile, KB=kb, ROT=rot.size if rot else 0,
+            LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, STOCH=round_id == 1,
+            RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4], EMAX=fp[5], MAXC=fp[6],
+            NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10], RSHIFT=fp[11],
+            SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16)
+    return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
+
+
+def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
+               backend: str | None = None) -> torch.Tensor:
+    """MX codes and scales -> values in the input's shape: float32 exactly (the emulator's
+    ``dequantize``); bfloat16 is that float32 rounded to nearest even. Rotations are not undone."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"dequantize gives float32 or bfloat16, got {dtype}")
+    backend = pick_backend(mx.device, backend)
+    if backend == "emulator":
+        out = torch.from_numpy(emulator.dequantize(mx.to_emulator()))
+        return out.to(dtype).to(mx.device)
+    k = mx.shape[mx.axis]
+    moved = mx.data.shape[:-1] + (k,)
+    rows = int(np.prod(moved[:-1], dtype=np.int64))
+    out = torch.empty(moved, dtype=dtype, device=mx.device)
+    if out.numel():
+        bs = mx.block_size
+        nblk = k // bs
+        kb = max(1, min(_pow2_floor(max(1, 256 // bs)), _pow2_ceil(nblk)))
+        rows_tile = 64 if interpreting() else 16
+        grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
+        bf16 = dtype == torch.bfloat16
+        kernels.dequantize_kernel[grid](mx.data, mx.scales_kmajor, _table(mx.fmt, mx.device),
+                                        out.view(torch.int16) if bf16 else out, rows, k, BS=bs,
+                                        ROWS=rows_tile, KB=kb, PACK=pack_factor(mx.fmt),
+                                        OUT_BF16=bf16)
+    return out.movedim(-1, mx.axis)
+
+
+@lru_cache(maxsize=None)
+def _table(fmt: ElementFormat, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(decode_table(fmt).astype(np.float32)).to(device)
+
+
+def _signs(rot: Rotation | None, device) -> torch.Tensor:
+    if rot is None:
+        return torch.ones(1, dtype=torch.float32, device=device)
+    return torch.from_numpy(rot.signs()).to(device)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << (n - 1).bit_length()

@@ -1,0 +1,110 @@
+"""Precision recipes: how each of a Linear layer's three GEMMs is computed, as named data.
+
+A GEMM takes two operands, quantized along its contraction dimension:
+  fprop  Y  = X Wᵀ    operands (X, W),   contraction over in-features
+  dgrad  ∇X = ∇Y W    operands (∇Y, W),  contraction over out-features
+  wgrad  ∇W = ∇Yᵀ X   operands (∇Y, X),  contraction over tokens
+A rotation acts on both operands along that dimension, so it cancels in exact arithmetic.
+
+Element formats: 'bf16' (torch), 'fp8' (per-tensor scaled FP8 through ``torch._scaled_mm``:
+E4M3 for X and W, E5M2 for ∇Y), 'mxfp8' (MX E4M3 on both operands), 'mxfp4' (MX E2M1).
+Rotations: 'none', 'hadamard16', 'hadamard32', 'random_sign' (16-point Hadamard with random signs
+re-drawn every step), 'random_sign_fixed' (one fixed draw for the whole run).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..spec.rules import check_rounding, check_scale_rule
+
+GEMMS = ("fprop", "dgrad", "wgrad")
+OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
+ELEMENT_FORMATS = ("bf16", "fp8", "mxfp8", "mxfp4")
+ROTATIONS = ("none", "hadamard16", "hadamard32", "random_sign", "random_sign_fixed")
+MX_ELEMENT = {"mxfp8": "e4m3", "mxfp4": "e2m1"}
+FP8_ELEMENT = {"x": "e4m3", "w": "e4m3", "dy": "e5m2"}
+RANDOM_SIGN_SIZE = 16
+
+# AMD's MXFP4 kernels (ROCm TransformerEngine, Quark) round the amax mantissa before taking the
+# exponent ('even'); the study ran on them, so every MX preset below uses it.
+MX_SCALE_RULE = "even"
+
+
+@dataclass(frozen=True)
+class GemmRecipe:
+    """How one GEMM is computed. ``rounding`` is per operand, in the order of OPERANDS."""
+
+    fmt: str = "bf16"
+    rotation: str = "none"
+    rounding: tuple[str, str] = ("rne", "rne")
+    scale_rule: str = MX_SCALE_RULE
+
+    def __post_init__(self):
+        if self.fmt not in ELEMENT_FORMATS:
+            raise ValueError(f"unknown element format {self.fmt!r}; expected one of {ELEMENT_FORMATS}")
+        if self.rotation not in ROTATIONS:
+            raise ValueError(f"unknown rotation {self.rotation!r}; expected one of {ROTATIONS}")
+        if len(self.rounding) != 2:
+            raise ValueError(f"rounding must name one rounding per operand, got {self.rounding!r}")
+        for r in self.rounding:
+            check_rounding(r)
+        check_scale_rule(self.scale_rule)
+        if self.fmt not in MX_ELEMENT and (self.rotation != "none" or
+                                           self.rounding != ("rne", "rne")):
+            raise ValueError(f"rotation and stochastic rounding apply to MX formats only; "
+                             f"{self.fmt} got rotation={self.rotation}, rounding={self.rounding}")
+
+    @property
+    def is_mx(self) -> bool:
+        return self.fmt in MX_ELEMENT
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    fprop: GemmRecipe = field(default_factory=GemmRecipe)
+    dgrad: GemmRecipe = field(default_factory=GemmRecipe)
+    wgrad: GemmRecipe = field(default_factory=GemmRecipe)
+    description: str = ""
+
+    def gemm(self, name: str) -> GemmRecipe:
+        return getattr(self, name)
+
+    @property
+    def uses_mx(self) -> bool:
+        return any(self.gemm(g).is_mx for g in GEMMS)
+
+
+_BF16 = GemmRecipe("bf16")
+_FP8 = GemmRecipe("fp8")
+_MX4 = GemmRecipe("mxfp4")
+_MX8 = GemmRecipe("mxfp8")
+_H16 = replace(_MX4, rotation="hadamard16")
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("bf16", _BF16, _BF16, _BF16, "all three GEMMs in bf16 (the reference)"),
+    Recipe("fp8", _FP8, _FP8, _FP8, "per-tensor FP8: E4M3 activations and weights, E5M2 gradients"),
+    Recipe("mxfp8", _MX8, _MX8, _MX8, "MXFP8 (E4M3) in all three GEMMs"),
+    Recipe("mxfp4_fprop", _MX4, _BF16, _BF16, "MXFP4 in Fprop only"),
+    Recipe("mxfp4_fprop_dgrad", _MX4, _MX4, _BF16, "MXFP4 in Fprop and Dgrad"),
+    Recipe("mxfp4_all", _MX4, _MX4, _MX4, "MXFP4 in all three GEMMs, no rotation"),
+    Recipe("mxfp4_all_h16", _H16, _H16, _H16,
+           "AMD's MLPerf recipe: fixed 16-point Hadamard on each half of every block along the "
+           "contraction dimension, on every MXFP4 operand (weights included)"),
+    Recipe("mxfp4_all_h16_wgrad", _MX4, _MX4, _H16, "MXFP4 everywhere, fixed H16 on Wgrad only"),
+    Recipe("mxfp4_all_sr_wgrad", _MX4, _MX4, replace(_MX4, rounding=("stochastic", "stochastic")),
+           "MXFP4 everywhere, stochastic rounding of both Wgrad operands"),
+    Recipe("mxfp4_all_rht_wgrad", _MX4, _MX4, replace(_MX4, rotation="random_sign"),
+           "MXFP4 everywhere, random-sign H16 on Wgrad re-drawn every step"),
+    Recipe("mxfp4_all_rht_fixed_wgrad", _MX4, _MX4, replace(_MX4, rotation="random_sign_fixed"),
+           "MXFP4 everywhere, random-sign H16 on Wgrad drawn once"),
+]}
+
+
+def get_recipe(recipe) -> Recipe:
+    if isinstance(recipe, Recipe):
+        return recipe
+    try:
+        return RECIPES[recipe]
+    except KeyError:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}") from None

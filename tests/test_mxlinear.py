@@ -1,0 +1,206 @@
+"""MXLinear: per-GEMM recipes, checked against a reference built from the emulator's quantize
+and a float64 matmul of the dequantized operands; the bf16 recipe against nn.Linear."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from ocpmx import emulator, native
+from ocpmx.native.linear import gemm_rotation, mix_seed
+from ocpmx.native.recipes import FP8_ELEMENT, GEMMS, MX_ELEMENT, OPERANDS
+from native_util import devices
+
+BACKENDS = [(d, None) for d in devices()] + [("cpu", "emulator")]
+
+
+def ref_gemm(gemm, g, a, a_axis, b, b_axis, ctx):
+    """(value, error bound) in float64 for one GEMM of a recipe, from independent parts:
+    emulator quantize, float64 matmul, and the float32 accumulation bound."""
+    a, b = a.detach().float().cpu().numpy(), b.detach().float().cpu().numpy()
+    if g.fmt == "bf16":
+        da, db = [torch.from_numpy(t).bfloat16().double().numpy() for t in (a, b)]
+    elif g.fmt == "fp8":
+        da, db = [(q.double() * s.double()).numpy() for q, s in (
+            native.fp8_per_tensor(torch.from_numpy(t), FP8_ELEMENT[OPERANDS[gemm][j]])
+            for j, t in enumerate((a, b)))]
+    else:
+        rot = gemm_rotation(g, ctx, gemm)
+        da, db = [emulator.dequantize(emulator.quantize(
+            t, MX_ELEMENT[g.fmt], axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
+            seed=mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
+                          GEMMS.index(gemm), j), rotation=rot)).astype(np.float64)
+            for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis)))]
+    da = da if a_axis == 1 else da.T
+    db = db if b_axis == 1 else db.T
+    k = da.shape[1]
+    return da @ db.T, (k * 2.0**-23) * (np.abs(da) @ np.abs(db).T)
+
+
+def check(got, want, bound, out_rounding, what):
+    got = got.detach().float().cpu().numpy().astype(np.float64)
+    err = np.abs(got - want)
+    ok = err <= bound + out_rounding * np.abs(want) + 1e-30
+    assert ok.all(), f"{what}: {np.sum(~ok)} entries off, worst {np.max(err - bound)}"
+
+
+@pytest.mark.parametrize("device,backend", BACKENDS)
+@pytest.mark.parametrize("recipe", list(native.RECIPES))
+def test_recipe_matches_reference(device, backend, recipe):
+    torch.manual_seed(0)
+    t, n_in, n_out = 64, 64, 96
+    lin = native.MXLinear(n_in, n_out, recipe=recipe, layer_id=3, seed=11, backend=backend,
+                          device=device)
+    native.set_step(lin, 7, micro=1)
+    x = torch.randn(2, t // 2, n_in, dtype=torch.bfloat16, device=device, requires_grad=True)
+    gy = torch.randn(2, t // 2, n_out, dtype=torch.bfloat16, device=device)
+    y = lin(x)
+    y.backward(gy)
+    r = lin.recipe
+    ctx = dict(seed=11, layer=3, step=7, micro=1)
+    x2, gy2, w = x.detach().reshape(t, n_in), gy.reshape(t, n_out), lin.weight.detach()
+    bf16 = 2.0**-8  # output rounding to bf16
+    want, bound = ref_gemm("fprop", r.fprop, x2, 1, w, 1, ctx)
+    bias = lin.bias.detach().float().cpu()
+    if r.fprop.fmt == "bf16":  # nn.Linear's computation: the bias is a bf16 operand too
+        bias = bias.bfloat16().float()
+    bias = bias.double().numpy()
+    # two bf16 roundings at most: the GEMM output and the sum with the bias
+    bound = bound + bf16 * (np.abs(want) + np.abs(bias))
+    check(y.reshape(t, n_out), want + bias, bound, bf16, "fprop")
+    want, bound = ref_gemm("dgrad", r.dgrad, gy2, 1, w, 0, ctx)
+    check(x.grad.reshape(t, n_in), want, bound, bf16, "dgrad")
+    want, bound = ref_gemm("wgrad", r.wgrad, gy2, 0, x2, 0, ctx)
+    check(lin.weight.grad, want, bound, bf16 if r.wgrad.fmt == "bf16" else 2.0**-24, "wgrad")
+    assert lin.weight.grad.dtype == torch.float32 and y.dtype == torch.bfloat16
+    assert torch.equal(lin.bias.grad, gy2.float().sum(0))
+
+
+def test_bf16_recipe_equals_nn_linear():
+    torch.manual_seed(1)
+    ref = nn.Linear(64, 48, dtype=torch.bfloat16)
+    lin = native.MXLinear(64, 48, recipe="bf16")
+    with torch.no_grad():
+        lin.weight.copy_(ref.weight.float())
+        lin.bias.copy_(ref.bias.float())
+    x = torch.randn(3, 32, 64, dtype=torch.bfloat16)
+    gy = torch.randn(3, 32, 48, dtype=torch.bfloat16)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ref(xa), lin(xb)
+    assert torch.equal(ya, yb)
+    ya.backward(gy)
+    yb.backward(gy)
+    assert torch.equal(xa.grad, xb.grad)
+    assert torch.equal(ref.weight.grad, lin.weight.grad.bfloat16())
+    assert torch.equal(lin.weight.grad.bfloat16().float(), lin.weight.grad)
+    assert torch.equal(ref.bias.grad, lin.bias.grad.bfloat16())
+
+
+def test_bf16_path_finite_differences():
+    """Central differences of a loss linear in W and in x: exact up to bf16 rounding."""
+    torch.manual_seed(2)
+    lin = native.MXLinear(64, 32, recipe="bf16")
+    x = torch.randn(32, 64, requires_grad=True)
+    r = torch.randn(32, 32)
+    (lin(x) * r).sum().backward()
+    v, u = torch.randn_like(lin.weight), torch.randn_like(x)
+    eps = 0.05
+    with torch.no_grad():
+        w0 = lin.weight.clone()
+        lin.weight.copy_(w0 + eps * v)
+        fp = (lin(x) * r).sum()
+        lin.weight.copy_(w0 - eps * v)
+        fm = (lin(x) * r).sum()
+        lin.weight.copy_(w0)
+        fd_w = (fp - fm) / (2 * eps)
+        fd_x = ((lin(x + eps * u) * r).sum() - (lin(x - eps * u) * r).sum()) / (2 * eps)
+    assert torch.allclose(fd_w, (lin.weight.grad * v).sum(), rtol=0.03)
+    assert torch.allclose(fd_x, (x.grad * u).sum(), rtol=0.03)
+
+
+def test_random_bits_follow_the_step():
+    torch.manual_seed(3)
+    x = torch.randn(64, 64, dtype=torch.bfloat16)
+    gy = torch.randn(64, 32, dtype=torch.bfloat16)
+
+    def wgrad(recipe, step):
+        lin = native.MXLinear(64, 32, recipe=recipe, seed=5, backend="emulator")
+        torch.manual_seed(4)
+        nn.init.normal_(lin.weight)
+        native.set_step(lin, step)
+        lin(x).backward(gy)
+        return lin.weight.grad
+
+    for recipe in ("mxfp4_all_rht_wgrad", "mxfp4_all_sr_wgrad"):
+        assert torch.equal(wgrad(recipe, 1), wgrad(recipe, 1))
+        assert not torch.equal(wgrad(recipe, 1), wgrad(recipe, 2))
+    for recipe in ("mxfp4_all_h16", "mxfp4_all_rht_fixed_wgrad", "mxfp4_all"):
+        assert torch.equal(wgrad(recipe, 1), wgrad(recipe, 2))
+    assert not torch.equal(wgrad("mxfp4_all_rht_fixed_wgrad", 1), wgrad("mxfp4_all_h16_wgrad", 1))
+
+
+def test_weight_cache_follows_updates():
+    torch.manual_seed(5)
+    lin = native.MXLinear(64, 32, recipe="mxfp4_all", backend="emulator")
+    x = torch.randn(32, 64)
+    y1 = lin(x)
+    assert torch.equal(lin(x), y1)
+    with torch.no_grad():
+        lin.weight.mul_(2.0)
+    y2 = lin(x)
+    fresh = native.MXLinear(64, 32, recipe="mxfp4_all", backend="emulator")
+    fresh.load_state_dict(lin.state_dict())
+    assert torch.equal(y2, fresh(x)) and not torch.equal(y2, y1)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.ModuleDict({"q": nn.Linear(64, 64), "o": nn.Linear(64, 64, bias=False)})
+        self.mlp = nn.ModuleDict({"up": nn.Linear(64, 128)})
+        self.output = nn.Linear(128, 40)  # 40 outputs: not MX-able along out-features
+
+
+def test_converter_rules_and_shared_parameters():
+    m = Block()
+    params = {n: p for n, p in m.named_parameters()}
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    native.convert_linears(m, "mxfp4_all", rules=[("output", None), ("mlp.*", "mxfp4_fprop")],
+                           seed=3)
+    assert type(m.output) is nn.Linear
+    assert isinstance(m.attn["q"], native.MXLinear) and m.attn["q"].recipe.name == "mxfp4_all"
+    assert m.mlp["up"].recipe.name == "mxfp4_fprop" and m.attn["o"].bias is None
+    assert [m.attn["q"].layer_id, m.attn["o"].layer_id, m.mlp["up"].layer_id] == [0, 1, 2]
+    assert all(p is params[n] for n, p in m.named_parameters())
+    x = torch.randn(32, 64)
+    before = m.attn["q"].weight.clone()
+    m.attn["q"](x).sum().backward()
+    opt.step()
+    assert not torch.equal(before, m.attn["q"].weight)
+    with pytest.raises(ValueError, match="out_features = 40, not divisible"):
+        native.convert_linears(Block(), "mxfp4_all")
+
+
+def test_configuration_errors():
+    with pytest.raises(ValueError, match="in_features = 48, not divisible by the MX block size"):
+        native.MXLinear(48, 64, recipe="mxfp4_fprop")
+    native.MXLinear(48, 64, recipe="bf16")  # no MX GEMM: any size
+    with pytest.raises(ValueError, match="unknown recipe 'mxfp5'"):
+        native.MXLinear(64, 64, recipe="mxfp5")
+    lin = native.MXLinear(64, 64, recipe="mxfp4_all", backend="emulator")
+    with pytest.raises(ValueError, match="20 tokens are not divisible by the block size 32"):
+        lin(torch.randn(20, 64))
+    with pytest.raises(ValueError, match="rotation and stochastic rounding apply to MX formats"):
+        native.GemmRecipe("fp8", rotation="hadamard16")
+    with pytest.raises(ValueError, match="unknown rotation"):
+        native.GemmRecipe("mxfp4", rotation="hadamard64")
+
+
+def test_recipe_table_names_the_studys_arms():
+    arms = ["bf16", "fp8", "mxfp4_fprop", "mxfp4_fprop_dgrad", "mxfp4_all", "mxfp4_all_h16",
+            "mxfp4_all_h16_wgrad", "mxfp4_all_sr_wgrad", "mxfp4_all_rht_wgrad",
+            "mxfp4_all_rht_fixed_wgrad"]
+    assert set(arms) <= set(native.RECIPES)
+    h16 = native.RECIPES["mxfp4_all_h16"]
+    assert all(h16.gemm(g).rotation == "hadamard16" and h16.gemm(g).fmt == "mxfp4" for g in GEMMS)
+    ladder = native.RECIPES["mxfp4_fprop_dgrad"]
+    assert [ladder.gemm(g).fmt for g in GEMMS] == ["mxfp4", "mxfp4", "bf16"]

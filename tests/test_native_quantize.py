@@ -1,0 +1,195 @@
+"""Triton quantize / dequantize kernels: bit-exact to the emulator (codes and scale bytes).
+
+Runs on the GPU when there is one, else on the CPU through the Triton interpreter.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ocpmx import emulator, native
+from ocpmx.emulator import Rotation
+from native_util import devices
+
+FORMATS = ["e2m1", "e4m3", "e5m2", "e3m2", "e2m3", "int8"]
+RULES = ["floor", "ceil", "rceil", "even"]
+ROTATIONS = [None, "hadamard16", "hadamard32", Rotation(16, 11), Rotation(32, 2**40 + 3)]
+
+
+def all_bf16_blocks(seed):
+    """All 65,536 bf16 bit patterns as float32, in a (2048, 32) array: shuffled into blocks (so
+    that specials, tiny and huge values meet in one block) then, in the second half of the
+    rows, in sorted order (so that blocks of neighbouring magnitudes probe every scale)."""
+    bits = np.arange(1 << 16, dtype=np.uint32) << 16
+    x = bits.view(np.float32)
+    rng = np.random.default_rng(seed)
+    shuffled = x[rng.permutation(x.size)][: x.size // 2]
+    ordered = np.sort(x[np.isfinite(x)])
+    ordered = ordered[np.linspace(0, ordered.size - 1, x.size // 2).astype(int)]
+    return np.concatenate([shuffled, ordered]).reshape(-1, 32)
+
+
+def assert_same(mx, ref):
+    codes, scales = mx.codes.cpu().numpy(), mx.scales.cpu().numpy()
+    assert codes.shape == ref.codes.shape and scales.shape == ref.scales.shape
+    bad = np.argwhere(scales != ref.scales)
+    assert bad.size == 0, f"{len(bad)} scale bytes differ, first at {bad[0]}: " \
+        f"{scales[tuple(bad[0])]:#04x} != {ref.scales[tuple(bad[0])]:#04x}"
+    bad = np.argwhere(codes != ref.codes)
+    assert bad.size == 0, f"{len(bad)} codes differ, first at {bad[0]}: " \
+        f"{codes[tuple(bad[0])]:#04x} != {ref.codes[tuple(bad[0])]:#04x}"
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_every_bf16_input_every_rule(device, fmt, rounding):
+    x = all_bf16_blocks(0)
+    # the bf16 bit patterns themselves (torch's float32 -> bf16 cast would rewrite NaN payloads)
+    hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    xt = torch.from_numpy(hi).view(torch.bfloat16).to(device)
+    for rule in RULES:
+        mx = native.quantize(xt, fmt, scale_rule=rule, rounding=rounding, seed=77)
+        ref = emulator.quantize(x, fmt, scale_rule=rule, rounding=rounding, seed=77)
+        assert_same(mx, ref)
+        out = native.dequantize(mx).cpu().numpy()
+        assert np.array_equal(out.view(np.uint32), emulator.dequantize(ref).view(np.uint32))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", ["e2m1", "e4m3", "e5m2"])
+@pytest.mark.parametrize("rotation", ROTATIONS, ids=str)
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_rotation_both_axes(device, fmt, rotation, rounding):
+    """Fused rotation + quantize along rows (axis -1) and columns (axis 0), float32 and bf16."""
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((96, 128)) * np.exp2(rng.integers(-20, 20, (96, 1)))).astype(np.float32)
+    x[:, 5] *= 300.0  # an outlier column: the rotation spreads it
+    for dtype in (torch.float32, torch.bfloat16):
+        xt = torch.from_numpy(x).to(device=device, dtype=dtype)
+        xn = xt.float().cpu().numpy()
+        for axis in (-1, 0):
+            for rule in ("floor", "rceil", "even"):
+                mx = native.quantize(xt, fmt, axis=axis, scale_rule=rule, rounding=rounding,
+                                     seed=5, rotation=rotation)
+                ref = emulator.quantize(xn, fmt, axis=axis, scale_rule=rule, rounding=rounding,
+                                        seed=5, rotation=rotation)
+                assert_same(mx, ref)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_special_blocks_and_subnormal_inputs(device):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    x[0, :32] = 0.0
+    x[0, 32:] = -0.0
+    x[1, 3] = np.nan
+    x[2, 40] = -np.inf
+    x[3, 0] = np.inf
+    x[3, 1] = np.nan
+    x[4, :32] = np.float32(1e-45) * np.arange(32)  # float32 subnormals only
+    x[5, 32:] = np.float32(3e38)
+    x[6, :] = np.float32(2.0**-127)  # amax at the bottom of E8M0
+    for fmt in FORMATS:
+        for rule in RULES:
+            for rnd in ("rne", "stochastic"):
+                mx = native.quantize(torch.from_numpy(x).to(device), fmt, scale_rule=rule,
+                                     rounding=rnd, seed=9, int8_min=-128 if fmt == "int8" else -127)
+                ref = emulator.quantize(x, fmt, scale_rule=rule, rounding=rnd, seed=9,
+                                        int8_min=-128 if fmt == "int8" else -127)
+                assert_same(mx, ref)
+                got = native.dequantize(mx).cpu().numpy()
+                assert np.array_equal(got.view(np.uint32), emulator.dequantize(ref).view(np.uint32))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_any_axis_of_a_3d_tensor_and_block_sizes(device):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 64, 6)).astype(np.float32)
+    for axis in (0, 1, 2, -2):
+        for bs in (2, 16, 32, 64):
+            if x.shape[axis] % bs:
+                continue
+            mx = native.quantize(torch.from_numpy(x).to(device), "e2m1", axis=axis, block_size=bs,
+                                 rounding="stochastic", seed=3)
+            ref = emulator.quantize(x, "e2m1", axis=axis, block_size=bs, rounding="stochastic",
+                                    seed=3)
+            assert_same(mx, ref)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_packed_layout_is_what_dot_scaled_takes(device):
+    """FP4 packed along the quantized axis, element 0 in the low nibble; scales K-major."""
+    x = torch.tensor([[0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.5] * 4], device=device)
+    mx = native.quantize(x, "e2m1")  # amax 6: scale 2^0, codes 1, 2, ..., 7, 0x9
+    assert mx.data.shape == (1, 16) and mx.data.dtype == torch.uint8
+    assert mx.data[0, :4].tolist() == [0x21, 0x43, 0x65, 0x97]
+    assert mx.scales_kmajor.tolist() == [[127]]
+    col = native.quantize(x.t().contiguous(), "e2m1", axis=0)  # the same values down a column
+    assert torch.equal(col.data, mx.data) and torch.equal(col.scales_kmajor, mx.scales_kmajor)
+    assert col.codes.shape == (32, 1) and col.scales.shape == (1, 1)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_dequantize_bf16_is_float32_rounded(device):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((16, 64)) * 1e3).astype(np.float32)
+    mx = native.quantize(torch.from_numpy(x).to(device), "e4m3")
+    f32 = emulator.dequantize(mx.to_emulator())
+    got = native.dequantize(mx, torch.bfloat16).cpu().float().numpy()
+    assert np.array_equal(got, f32.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_emulator_backend_gives_the_same_tensor():
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy(rng.standard_normal((32, 64)).astype(np.float32))
+    for axis in (-1, 0):
+        a = native.quantize(x, "e2m1", axis=axis, rounding="stochastic", seed=1, backend="emulator",
+                            rotation="hadamard16")
+        b = emulator.quantize(x.numpy(), "e2m1", axis=axis, rounding="stochastic", seed=1,
+                              rotation="hadamard16")
+        assert_same(a, b)
+        assert np.array_equal(native.dequantize(a, backend="emulator").numpy(),
+                              emulator.dequantize(b))
+
+
+@settings(max_examples=25)
+@given(rows=st.integers(1, 40), nblk=st.integers(1, 5), fmt=st.sampled_from(FORMATS),
+       rule=st.sampled_from(RULES), rnd=st.sampled_from(["rne", "stochastic"]),
+       axis=st.sampled_from([0, 1]), log_scale=st.integers(-140, 120),
+       seed=st.integers(0, 2**64 - 1), rot=st.sampled_from(ROTATIONS))
+def test_random_shapes_match_the_emulator(rows, nblk, fmt, rule, rnd, axis, log_scale, seed, rot):
+    device = devices()[0]
+    rng = np.random.default_rng(rows * 7 + nblk)
+    x = (rng.standard_normal((rows, nblk * 32)) * np.exp2(float(log_scale))).astype(np.float32)
+    if axis == 0:
+        x = np.ascontiguousarray(x.T)
+    mx = native.quantize(torch.from_numpy(x).to(device), fmt, axis=axis, scale_rule=rule,
+                         rounding=rnd, seed=seed, rotation=rot)
+    assert_same(mx, emulator.quantize(x, fmt, axis=axis, scale_rule=rule, rounding=rnd, seed=seed,
+                                      rotation=rot))
+
+
+def test_bad_input_errors(monkeypatch):
+    x = torch.zeros(4, 64)
+    with pytest.raises(ValueError, match="not divisible by the block size 32"):
+        native.quantize(torch.zeros(4, 48), "e2m1")
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16, got torch.int32"):
+        native.quantize(torch.zeros(4, 64, dtype=torch.int32), "e2m1")
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        native.quantize(np.zeros((4, 64), np.float32), "e2m1")
+    with pytest.raises(ValueError, match="unknown"):
+        native.quantize(x, "e9m9")
+    with pytest.raises(ValueError, match="unknown scale_rule"):
+        native.quantize(x, "e2m1", scale_rule="nearest")
+    with pytest.raises(ValueError, match="out of range"):
+        native.quantize(x, "e2m1", axis=2)
+    with pytest.raises(ValueError, match="power-of-two block size"):
+        native.quantize(torch.zeros(4, 48, device=devices()[0]), "e2m1", block_size=48, backend="triton")
+    with pytest.raises(ValueError, match="unknown backend"):
+        native.quantize(x, "e2m1", backend="cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        native.quantize(x, "e2m1", backend="triton")
