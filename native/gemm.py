@@ -28,8 +28,7 @@ DOT_SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
 def _configs():
     out = []
     for bm, bn, bk, w, s in [(128, 128, 128, 8, 3), (128, 256, 128, 8, 3), (256, 128, 128, 8, 3),
-                             (128, 128, 256, 8, 3), (128, 64, 256, 4, 3), (64, 128, 256, 4, 4),
-                             (128, 128, 128, 4, 4), (256, 128, 256, 8, 2)]:
+                             (128, 128, 256, 8, 3), (128, 128, 128, 4, 4)]:
         out.append(triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
                                  num_warps=w, num_stages=s))
     return out

@@ -43,7 +43,8 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
                     MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
                     MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
                     NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
-                    SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr):
+                    SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                    INNER1: tl.constexpr, BIG: tl.constexpr, MAGIC: tl.constexpr):
     """Quantize ROWS rows x KB blocks of BS elements of x.
 
     Row r of the K-major view is (o, i) = (r // inner, r % inner) of the input seen as
@@ -54,10 +55,16 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
     pid_k = tl.program_id(1)
     rows = pid_r * ROWS + tl.arange(0, ROWS)
     cols = pid_k * (KB * BS) + tl.arange(0, KB * BS)
-    rows64 = rows.to(tl.int64)
-    o = rows64 // inner
-    i = rows64 % inner
-    flat = o[:, None] * K * inner + cols[None, :].to(tl.int64) * inner + i[:, None]
+    if BIG:  # 64-bit offsets only where the tensor needs them
+        rws = rows.to(tl.int64)
+    else:
+        rws = rows
+    if INNER1:
+        flat = rws[:, None] * K + cols[None, :]
+    else:
+        o = rws // inner
+        i = rws % inner
+        flat = o[:, None] * K * inner + cols[None, :] * inner + i[:, None]
     mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
     if IN_BF16:  # x_ptr holds the bf16 bits as int16
         x = bf16_bits_to_f32(tl.load(x_ptr + flat, mask=mask, other=0))
@@ -100,46 +107,63 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
     special = a_ef == 255  # NaN or Inf in the block
     scale = tl.where(special, 255, s + 127)
 
-    # ---- element codes (emulator: encode) ----
-    ef = ab >> 23
-    mf = ab & 0x7FFFFF
-    sub = (mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
-    lg = tl.where(ef > 0, ef - 127, sub - 149)  # floor(log2 |v|)
-    m = tl.where(ef > 0, mf | 0x800000, mf).to(tl.int64)
-    e = tl.where(ef > 0, ef - 150, -149)  # |v| = m * 2^e
+    # ---- element codes ----
     sb = s[:, None]
-    if IS_INT:
-        ee = tl.zeros_like(lg)
-        qe = tl.zeros_like(lg) - MBITS
-    else:
-        ee = tl.maximum(lg - sb, 1 - BIAS)
-        qe = ee - MBITS
-    # shift >= 1 for every finite element of a finite block (the scale puts |v| / 2^s below
-    # 2^(emax + 1)); capped at 63 so every shift amount below stays defined.
-    sh = tl.minimum(tl.maximum(qe + sb - e, 1), 63).to(tl.int64)
-    n = m >> sh
-    rem = m - (n << sh)
-    if STOCH:
-        flat_u = flat.to(tl.uint64)
-        lo = (flat_u & 0xFFFFFFFF).to(tl.uint32)
-        hi = (flat_u >> 32).to(tl.uint32)
-        zero = lo * 0
-        rb, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
-        rb = tl.reshape(rb, (ROWS * KB, BS)).to(tl.int64) & 0xFFFFFFFF
-        frac32 = tl.where(sh <= 32, rem << tl.maximum(32 - sh, 0), rem >> tl.maximum(sh - 32, 0))
-        up = rb < frac32
-    else:
-        half = (rem * 0 + 1) << (sh - 1)
-        up = (rem > half) | ((rem == half) & ((n & 1) == 1))
-    n = n + up.to(tl.int64)
-    if IS_INT:
-        n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
-        code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
-        sign = tl.zeros_like(code)
-    else:
+    if IS_INT or STOCH:  # exact integer path (emulator: encode)
+        ef = ab >> 23
+        mf = ab & 0x7FFFFF
+        sub = (mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
+        lg = tl.where(ef > 0, ef - 127, sub - 149)  # floor(log2 |v|)
+        m = tl.where(ef > 0, mf | 0x800000, mf).to(tl.int64)
+        e = tl.where(ef > 0, ef - 150, -149)  # |v| = m * 2^e
+        if IS_INT:
+            ee = tl.zeros_like(lg)
+            qe = tl.zeros_like(lg) - MBITS
+        else:
+            ee = tl.maximum(lg - sb, 1 - BIAS)
+            qe = ee - MBITS
+        # shift >= 1 for every finite element of a finite block (the scale puts |v| / 2^s
+        # below 2^(emax + 1)); capped at 63 so every shift amount below stays defined.
+        sh = tl.minimum(tl.maximum(qe + sb - e, 1), 63).to(tl.int64)
+        n = m >> sh
+        rem = m - (n << sh)
+        if STOCH:
+            flat_u = flat.to(tl.uint64)
+            lo = (flat_u & 0xFFFFFFFF).to(tl.uint32)
+            hi = (flat_u >> 32).to(tl.uint32)
+            zero = lo * 0
+            rb, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
+            rb = tl.reshape(rb, (ROWS * KB, BS)).to(tl.int64) & 0xFFFFFFFF
+            frac32 = tl.where(sh <= 32, rem << tl.maximum(32 - sh, 0),
+                              rem >> tl.maximum(sh - 32, 0))
+            up = rb < frac32
+        else:
+            half = (rem * 0 + 1) << (sh - 1)
+            up = (rem > half) | ((rem == half) & ((n & 1) == 1))
+        n = n + up.to(tl.int64)
+        if IS_INT:
+            n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
+            code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
+            sign = tl.zeros_like(code)
+        else:
+            sign = tl.where(neg, SIGN, 0)
+            mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
+            code = sign | mag
+    else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
+        # y = |v| / 2^s is exact wherever it can round to a nonzero code (2^-s is a normal
+        # float32: s <= 126 for every float format); an FMA with the add below changes nothing.
+        inv = ((127 - sb) << 23).to(tl.float32, bitcast=True)
+        y = ab.to(tl.float32, bitcast=True) * inv
+        yb = y.to(tl.int32, bitcast=True)
+        # element-normal range: RNE on the bits, then rebias the exponent
+        mag_n = ((yb + ((1 << (22 - MBITS)) - 1) + ((yb >> (23 - MBITS)) & 1)) >> (23 - MBITS)) \
+            - ((127 - BIAS) << MBITS)
+        # element-subnormal range: the float32 adder rounds at the element's quantum
+        z = y + MAGIC
+        mag_s = z.to(tl.int32, bitcast=True) - ((151 - BIAS - MBITS) << 23)
+        mag = tl.where(yb >= ((128 - BIAS) << 23), mag_n, mag_s)
         sign = tl.where(neg, SIGN, 0)
-        mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
-        code = sign | mag
+        code = sign | tl.minimum(mag, MAXC)
     code = tl.where(ab == 0, sign, code)
     # block holding NaN or Inf: NaN and Inf keep their encoding, finite values become zeros
     is_nan = ab > 0x7F800000
@@ -165,12 +189,12 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
         byte = (lo4 | (hi4 << 4)).to(tl.uint8)
         pcols = pid_k * (KB * BS // 2) + tl.arange(0, KB * BS // 2)
         pmask = (rows < n_rows)[:, None] & (pcols < K // 2)[None, :]
-        tl.store(data_ptr + rows64[:, None] * (K // 2) + pcols[None, :], byte, mask=pmask)
+        tl.store(data_ptr + rws[:, None] * (K // 2) + pcols[None, :], byte, mask=pmask)
     else:
-        tl.store(data_ptr + rows64[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
+        tl.store(data_ptr + rws[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
     scols = pid_k * KB + tl.arange(0, KB)
     smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
-    tl.store(scale_ptr + rows64[:, None] * (K // BS) + scols[None, :],
+    tl.store(scale_ptr + rws[:, None] * (K // BS) + scols[None, :],
              tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
 
 

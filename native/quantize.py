@@ -149,8 +149,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     if x.numel():
         signs = _signs(rot, x.device)
         nblk = k // block_size
-        kb = max(1, min(_pow2_floor(max(1, 256 // block_size)), _pow2_ceil(nblk)))
-        rows_tile = 64 if interpreting() else 16
+        rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
         grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
         xin = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
         kernels.quantize_kernel[grid](
@@ -160,7 +159,9 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
             LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, STOCH=round_id == 1,
             RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4], EMAX=fp[5], MAXC=fp[6],
             NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10], RSHIFT=fp[11],
-            SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16)
+            SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
+            INNER1=inner == 1, BIG=x.numel() >= 2**31 - 2**20,
+            MAGIC=2.0 ** (24 - fp[4] - fp[3]), num_warps=warps)
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
 
 
@@ -201,6 +202,21 @@ def _signs(rot: Rotation | None, device) -> torch.Tensor:
     if rot is None:
         return torch.ones(1, dtype=torch.float32, device=device)
     return torch.from_numpy(rot.signs()).to(device)
+
+
+# Tile shapes (rows, blocks per row, warps); they change speed, never bits. The benchmark
+# sweeps them through TILE_OVERRIDE.
+TILE_OVERRIDE: dict | None = None
+
+
+def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int]:
+    if interpreting():  # few, large programs: the interpreter's cost is per program
+        return 64, max(1, min(_pow2_floor(max(1, 256 // block_size)), _pow2_ceil(nblk))), 4
+    key = "rows" if inner == 1 else "cols"
+    rows, elems, warps = (TILE_OVERRIDE or {}).get(key) or \
+        ((16, 256, 4) if inner == 1 else (64, 64, 4))
+    kb = max(1, min(_pow2_floor(max(1, elems // block_size)), _pow2_ceil(nblk)))
+    return rows, kb, warps
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -131,3 +131,20 @@ def test_baselines():
     assert 1e-4 < rel < 0.1  # FP8 error: present, and small
     z8, zs = native.fp8_per_tensor(torch.zeros(4, 4))
     assert float(zs) == 1.0 and torch.equal(z8.float(), torch.zeros(4, 4))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="a measured fact about Triton's dot_scaled decomposition on sm_90")
+def test_hopper_decomposition_is_the_hopper_bf16_model():
+    """On sm_90 Triton upcasts the MX operands to bf16 and runs a bf16 wgmma; measured on H100
+    (Triton 3.6): bit-equal to the emulator's ChunkedModel(16 products, 25 fraction bits,
+    truncation, round toward zero) on random e4m3 inputs (e2m1 products sum exactly here)."""
+    rng = np.random.default_rng(4)
+    a = torch.from_numpy(rng.standard_normal((64, 4096)).astype(np.float32)).cuda()
+    b = torch.from_numpy(rng.standard_normal((64, 4096)).astype(np.float32)).cuda()
+    qa, qb = native.quantize(a, "e4m3"), native.quantize(b, "e4m3")
+    got = native.mx_matmul(qa, qb).cpu().numpy()
+    want = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), "hopper_bf16")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    exact = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), "exact")
+    assert not np.array_equal(got, exact)  # the model is not trivially the exact sum here
