@@ -136,8 +136,8 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, fmt_a: str = "e4m3", fmt_b: str
                out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """A Bᵀ with per-tensor FP8 scaling (E4M3 forward, E5M2 for gradients), a: (M, K), b: (N, K).
     ``torch._scaled_mm`` on the GPU; on the CPU the same FP8 operands multiplied in float32."""
-    a8, sa = fp8_per_tensor(a, fmt_a)
-    b8, sb = fp8_per_tensor(b, fmt_b)
-    if a.is_cuda:
+    a8, sa = fp8_per_tensor(a.contiguous(), fmt_a)
+    b8, sb = fp8_per_tensor(b.contiguous(), fmt_b)
+    if a.is_cuda:  # cuBLASLt wants A row-major and B column-major
         return torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
     return ((a8.float() * sa) @ (b8.float() * sb).t()).to(out_dtype)

@@ -44,7 +44,8 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
                     MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
                     NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
                     SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                    INNER1: tl.constexpr, BIG: tl.constexpr, MAGIC: tl.constexpr):
+                    INNER1: tl.constexpr, BIG: tl.constexpr, MAGIC: tl.constexpr,
+                    EVEN: tl.constexpr, SIGNS: tl.constexpr):
     """Quantize ROWS rows x KB blocks of BS elements of x.
 
     Row r of the K-major view is (o, i) = (r // inner, r % inner) of the input seen as
@@ -65,16 +66,24 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
         o = rws // inner
         i = rws % inner
         flat = o[:, None] * K * inner + cols[None, :] * inner + i[:, None]
-    mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
-    if IN_BF16:  # x_ptr holds the bf16 bits as int16
-        x = bf16_bits_to_f32(tl.load(x_ptr + flat, mask=mask, other=0))
+    if EVEN:  # the grid tiles the tensor exactly: no masks
+        mask = None
     else:
-        x = tl.load(x_ptr + flat, mask=mask, other=0.0).to(tl.float32)
+        mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
+    if EVEN:
+        xr = tl.load(x_ptr + flat)
+    else:
+        xr = tl.load(x_ptr + flat, mask=mask, other=0)
+    if IN_BF16:  # x_ptr holds the bf16 bits as int16
+        x = bf16_bits_to_f32(xr)
+    else:
+        x = xr.to(tl.float32)
     x = tl.reshape(x, (ROWS * KB, BS))
 
     if ROT > 0:  # block Hadamard along the block, groups of ROT elements
         g = tl.reshape(x, (ROWS * KB * (BS // ROT), ROT))
-        g = g * tl.load(signs_ptr + tl.arange(0, ROT))[None, :]
+        if SIGNS:
+            g = g * tl.load(signs_ptr + tl.arange(0, ROT))[None, :]
         for st in tl.static_range(LOG2_ROT):  # stages h = 2^st = 1, 2, ..., ROT / 2
             t = tl.reshape(g, (ROWS * KB * (BS // ROT), ROT >> (st + 1), 2, 1 << st))
             a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
@@ -152,7 +161,9 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
     else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
         # y = |v| / 2^s is exact wherever it can round to a nonzero code (2^-s is a normal
         # float32: s <= 126 for every float format); an FMA with the add below changes nothing.
-        inv = ((127 - sb) << 23).to(tl.float32, bitcast=True)
+        # In a NaN/Inf block 2^-s is replaced by 0, so finite elements become zeros of their
+        # sign on their own; only NaN and Inf elements need the fix-up below.
+        inv = tl.where(special, 0, (127 - s) << 23).to(tl.float32, bitcast=True)[:, None]
         y = ab.to(tl.float32, bitcast=True) * inv
         yb = y.to(tl.int32, bitcast=True)
         # element-normal range: RNE on the bits, then rebias the exponent
@@ -164,10 +175,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
         mag = tl.where(yb >= ((128 - BIAS) << 23), mag_n, mag_s)
         sign = tl.where(neg, SIGN, 0)
         code = sign | tl.minimum(mag, MAXC)
-    code = tl.where(ab == 0, sign, code)
-    # block holding NaN or Inf: NaN and Inf keep their encoding, finite values become zeros
-    is_nan = ab > 0x7F800000
-    is_inf = ab == 0x7F800000
+    # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
     if NANC >= 0:
         nan_code = sign | NANC
     else:
@@ -179,8 +187,11 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
             inf_code = sign | INFC
         else:
             inf_code = sign | MAXC
-    sp_code = tl.where(is_nan, nan_code, tl.where(is_inf, inf_code, sign))
-    code = tl.where(special[:, None], sp_code, code)
+    nonfinite_code = tl.where(ab > 0x7F800000, nan_code, inf_code)
+    if IS_INT or STOCH:
+        # zeros, and finite values in a NaN/Inf block, become zeros of their sign
+        code = tl.where((ab == 0) | special[:, None], sign, code)
+    code = tl.where(ab >= 0x7F800000, nonfinite_code, code)
 
     # ---- store: codes (packed for FP4) and scales ----
     code = tl.reshape(code, (ROWS, KB * BS))
@@ -188,12 +199,18 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
         lo4, hi4 = tl.split(tl.reshape(code, (ROWS, KB * BS // 2, 2)))
         byte = (lo4 | (hi4 << 4)).to(tl.uint8)
         pcols = pid_k * (KB * BS // 2) + tl.arange(0, KB * BS // 2)
-        pmask = (rows < n_rows)[:, None] & (pcols < K // 2)[None, :]
+        if EVEN:
+            pmask = None
+        else:
+            pmask = (rows < n_rows)[:, None] & (pcols < K // 2)[None, :]
         tl.store(data_ptr + rws[:, None] * (K // 2) + pcols[None, :], byte, mask=pmask)
     else:
         tl.store(data_ptr + rws[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
     scols = pid_k * KB + tl.arange(0, KB)
-    smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
+    if EVEN:
+        smask = None
+    else:
+        smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
     tl.store(scale_ptr + rws[:, None] * (K // BS) + scols[None, :],
              tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
 

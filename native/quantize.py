@@ -161,7 +161,8 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
             NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10], RSHIFT=fp[11],
             SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
             INNER1=inner == 1, BIG=x.numel() >= 2**31 - 2**20,
-            MAGIC=2.0 ** (24 - fp[4] - fp[3]), num_warps=warps)
+            MAGIC=2.0 ** (24 - fp[4] - fp[3]), EVEN=rows % rows_tile == 0 and nblk % kb == 0,
+            SIGNS=rot is not None and rot.sign_seed is not None, num_warps=warps)
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
 
 
