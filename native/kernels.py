@@ -216,29 +216,52 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
 
 
 @triton.jit
-def dequantize_kernel(data_ptr, scale_ptr, table_ptr, out_ptr, n_rows, K,
+def dequantize_kernel(data_ptr, scale_ptr, out_ptr, n_rows, K,
                       BS: tl.constexpr, ROWS: tl.constexpr, KB: tl.constexpr,
-                      PACK: tl.constexpr, OUT_BF16: tl.constexpr):
-    """out[r, c] = table[code] * 2^(scale - 127) in float32 (one rounding); scale 0xFF -> NaN.
-    The output is K-major like the input; bfloat16 output (OUT_BF16) rounds that float32 once
-    more, to nearest even."""
+                      PACK: tl.constexpr, OUT_BF16: tl.constexpr, EVEN: tl.constexpr,
+                      BIG: tl.constexpr, IS_INT: tl.constexpr, BITS: tl.constexpr,
+                      EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                      NANC: tl.constexpr, INFC: tl.constexpr, SUBQ: tl.constexpr):
+    """out[r, c] = value(code) * 2^(scale - 127) in float32 (one rounding); scale 0xFF -> NaN.
+    Element values are built from the code's bits (the format table's parameters); the
+    output is K-major like the input; bfloat16 output (OUT_BF16) rounds that float32 once more,
+    to nearest even."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
-    rows = (pid_r * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    rows = pid_r * ROWS + tl.arange(0, ROWS)
+    if BIG:
+        rows = rows.to(tl.int64)
     cols = pid_k * (KB * BS) + tl.arange(0, KB * BS)
-    mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
-    if PACK == 2:
-        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + (cols // 2)[None, :], mask=mask,
-                       other=0).to(tl.int32)
-        code = (byte >> ((cols % 2) * 4)[None, :]) & 0xF
+    if EVEN:
+        mask = None
     else:
-        code = tl.load(data_ptr + rows[:, None] * K + cols[None, :], mask=mask, other=0).to(tl.int32)
-    val = tl.load(table_ptr + code, mask=mask, other=0.0)
-    sc = tl.load(scale_ptr + rows[:, None] * (K // BS) + (cols // BS)[None, :], mask=mask,
-                 other=127).to(tl.int32)
+        mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
+    if PACK == 2:
+        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + (cols // 2)[None, :], mask=mask)
+        code = (byte.to(tl.int32) >> ((cols % 2) * 4)[None, :]) & 0xF
+    else:
+        code = tl.load(data_ptr + rows[:, None] * K + cols[None, :], mask=mask).to(tl.int32)
+    is_nan = code < 0  # no NaN code unless the format has one
+    if IS_INT:  # two's complement x 2^-MBITS
+        val = ((code << 24) >> 24).to(tl.float32) * SUBQ
+    else:
+        mag = code & ((1 << (BITS - 1)) - 1)
+        e = mag >> MBITS
+        mnt = mag & ((1 << MBITS) - 1)
+        normal = (((e - BIAS + 127) << 23) | (mnt << (23 - MBITS))).to(tl.float32, bitcast=True)
+        val = tl.where(e == 0, mnt.to(tl.float32) * SUBQ, normal)
+        if INFC >= 0:  # IEEE-like specials (e5m2): all-ones exponent
+            top = e == (1 << EBITS) - 1
+            val = tl.where(top, float("inf"), val)
+            is_nan = top & (mnt != 0)
+        elif NANC >= 0:  # e4m3: only S.1111.111 is NaN
+            is_nan = mag == NANC
+        val = tl.where((code >> (BITS - 1)) != 0, -val, val)
+    sc = tl.load(scale_ptr + rows[:, None] * (K // BS) + (cols // BS)[None, :], mask=mask)
+    sc = sc.to(tl.int32)
     # 2^(sc - 127) as float32 bits; code 0 is the subnormal 2^-127
     f = tl.where(sc == 0, 0x00400000, sc << 23).to(tl.float32, bitcast=True)
-    out = tl.where(sc == 255, float("nan"), val * f)
+    out = tl.where((sc == 255) | is_nan, float("nan"), val * f)
     if OUT_BF16:  # out_ptr is the bf16 output viewed as int16
         out = f32_to_bf16_bits(out)
     tl.store(out_ptr + rows[:, None] * K + cols[None, :], out, mask=mask)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import torch
 
 from .. import emulator
-from ..emulator.decode import decode_table
 from ..emulator.params import format_params, resolve
 from ..emulator.rotation import Rotation, as_rotation
 from ..spec import BLOCK_SIZE, ElementFormat
@@ -183,20 +181,20 @@ def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
     if out.numel():
         bs = mx.block_size
         nblk = k // bs
-        kb = max(1, min(_pow2_floor(max(1, 256 // bs)), _pow2_ceil(nblk)))
-        rows_tile = 64 if interpreting() else 16
+        rows_tile, kb, warps = quantize_tile(1, bs, nblk)
         grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
         bf16 = dtype == torch.bfloat16
-        kernels.dequantize_kernel[grid](mx.data, mx.scales_kmajor, _table(mx.fmt, mx.device),
-                                        out.view(torch.int16) if bf16 else out, rows, k, BS=bs,
-                                        ROWS=rows_tile, KB=kb, PACK=pack_factor(mx.fmt),
-                                        OUT_BF16=bf16)
+        f = mx.fmt
+        kernels.dequantize_kernel[grid](
+            mx.data, mx.scales_kmajor, out.view(torch.int16) if bf16 else out, rows, k, BS=bs,
+            ROWS=rows_tile, KB=kb, PACK=pack_factor(f), OUT_BF16=bf16,
+            EVEN=rows % rows_tile == 0 and nblk % kb == 0, BIG=out.numel() >= 2**31 - 2**20,
+            IS_INT=f.kind == "int", BITS=f.bits, EBITS=f.ebits, MBITS=f.mbits, BIAS=f.bias,
+            NANC=(f.nan_codes[0] & ~f.sign_bit) if f.nan_codes else -1,
+            INFC=f.inf_code if f.inf_code is not None else -1,
+            SUBQ=2.0 ** (-f.mbits) if f.kind == "int" else 2.0 ** (1 - f.bias - f.mbits),
+            num_warps=warps)
     return out.movedim(-1, mx.axis)
-
-
-@lru_cache(maxsize=None)
-def _table(fmt: ElementFormat, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(decode_table(fmt).astype(np.float32)).to(device)
 
 
 def _signs(rot: Rotation | None, device) -> torch.Tensor:

@@ -85,6 +85,19 @@ def test_training_gemms_on_random_inputs(device, fa, fb, record_property):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_bf16_method_forms_the_same_products(device):
+    """method='bf16' (dequantize + one bf16 GEMM): exactly summable inputs give the exact sum."""
+    rng = np.random.default_rng(5)
+    a = exact_operand(rng, 40, 256, "e2m1", device)
+    b = exact_operand(rng, 24, 256, "e4m3", device)
+    want = emulator.mx_matmul(a.to_emulator(), b.to_emulator(), "exact")
+    got = native.mx_matmul(a, b, method="bf16").cpu().numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(ValueError, match="unknown method"):
+        native.mx_matmul(a, b, method="cublas")
+
+
+@pytest.mark.parametrize("device", devices())
 def test_emulator_backend_and_models(device):
     rng = np.random.default_rng(2)
     x = torch.from_numpy(rng.standard_normal((32, 128)).astype(np.float32)).to(device)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ocpmx import emulator, native
 from ocpmx.emulator import Rotation
+from ocpmx.spec import get_format
 from native_util import devices
 
 FORMATS = ["e2m1", "e4m3", "e5m2", "e3m2", "e2m3", "int8"]
@@ -193,3 +194,24 @@ def test_bad_input_errors(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         native.quantize(x, "e2m1", backend="triton")
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequantize_every_code_with_every_scale(device, fmt):
+    """Every element code under every E8M0 code (0x00 = 2^-127, 0xFF = NaN), float32 and bf16."""
+    spec = get_format(fmt)
+    n = 1 << spec.bits
+    width = max(32, n)
+    codes = np.tile(np.arange(width, dtype=np.int64) % n, (256, 1)).astype(np.uint8)
+    scales = np.repeat(np.arange(256, dtype=np.uint8)[:, None], width // 32, axis=1)
+    ref = emulator.MXArray(codes, scales, spec, 1)
+    data = emulator.pack(codes, spec) if spec.bits == 4 else codes
+    mx = native.MXTensor(torch.from_numpy(data).to(device), torch.from_numpy(scales).to(device),
+                         spec, 1, codes.shape)
+    want = emulator.dequantize(ref)
+    got = native.dequantize(mx).cpu().numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    got16 = native.dequantize(mx, torch.bfloat16).cpu().float().numpy()
+    want16 = want.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(got16.view(np.uint32), want16.view(np.uint32))
