@@ -16,6 +16,7 @@ the memory-bound kernels so that L2 cannot hold them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import sys
@@ -107,19 +108,17 @@ def section_gemm(rows):
         t_fp8 = bench(lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb,
                                                out_dtype=torch.bfloat16))
         qa, qb = native.quantize(a, "e2m1"), native.quantize(b, "e2m1")
-        native.mx_matmul(qa, qb, out_dtype=torch.bfloat16)  # autotune outside the timing
-        t_mx = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16))
+        ds = dict(out_dtype=torch.bfloat16, method="dot_scaled")
+        native.mx_matmul(qa, qb, **ds)  # autotune outside the timing
+        t_mx = bench(lambda: native.mx_matmul(qa, qb, **ds))
         cfg = getattr(native.gemm._tuned_kernel(), "best_config", None)
         q8a, q8b = native.quantize(a, "e4m3"), native.quantize(b, "e4m3")
-        native.mx_matmul(q8a, q8b, out_dtype=torch.bfloat16)
-        t_mx8 = bench(lambda: native.mx_matmul(q8a, q8b, out_dtype=torch.bfloat16))
-
-        def via_bf16():
-            return native.dequantize(qa, torch.bfloat16) @ native.dequantize(qb, torch.bfloat16).t()
-        t_deq = bench(via_bf16)
+        native.mx_matmul(q8a, q8b, **ds)
+        t_mx8 = bench(lambda: native.mx_matmul(q8a, q8b, **ds))
+        t_deq = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16, method="bf16"))
         for name, t in (("cuBLAS bf16", t_bf16), ("FP8 _scaled_mm", t_fp8),
                         ("dot_scaled mxfp4", t_mx), ("dot_scaled mxfp8", t_mx8),
-                        ("mxfp4 dequantize + cuBLAS bf16", t_deq)):
+                        ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq)):
             rows.append(dict(case=f"gemm M={m} N={n} K={k} {name}", ms=t,
                              tflops=flop / t / 1e9, of_bf16=t_bf16 / t,
                              config=str(cfg) if name == "dot_scaled mxfp4" else ""))
@@ -155,13 +154,14 @@ def section_numerics(rows):
         a = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).cuda()
         b = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32)).cuda()
         qa, qb = native.quantize(a, fmt), native.quantize(b, fmt)
-        got = native.mx_matmul(qa, qb).cpu().numpy()
         ea, eb = qa.to_emulator(), qb.to_emulator()
         exact = emulator.mx_matmul(ea, eb, "exact").astype(np.float64)
-        for model in ("exact", "fp32_sequential", "hopper_bf16", "hopper_fp8"):
+        for method, model in itertools.product(("dot_scaled", "bf16"), (
+                "exact", "fp32_sequential", "hopper_bf16", "hopper_fp8")):
+            got = native.mx_matmul(qa, qb, method=method).cpu().numpy()
             want = emulator.mx_matmul(ea, eb, model)
             rel = np.abs(got.astype(np.float64) - exact) / np.abs(exact).clip(1e-30)
-            rows.append(dict(case=f"numerics {fmt} {m}x{n}x{k} vs {model}",
+            rows.append(dict(case=f"numerics {fmt} {m}x{n}x{k} method={method} vs {model}",
                              bit_equal=float(np.mean(got.view(np.uint32) == want.view(np.uint32))),
                              max_rel_vs_exact=float(rel.max()),
                              median_rel_vs_exact=float(np.median(rel))))
