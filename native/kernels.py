@@ -256,7 +256,9 @@ def dequantize_kernel(data_ptr, scale_ptr, out_ptr, n_rows, K,
             is_nan = top & (mnt != 0)
         elif NANC >= 0:  # e4m3: only S.1111.111 is NaN
             is_nan = mag == NANC
-        val = tl.where((code >> (BITS - 1)) != 0, -val, val)
+        # the sign goes in as a bit: a select of -val (seen on sm_90) can lose the sign of 0
+        val = (val.to(tl.int32, bitcast=True) | ((code >> (BITS - 1)) << 31)).to(
+            tl.float32, bitcast=True)
     sc = tl.load(scale_ptr + rows[:, None] * (K // BS) + (cols // BS)[None, :], mask=mask)
     sc = sc.to(tl.int32)
     # 2^(sc - 127) as float32 bits; code 0 is the subnormal 2^-127
