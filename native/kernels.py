@@ -37,6 +37,117 @@ def f32_to_bf16_bits(x):
 
 
 @triton.jit
+def block_scale(amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl.constexpr,
+                RNUM: tl.constexpr, RSHIFT: tl.constexpr):
+    """Shared exponent s from the amax bits, exactly (emulator: scale_exponent); returns
+    (s, special, scale code): special marks a block holding NaN or Inf (scale 0xFF)."""
+    a_ef = amax >> 23
+    a_mf = amax & 0x7FFFFF
+    a_sub = (a_mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127  # floor(log2 mf)
+    a_lg = tl.where(a_ef > 0, a_ef - 127, a_sub - 149)
+    a_frac = tl.where(a_ef > 0, a_mf,
+                      (a_mf << tl.where(a_mf > 0, 23 - a_sub, 0)) & 0x7FFFFF)
+    s = a_lg - EMAX
+    if RULE == 1:  # ceil
+        s += (a_frac != 0).to(tl.int32)
+    elif RULE == 2:  # rceil: mantissa of amax above the mantissa of max
+        s += (((a_frac.to(tl.int64) + (1 << 23)) << RSHIFT) > (RNUM << 23)).to(tl.int32)
+    elif RULE == 3:  # even: amax mantissa rounded to the element's bits, ties up
+        s += (a_frac + (1 << (22 - MBITS)) >= (1 << 23)).to(tl.int32)
+    s = tl.minimum(tl.maximum(s, -127), 127)
+    s = tl.where(amax == 0, -127, s)
+    special = a_ef == 255
+    return s, special, tl.where(special, 255, s + 127)
+
+
+@triton.jit
+def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+           MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, NEGMAX: tl.constexpr,
+           SIGN: tl.constexpr, MAGIC: tl.constexpr):
+    """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
+    shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
+    indices (the stochastic-rounding counters)."""
+    if IS_INT or STOCH:  # exact integer path (emulator: encode)
+        ef = ab >> 23
+        mf = ab & 0x7FFFFF
+        sub = (mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
+        lg = tl.where(ef > 0, ef - 127, sub - 149)  # floor(log2 |v|)
+        m = tl.where(ef > 0, mf | 0x800000, mf).to(tl.int64)
+        e = tl.where(ef > 0, ef - 150, -149)  # |v| = m * 2^e
+        if IS_INT:
+            ee = tl.zeros_like(lg)
+            qe = tl.zeros_like(lg) - MBITS
+        else:
+            ee = tl.maximum(lg - sb, 1 - BIAS)
+            qe = ee - MBITS
+        # shift >= 1 for every finite element of a finite block (the scale puts |v| / 2^s
+        # below 2^(emax + 1)); capped at 63 so every shift amount below stays defined.
+        sh = tl.minimum(tl.maximum(qe + sb - e, 1), 63).to(tl.int64)
+        n = m >> sh
+        rem = m - (n << sh)
+        if STOCH:
+            flat_u = flat.to(tl.uint64)
+            lo = (flat_u & 0xFFFFFFFF).to(tl.uint32)
+            hi = (flat_u >> 32).to(tl.uint32)
+            zero = lo * 0
+            rb, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
+            rb = rb.to(tl.int64) & 0xFFFFFFFF
+            frac32 = tl.where(sh <= 32, rem << tl.maximum(32 - sh, 0),
+                              rem >> tl.maximum(sh - 32, 0))
+            up = rb < frac32
+        else:
+            half = (rem * 0 + 1) << (sh - 1)
+            up = (rem > half) | ((rem == half) & ((n & 1) == 1))
+        n = n + up.to(tl.int64)
+        if IS_INT:
+            n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
+            code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
+            sign = tl.zeros_like(code)
+        else:
+            sign = tl.where(neg, SIGN, 0)
+            mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
+            code = sign | mag
+    else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
+        # y = |v| / 2^s is exact wherever it can round to a nonzero code (2^-s is a normal
+        # float32: s <= 126 for every float format); an FMA with the add below changes nothing.
+        # In a NaN/Inf block 2^-s is replaced by 0, so finite elements become zeros of their
+        # sign on their own; only NaN and Inf elements need the fix-up below.
+        inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
+        y = ab.to(tl.float32, bitcast=True) * inv
+        yb = y.to(tl.int32, bitcast=True)
+        # element-normal range: RNE on the bits, then rebias the exponent
+        # (the exponent rebias is folded into the rounding constant: one add fewer)
+        mag_n = (yb + (((1 << (22 - MBITS)) - 1) - ((127 - BIAS) << 23))
+                 + ((yb >> (23 - MBITS)) & 1)) >> (23 - MBITS)
+        # element-subnormal range: the float32 adder rounds at the element's quantum
+        z = y + MAGIC
+        mag_s = z.to(tl.int32, bitcast=True) - ((151 - BIAS - MBITS) << 23)
+        mag = tl.where(yb >= ((128 - BIAS) << 23), mag_n, mag_s)
+        sign = tl.where(neg, SIGN, 0)
+        code = sign | tl.minimum(mag, MAXC)
+    # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
+    if NANC >= 0:
+        nan_code = sign | NANC
+    else:
+        nan_code = tl.zeros_like(code)
+    if IS_INT:
+        inf_code = tl.where(neg, (-NEGMAX) & 0xFF, MAXC)
+    elif INFC >= 0:
+        inf_code = sign | INFC
+    else:
+        inf_code = sign | MAXC
+    if IS_INT or STOCH:
+        # zeros, and finite values in a NaN/Inf block, become zeros of their sign (the fast
+        # path gets both from 2^-s = 0 in such blocks)
+        code = tl.where((ab == 0) | special, sign, code)
+    # not from the arithmetic above: the bits of Inf * 0 differ between x86 and GPUs. Only
+    # blocks whose scale is NaN hold NaN or Inf, so the selects run only where one exists.
+    if any_special:
+        code = tl.where(ab >= 0x7F800000, tl.where(ab > 0x7F800000, nan_code, inf_code), code)
+    return code
+
+
+@triton.jit
 def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, seed, rot_scale,
                     BS: tl.constexpr, ROWS: tl.constexpr, KB: tl.constexpr, ROT: tl.constexpr,
                     LOG2_ROT: tl.constexpr, STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
@@ -96,102 +207,12 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
     ab = u & 0x7FFFFFFF
     neg = u < 0
 
-    # ---- shared exponent from the amax bits (emulator: scale_exponent) ----
-    amax = tl.max(ab, axis=1)
-    a_ef = amax >> 23
-    a_mf = amax & 0x7FFFFF
-    a_sub = (a_mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127  # floor(log2 mf)
-    a_lg = tl.where(a_ef > 0, a_ef - 127, a_sub - 149)
-    a_frac = tl.where(a_ef > 0, a_mf,
-                      (a_mf << tl.where(a_mf > 0, 23 - a_sub, 0)) & 0x7FFFFF)
-    s = a_lg - EMAX
-    if RULE == 1:  # ceil
-        s += (a_frac != 0).to(tl.int32)
-    elif RULE == 2:  # rceil: mantissa of amax above the mantissa of max
-        s += (((a_frac.to(tl.int64) + (1 << 23)) << RSHIFT) > (RNUM << 23)).to(tl.int32)
-    elif RULE == 3:  # even: amax mantissa rounded to the element's bits, ties up
-        s += (a_frac + (1 << (22 - MBITS)) >= (1 << 23)).to(tl.int32)
-    s = tl.minimum(tl.maximum(s, -127), 127)
-    s = tl.where(amax == 0, -127, s)
-    special = a_ef == 255  # NaN or Inf in the block
-    scale = tl.where(special, 255, s + 127)
-
-    # ---- element codes ----
-    sb = s[:, None]
-    if IS_INT or STOCH:  # exact integer path (emulator: encode)
-        ef = ab >> 23
-        mf = ab & 0x7FFFFF
-        sub = (mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
-        lg = tl.where(ef > 0, ef - 127, sub - 149)  # floor(log2 |v|)
-        m = tl.where(ef > 0, mf | 0x800000, mf).to(tl.int64)
-        e = tl.where(ef > 0, ef - 150, -149)  # |v| = m * 2^e
-        if IS_INT:
-            ee = tl.zeros_like(lg)
-            qe = tl.zeros_like(lg) - MBITS
-        else:
-            ee = tl.maximum(lg - sb, 1 - BIAS)
-            qe = ee - MBITS
-        # shift >= 1 for every finite element of a finite block (the scale puts |v| / 2^s
-        # below 2^(emax + 1)); capped at 63 so every shift amount below stays defined.
-        sh = tl.minimum(tl.maximum(qe + sb - e, 1), 63).to(tl.int64)
-        n = m >> sh
-        rem = m - (n << sh)
-        if STOCH:
-            flat_u = flat.to(tl.uint64)
-            lo = (flat_u & 0xFFFFFFFF).to(tl.uint32)
-            hi = (flat_u >> 32).to(tl.uint32)
-            zero = lo * 0
-            rb, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
-            rb = tl.reshape(rb, (ROWS * KB, BS)).to(tl.int64) & 0xFFFFFFFF
-            frac32 = tl.where(sh <= 32, rem << tl.maximum(32 - sh, 0),
-                              rem >> tl.maximum(sh - 32, 0))
-            up = rb < frac32
-        else:
-            half = (rem * 0 + 1) << (sh - 1)
-            up = (rem > half) | ((rem == half) & ((n & 1) == 1))
-        n = n + up.to(tl.int64)
-        if IS_INT:
-            n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
-            code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
-            sign = tl.zeros_like(code)
-        else:
-            sign = tl.where(neg, SIGN, 0)
-            mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
-            code = sign | mag
-    else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
-        # y = |v| / 2^s is exact wherever it can round to a nonzero code (2^-s is a normal
-        # float32: s <= 126 for every float format); an FMA with the add below changes nothing.
-        # In a NaN/Inf block 2^-s is replaced by 0, so finite elements become zeros of their
-        # sign on their own; only NaN and Inf elements need the fix-up below.
-        inv = tl.where(special, 0, (127 - s) << 23).to(tl.float32, bitcast=True)[:, None]
-        y = ab.to(tl.float32, bitcast=True) * inv
-        yb = y.to(tl.int32, bitcast=True)
-        # element-normal range: RNE on the bits, then rebias the exponent
-        mag_n = ((yb + ((1 << (22 - MBITS)) - 1) + ((yb >> (23 - MBITS)) & 1)) >> (23 - MBITS)) \
-            - ((127 - BIAS) << MBITS)
-        # element-subnormal range: the float32 adder rounds at the element's quantum
-        z = y + MAGIC
-        mag_s = z.to(tl.int32, bitcast=True) - ((151 - BIAS - MBITS) << 23)
-        mag = tl.where(yb >= ((128 - BIAS) << 23), mag_n, mag_s)
-        sign = tl.where(neg, SIGN, 0)
-        code = sign | tl.minimum(mag, MAXC)
-    # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
-    if NANC >= 0:
-        nan_code = sign | NANC
-    else:
-        nan_code = tl.zeros_like(code)
-    if IS_INT:
-        inf_code = tl.where(neg, (-NEGMAX) & 0xFF, MAXC)
-    else:
-        if INFC >= 0:
-            inf_code = sign | INFC
-        else:
-            inf_code = sign | MAXC
-    nonfinite_code = tl.where(ab > 0x7F800000, nan_code, inf_code)
-    if IS_INT or STOCH:
-        # zeros, and finite values in a NaN/Inf block, become zeros of their sign
-        code = tl.where((ab == 0) | special[:, None], sign, code)
-    code = tl.where(ab >= 0x7F800000, nonfinite_code, code)
+    s, special, scale = block_scale(tl.max(ab, axis=1), RULE, EMAX, MBITS, RNUM, RSHIFT)
+    any_special = tl.max(special.to(tl.int32), axis=0) > 0
+    code = encode(ab, neg, s[:, None], special[:, None], any_special,
+                  tl.reshape(flat, (ROWS * KB, BS)), seed,
+                  STOCH,
+                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN, MAGIC)
 
     # ---- store: codes (packed for FP4) and scales ----
     code = tl.reshape(code, (ROWS, KB * BS))
@@ -213,6 +234,133 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
         smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
     tl.store(scale_ptr + rws[:, None] * (K // BS) + scols[None, :],
              tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
+
+
+@triton.jit
+def fwht8(g, N: tl.constexpr):
+    """Butterfly stages h = 1, 2, 4 on each row of g [N, 8] (in registers: each thread holds
+    whole rows of 8 after a 16-byte load)."""
+    for st in tl.static_range(3):
+        t = tl.reshape(g, (N, 4 >> st, 2, 1 << st))
+        a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
+        g = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (N, 8))
+    return g
+
+
+@triton.jit
+def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.constexpr,
+             IN_BF16: tl.constexpr):
+    """Quarter ``part`` (8 elements) of 32-element blocks ``blk`` as float32 [NB, 8]. bf16
+    input is read as int32 pairs (``ptr`` is the bf16 data viewed as int32): one shift or mask
+    per element makes the float32 bits."""
+    if IN_BF16:
+        off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+        if EVEN:
+            w = tl.load(ptr + off)
+        else:
+            w = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0)
+        lo = (w << 16).to(tl.float32, bitcast=True)  # element 2i: the low half
+        hi = (w & -65536).to(tl.float32, bitcast=True)  # element 2i + 1
+        x = tl.reshape(tl.join(lo, hi), (NB, 8))
+    else:
+        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+        if EVEN:
+            x = tl.load(ptr + off)
+        else:
+            x = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0.0)
+    return x
+
+
+@triton.jit
+def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr,
+                PACK: tl.constexpr, EVEN: tl.constexpr):
+    """Store the codes [NB, 8] of quarter ``part`` of 32-element blocks ``blk``."""
+    if PACK == 2:
+        lo4, hi4 = tl.split(tl.reshape(code, (NB, 4, 2)))
+        off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+        val = (lo4 | (hi4 << 4)).to(tl.uint8)
+    else:
+        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+        val = code.to(tl.uint8)
+    if EVEN:
+        tl.store(data_ptr + off, val)
+    else:
+        tl.store(data_ptr + off, val, mask=valid[:, None] & (off >= 0))
+
+
+@triton.jit
+def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_blocks, seed, rot_scale,
+                           NB: tl.constexpr, ROT: tl.constexpr, SIGNS: tl.constexpr,
+                           STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
+                           MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
+                           MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
+                           NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
+                           SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                           BIG: tl.constexpr, MAGIC: tl.constexpr, EVEN: tl.constexpr):
+    """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
+    [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
+    held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
+    registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
+    bits as ``quantize_kernel`` (and the emulator)."""
+    pid = tl.program_id(0)
+    blk = pid * NB + tl.arange(0, NB)
+    if BIG:
+        blk = blk.to(tl.int64)
+    j = tl.arange(0, 8)[None, :]
+    base = blk[:, None] * 32 + j  # flat index of each element of quarter 0
+    valid = blk < n_blocks
+    q0 = load_f32(x_ptr, blk, 0, valid, NB, EVEN, IN_BF16)
+    q1 = load_f32(x_ptr, blk, 1, valid, NB, EVEN, IN_BF16)
+    q2 = load_f32(x_ptr, blk, 2, valid, NB, EVEN, IN_BF16)
+    q3 = load_f32(x_ptr, blk, 3, valid, NB, EVEN, IN_BF16)
+    if ROT > 0:
+        if SIGNS:  # signs by position inside the rotation group
+            q0 = q0 * tl.load(signs_ptr + j)
+            q1 = q1 * tl.load(signs_ptr + (8 % ROT) + j)
+            q2 = q2 * tl.load(signs_ptr + (16 % ROT) + j)
+            q3 = q3 * tl.load(signs_ptr + (24 % ROT) + j)
+        q0 = fwht8(q0, NB)
+        q1 = fwht8(q1, NB)
+        q2 = fwht8(q2, NB)
+        q3 = fwht8(q3, NB)
+        q0, q1 = q0 + q1, q0 - q1  # h = 8
+        q2, q3 = q2 + q3, q2 - q3
+        if ROT == 32:  # h = 16
+            q0, q2 = q0 + q2, q0 - q2
+            q1, q3 = q1 + q3, q1 - q3
+        q0 = q0 * rot_scale
+        q1 = q1 * rot_scale
+        q2 = q2 * rot_scale
+        q3 = q3 * rot_scale
+    u0 = q0.to(tl.int32, bitcast=True)
+    u1 = q1.to(tl.int32, bitcast=True)
+    u2 = q2.to(tl.int32, bitcast=True)
+    u3 = q3.to(tl.int32, bitcast=True)
+    a0 = u0 & 0x7FFFFFFF
+    a1 = u1 & 0x7FFFFFFF
+    a2 = u2 & 0x7FFFFFFF
+    a3 = u3 & 0x7FFFFFFF
+    amax = tl.max(tl.maximum(tl.maximum(a0, a1), tl.maximum(a2, a3)), axis=1)
+    s, special, scale = block_scale(amax, RULE, EMAX, MBITS, RNUM, RSHIFT)
+    sb = s[:, None]
+    sp = special[:, None]
+    any_special = tl.max(special.to(tl.int32), axis=0) > 0
+    c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
+                NEGMAX, SIGN, MAGIC)
+    store_codes(data_ptr, blk, c0, 0, blk < n_blocks, NB, PACK, EVEN)
+    c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                INFC, NEGMAX, SIGN, MAGIC)
+    store_codes(data_ptr, blk, c1, 1, blk < n_blocks, NB, PACK, EVEN)
+    c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                INFC, NEGMAX, SIGN, MAGIC)
+    store_codes(data_ptr, blk, c2, 2, blk < n_blocks, NB, PACK, EVEN)
+    c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                INFC, NEGMAX, SIGN, MAGIC)
+    store_codes(data_ptr, blk, c3, 3, blk < n_blocks, NB, PACK, EVEN)
+    if EVEN:
+        tl.store(scale_ptr + blk, scale.to(tl.uint8))
+    else:
+        tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=blk < n_blocks)
 
 
 @triton.jit

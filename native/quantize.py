@@ -147,20 +147,29 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     if x.numel():
         signs = _signs(rot, x.device)
         nblk = k // block_size
-        rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
-        grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
         xin = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
-        kernels.quantize_kernel[grid](
-            xin, data, scales, signs, rows, k, inner, seed & 0xFFFFFFFFFFFFFFFF,
-            float(rot.scale) if rot else 1.0,
-            BS=block_size, ROWS=rows_tile, KB=kb, ROT=rot.size if rot else 0,
-            LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, STOCH=round_id == 1,
-            RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4], EMAX=fp[5], MAXC=fp[6],
-            NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10], RSHIFT=fp[11],
-            SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
-            INNER1=inner == 1, BIG=x.numel() >= 2**31 - 2**20,
-            MAGIC=2.0 ** (24 - fp[4] - fp[3]), EVEN=rows % rows_tile == 0 and nblk % kb == 0,
-            SIGNS=rot is not None and rot.sign_seed is not None, num_warps=warps)
+        consts = dict(
+            ROT=rot.size if rot else 0, SIGNS=rot is not None and rot.sign_seed is not None,
+            STOCH=round_id == 1, RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4],
+            EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10],
+            RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
+            BIG=x.numel() >= 2**31 - 2**20, MAGIC=2.0 ** (24 - fp[4] - fp[3]))
+        rot_scale = float(rot.scale) if rot else 1.0
+        seed64 = seed & 0xFFFFFFFFFFFFFFFF
+        if inner == 1 and block_size == 32:  # the training case: a flat run of 32-blocks
+            n_blocks = rows * nblk
+            nb, warps = rows32_tile()
+            kernels.quantize_rows32_kernel[(triton_cdiv(n_blocks, nb),)](
+                x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales, signs, n_blocks, seed64, rot_scale, NB=nb,
+                EVEN=n_blocks % nb == 0, num_warps=warps, **consts)
+        else:
+            rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
+            grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
+            kernels.quantize_kernel[grid](
+                xin, data, scales, signs, rows, k, inner, seed64, rot_scale, BS=block_size,
+                ROWS=rows_tile, KB=kb, LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0,
+                INNER1=inner == 1, EVEN=rows % rows_tile == 0 and nblk % kb == 0,
+                num_warps=warps, **consts)
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
 
 
@@ -216,6 +225,13 @@ def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int
         ((16, 256, 4) if inner == 1 else (64, 64, 4))
     kb = max(1, min(_pow2_floor(max(1, elems // block_size)), _pow2_ceil(nblk)))
     return rows, kb, warps
+
+
+def rows32_tile() -> tuple[int, int]:
+    """(blocks per program, warps) of the 32-block row kernel."""
+    if interpreting():
+        return 512, 4
+    return (TILE_OVERRIDE or {}).get("rows32") or (128, 4)
 
 
 def triton_cdiv(a: int, b: int) -> int:
