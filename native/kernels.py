@@ -156,8 +156,9 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
                     NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
                     SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                     INNER1: tl.constexpr, BIG: tl.constexpr, MAGIC: tl.constexpr,
-                    EVEN: tl.constexpr, SIGNS: tl.constexpr):
-    """Quantize ROWS rows x KB blocks of BS elements of x.
+                    EVEN: tl.constexpr, SIGNS: tl.constexpr, CAST: tl.constexpr = False):
+    """Quantize ROWS rows x KB blocks of BS elements of x (CAST: convert each element with
+    scale 2^0 instead; no scales are stored).
 
     Row r of the K-major view is (o, i) = (r // inner, r % inner) of the input seen as
     (outer, K, inner); element (r, c) sits at flat index o*K*inner + c*inner + i, which is also
@@ -207,8 +208,14 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
     ab = u & 0x7FFFFFFF
     neg = u < 0
 
-    s, special, scale = block_scale(tl.max(ab, axis=1), RULE, EMAX, MBITS, RNUM, RSHIFT)
-    any_special = tl.max(special.to(tl.int32), axis=0) > 0
+    if CAST:  # element conversion with scale 2^0 (every element its own 'block')
+        s = tl.zeros((ROWS * KB,), tl.int32)
+        special = s != 0
+        scale = s
+        any_special = True
+    else:
+        s, special, scale = block_scale(tl.max(ab, axis=1), RULE, EMAX, MBITS, RNUM, RSHIFT)
+        any_special = tl.max(special.to(tl.int32), axis=0) > 0
     code = encode(ab, neg, s[:, None], special[:, None], any_special,
                   tl.reshape(flat, (ROWS * KB, BS)), seed,
                   STOCH,
@@ -227,13 +234,14 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, signs_ptr, n_rows, K, inner, see
         tl.store(data_ptr + rws[:, None] * (K // 2) + pcols[None, :], byte, mask=pmask)
     else:
         tl.store(data_ptr + rws[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
-    scols = pid_k * KB + tl.arange(0, KB)
-    if EVEN:
-        smask = None
-    else:
-        smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
-    tl.store(scale_ptr + rws[:, None] * (K // BS) + scols[None, :],
-             tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
+    if not CAST:
+        scols = pid_k * KB + tl.arange(0, KB)
+        if EVEN:
+            smask = None
+        else:
+            smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
+        tl.store(scale_ptr + rws[:, None] * (K // BS) + scols[None, :],
+                 tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
 
 
 @triton.jit

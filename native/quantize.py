@@ -173,6 +173,40 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
 
 
+def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_min: int = -127,
+           backend: str | None = None) -> torch.Tensor:
+    """Element conversion with scale 2^0 (``ocpmx.emulator.encode``): float values -> uint8
+    codes, one per element, same shape; stochastic rounding counter = flat index."""
+    fmt, _, round_id = resolve(fmt, "floor", rounding)
+    _check_input(x.reshape(-1) if isinstance(x, torch.Tensor) else x, fmt, -1, 1, None)
+    backend = pick_backend(x.device, backend)
+    if backend == "emulator":
+        codes = emulator.encode(x.detach().float().cpu().numpy(), fmt, rounding=rounding,
+                                seed=seed, int8_min=int8_min)
+        return torch.from_numpy(codes).to(x.device)
+    flat = x.detach().contiguous().reshape(-1)
+    width = 1024
+    n = flat.numel()
+    padded = -(-n // width) * width
+    if padded != n:
+        flat = torch.cat([flat, flat.new_zeros(padded - n)])
+    rows = padded // width
+    out = torch.empty(padded, dtype=torch.uint8, device=x.device)
+    if n:
+        fp = [int(v) for v in format_params(fmt, int8_min)]
+        rows_tile, kb, warps = quantize_tile(1, 1, width)
+        kernels.quantize_kernel[(triton_cdiv(rows, rows_tile), triton_cdiv(width, kb))](
+            flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat, out, out, out,
+            rows, width, 1, seed & 0xFFFFFFFFFFFFFFFF, 1.0, BS=1, ROWS=rows_tile, KB=kb, ROT=0,
+            LOG2_ROT=0, SIGNS=False, STOCH=round_id == 1, RULE=0, IS_INT=fp[0] == 1,
+            MBITS=fp[3], BIAS=fp[4], EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8],
+            NEGMAX=fp[9], RNUM=fp[10], RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=1,
+            IN_BF16=flat.dtype == torch.bfloat16, BIG=padded >= 2**31 - 2**20,
+            MAGIC=2.0 ** (24 - fp[4] - fp[3]), INNER1=True,
+            EVEN=rows % rows_tile == 0 and width % kb == 0, CAST=True, num_warps=warps)
+    return out[:n].reshape(x.shape)
+
+
 def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
                backend: str | None = None) -> torch.Tensor:
     """MX codes and scales -> values in the input's shape: float32 exactly (the emulator's

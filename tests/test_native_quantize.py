@@ -215,3 +215,21 @@ def test_dequantize_every_code_with_every_scale(device, fmt):
     got16 = native.dequantize(mx, torch.bfloat16).cpu().float().numpy()
     want16 = want.astype(ml_dtypes.bfloat16).astype(np.float32)
     assert np.array_equal(got16.view(np.uint32), want16.view(np.uint32))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_element_cast_every_bf16_input(device, fmt, rounding):
+    """native.encode (scale 2^0) against emulator.encode on all 65,536 bf16 bit patterns."""
+    bits = (np.arange(1 << 16, dtype=np.uint32) << 16)
+    x = bits.view(np.float32)
+    hi = (bits >> 16).astype(np.uint16).view(np.int16)
+    for xt in (torch.from_numpy(hi).view(torch.bfloat16).to(device),
+               torch.from_numpy(x.copy()).to(device)):
+        got = native.encode(xt, fmt, rounding=rounding, seed=4).cpu().numpy()
+        want = emulator.encode(x, fmt, rounding=rounding, seed=4)
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, f"{bad.size} differ, first {x[bad[0]]!r}: {got[bad[0]]:#x} != {want[bad[0]]:#x}"
+    odd = torch.from_numpy(x[:1000].reshape(10, 100).copy()).to(device)  # not a multiple of 1024
+    assert np.array_equal(native.encode(odd, fmt).cpu().numpy(), emulator.encode(x[:1000], fmt).reshape(10, 100))
