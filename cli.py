@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--rows", type=int, default=256)
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_demo)
+
+    from .conformance.cli import add_parser as add_conform
+    add_conform(sub)
     return p
 
 

@@ -1,0 +1,253 @@
+"""Backends: thin adapters that expose one implementation's MX operations to the suite.
+
+A backend implements any of
+  cast(x, fmt)                                          -> codes (element conversion, scale 2^0)
+  quantize(x, fmt, axis, block_size, scale_rule, rounding, seed) -> (codes, scales)
+  dequantize(codes, scales, fmt, axis, block_size)      -> float32 values
+  gemm(a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b) -> float32 (M, N) = A Bᵀ
+on NumPy arrays (x float32; codes uint8 one per element, scales uint8 E8M0, both in the
+emulator's layout; gemm operands K-major). An operation it lacks raises NotImplementedError,
+or ``supports`` says no: the suite reports 'not-supported'.
+
+Backends are found by name (built in, or the entry-point group ``ocpmx.backends``), or given
+as ``path/to/file.py:ClassName`` / ``module:ClassName``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import platform
+from importlib.metadata import entry_points, version
+from pathlib import Path
+
+import numpy as np
+
+from .. import emulator
+from ..spec import get_format
+
+OPS = ("cast", "quantize", "dequantize", "gemm")
+
+
+class Backend:
+    """Base class; subclasses override the operations they have."""
+
+    name = "base"
+
+    def info(self) -> dict:
+        """Versions and device, for the report header."""
+        return {"python": platform.python_version(), "numpy": np.__version__}
+
+    def supports(self, op: str, fmt: str, **options) -> bool | str:
+        """True, or a reason string when (op, fmt, options) is not supported."""
+        return True
+
+    def cast(self, x, fmt):
+        raise NotImplementedError
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        raise NotImplementedError
+
+    def dequantize(self, codes, scales, fmt, axis=-1, block_size=32):
+        raise NotImplementedError
+
+    def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
+        raise NotImplementedError
+
+
+class EmulatorBackend(Backend):
+    """The golden model itself (its own checks are against the spec tables, in the tests)."""
+
+    name = "emulator"
+
+    def info(self):
+        import numba
+        return {**super().info(), "numba": numba.__version__, "device": "cpu"}
+
+    def cast(self, x, fmt):
+        if fmt == "e8m0":
+            return emulator.encode_scale(x)
+        return emulator.encode(x, fmt)
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        mx = emulator.quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
+                               rounding=rounding, seed=seed)
+        return mx.codes, mx.scales
+
+    def dequantize(self, codes, scales, fmt, axis=-1, block_size=32):
+        return emulator.dequantize(emulator.MXArray(codes, scales, get_format(fmt),
+                                                    axis % codes.ndim, block_size))
+
+    def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
+        a = emulator.MXArray(a_codes, a_scales, get_format(fmt_a), 1)
+        b = emulator.MXArray(b_codes, b_scales, get_format(fmt_b), 1)
+        return emulator.mx_matmul(a, b, "exact")
+
+
+class TritonBackend(Backend):
+    """``ocpmx.native``'s Triton kernels: the current GPU, or the CPU through the Triton
+    interpreter (TRITON_INTERPRET=1). GEMM through ``tl.dot_scaled``."""
+
+    name = "triton"
+
+    def __init__(self, device: str | None = None):
+        import torch
+
+        from ..native.quantize import interpreting
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu" and not interpreting():
+            raise RuntimeError("the triton backend on CPU needs TRITON_INTERPRET=1 set before "
+                               "Triton is imported (ocpmx conform sets it when --device cpu)")
+        self.device = device
+        self.torch = torch
+
+    def info(self):
+        import torch
+        import triton
+        out = {**super().info(), "torch": torch.__version__, "triton": triton.__version__}
+        if self.device.startswith("cuda"):
+            p = torch.cuda.get_device_properties(self.device)
+            out.update(device=p.name, capability=f"{p.major}.{p.minor}",
+                       cuda=torch.version.cuda, driver=_nvidia_driver())
+        else:
+            out.update(device="cpu (Triton interpreter)")
+        return out
+
+    def supports(self, op, fmt, **options):
+        if fmt == "e8m0":
+            return "no standalone E8M0 cast (the kernels write scales only through quantize)"
+        if op == "gemm" and fmt not in ("e2m1", "e4m3", "e5m2"):
+            return f"tl.dot_scaled takes e2m1, e4m3, e5m2 (not {fmt})"
+        bs = options.get("block_size", 32)
+        if op in ("quantize", "dequantize") and bs & (bs - 1):
+            return f"the kernels take power-of-two block sizes (not {bs})"
+        return True
+
+    def _t(self, a):
+        return self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def cast(self, x, fmt):
+        from .. import native
+        return native.encode(self._t(x), fmt, backend="triton").cpu().numpy()
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        from .. import native
+        mx = native.quantize(self._t(x), fmt, axis=axis, block_size=block_size,
+                             scale_rule=scale_rule, rounding=rounding, seed=seed, backend="triton")
+        return mx.codes.cpu().numpy(), mx.scales.cpu().numpy()
+
+    def _mx(self, codes, scales, fmt, axis, block_size):
+        from ..native.quantize import MXTensor, pack_factor
+        f = get_format(fmt)
+        axis %= codes.ndim
+        moved = np.ascontiguousarray(np.moveaxis(codes, axis, -1))
+        data = emulator.pack(moved, f) if pack_factor(f) == 2 else moved
+        sk = np.ascontiguousarray(np.moveaxis(scales, axis, -1))
+        return MXTensor(self._t(data), self._t(sk), f, axis, codes.shape, block_size)
+
+    def dequantize(self, codes, scales, fmt, axis=-1, block_size=32):
+        from .. import native
+        mx = self._mx(codes, scales, fmt, axis, block_size)
+        return native.dequantize(mx, backend="triton").cpu().numpy()
+
+    def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
+        from .. import native
+        a = self._mx(a_codes, a_scales, fmt_a, 1, 32)
+        b = self._mx(b_codes, b_scales, fmt_b, 1, 32)
+        return native.mx_matmul(a, b, backend="triton", method="dot_scaled").cpu().numpy()
+
+
+class TorchBackend(Backend):
+    """PyTorch's own casts: float8_e4m3fn, float8_e5m2 (elements) and float8_e8m0fnu (the
+    scale, checked as a cast of powers and non-powers of two). PyTorch has no MX block
+    quantization in core; float4_e2m1fn_x2 has no conversion kernels (2.13)."""
+
+    name = "torch"
+    DTYPES = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e8m0": "float8_e8m0fnu"}
+
+    def info(self):
+        import torch
+        return {**super().info(), "torch": torch.__version__, "device": "cpu"}
+
+    def supports(self, op, fmt, **options):
+        if op != "cast":
+            return "PyTorch core has no MX block quantization, dequantization or MX GEMM"
+        if fmt not in self.DTYPES:
+            return f"no torch dtype with conversions for {fmt}"
+        return True
+
+    def cast(self, x, fmt):
+        import torch
+        dt = getattr(torch, self.DTYPES[fmt])
+        return torch.from_numpy(np.ascontiguousarray(x)).to(dt).view(torch.uint8).numpy()
+
+
+class MlDtypesBackend(Backend):
+    """ml_dtypes' element casts (``astype``), run as documented."""
+
+    name = "ml_dtypes"
+
+    def info(self):
+        return {**super().info(), "ml_dtypes": version("ml_dtypes"), "device": "cpu"}
+
+    def supports(self, op, fmt, **options):
+        if op != "cast":
+            return "ml_dtypes has element types only (no MX blocks)"
+        if fmt not in _ml_types():
+            return f"ml_dtypes has no {fmt} type"
+        return True
+
+    def cast(self, x, fmt):
+        return np.asarray(x, np.float32).astype(_ml_types()[fmt]).view(np.uint8)
+
+
+def _ml_types():
+    import ml_dtypes
+    return {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+            "e3m2": ml_dtypes.float6_e3m2fn, "e2m3": ml_dtypes.float6_e2m3fn,
+            "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}
+
+
+def _nvidia_driver() -> str:
+    try:
+        import subprocess
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001 - informational only
+        return "unknown"
+
+
+BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend, "torch": TorchBackend,
+           "ml_dtypes": MlDtypesBackend}
+# Peers the issue names that this machine may not have: reported as not installed.
+PEERS = {"torchao": "torchao", "gfloat": "gfloat"}
+
+
+def load_backend(spec: str, **kwargs) -> Backend:
+    """A backend by name (built in or entry point ``ocpmx.backends``), or ``file.py:Class`` /
+    ``module:Class``."""
+    if spec in BUILTIN:
+        return BUILTIN[spec](**kwargs)
+    for ep in entry_points(group="ocpmx.backends"):
+        if ep.name == spec:
+            return ep.load()(**kwargs)
+    if spec in PEERS:
+        if importlib.util.find_spec(PEERS[spec]) is None:
+            raise LookupError(f"peer backend {spec!r}: the package {PEERS[spec]!r} is not installed")
+        raise LookupError(f"peer backend {spec!r} has no adapter yet")
+    if ":" in spec:
+        where, cls = spec.rsplit(":", 1)
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise LookupError(f"backend file {where} does not exist")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        if not hasattr(module, cls):
+            raise LookupError(f"{where} has no class {cls}")
+        return getattr(module, cls)(**kwargs)
+    known = sorted(BUILTIN) + sorted(ep.name for ep in entry_points(group="ocpmx.backends"))
+    raise LookupError(f"unknown backend {spec!r}; known: {', '.join(known)}, or file.py:Class")

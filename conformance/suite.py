@@ -1,0 +1,520 @@
+"""The conformance suite: checks of one backend against the emulator, bit for bit.
+
+Every check ends in one status of a closed set (STATUSES). A failure is reported as one line
+per mismatch: the input in hex => got, expected. Known, documented differences of a backend
+are listed in ``deviations/<backend>.json``; mismatches they explain turn a check into
+'deviation' instead of 'fail'.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+
+from .. import emulator
+from ..emulator.accumulate import ChunkedModel
+from ..spec import FORMATS, get_format
+from .backends import Backend
+from .strategies import THEMES
+
+STATUSES = ("pass", "fail", "deviation", "not-supported", "error")
+ELEMENT_FORMATS = tuple(FORMATS)  # e4m3 e5m2 e3m2 e2m3 e2m1 int8
+SCALE_RULES = ("floor", "ceil", "rceil", "even")
+BUDGETS = {"quick": dict(examples=8, rules_examples=4, float32_sweep=False),
+           "full": dict(examples=60, rules_examples=20, float32_sweep=True)}
+MAX_LINES = 5
+
+
+@dataclass
+class CheckResult:
+    check: str
+    op: str
+    fmt: str
+    status: str
+    detail: str = ""
+    failures: list[str] = field(default_factory=list)
+    deviations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+# ------------------------------------------------------------------------------------------
+# Known deviations: declarative rules matched against (input class, got class) of a mismatch
+# ------------------------------------------------------------------------------------------
+
+def load_deviations(backend: Backend) -> list[dict]:
+    path = Path(__file__).parent / "deviations" / f"{backend.name}.json"
+    if not path.is_file():
+        return []
+    rules = json.loads(path.read_text())["deviations"]
+    device = str(backend.info().get("device", ""))
+    cap = str(backend.info().get("capability", ""))
+    return [r for r in rules if r.get("capability", cap) == cap and
+            r.get("device_contains", "") in device]
+
+
+def input_class(x: np.float32, fmt: str, scale_exp: int = 0) -> str:
+    if np.isnan(x):
+        return "nan"
+    if np.isinf(x):
+        return "inf"
+    if fmt == "e8m0":
+        return "finite"
+    f = get_format(fmt)
+    # past max + half its ulp, round-to-nearest leaves the format: saturation's territory
+    if abs(float(x)) * 2.0 ** -scale_exp >= f.max_normal + 2.0 ** (f.emax - f.mbits - 1):
+        return "overflow"
+    return "finite"
+
+
+def got_class(code: int, want: int, fmt: str) -> str:
+    if fmt == "e8m0":
+        return "up" if code == want + 1 else ("down" if code == want - 1 else "other")
+    f = get_format(fmt)
+    if code in f.nan_codes:
+        return "nan"
+    if f.inf_code is not None and (code & ~f.sign_bit) == f.inf_code:
+        return "inf"
+    if f.kind != "int" and (code & ~f.sign_bit) == 0:
+        return "zero"
+    return "other"
+
+
+def explain(rules, op, fmt, icls, gcls) -> str | None:
+    for r in rules:
+        if r["op"] == op and fmt in r["formats"] and icls in r["input"] and gcls in r["got"]:
+            return r["id"]
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# Comparisons
+# ------------------------------------------------------------------------------------------
+
+def _hex(v) -> str:
+    return f"{np.float32(v).view(np.uint32):#010x}"
+
+
+def compare_codes(op, fmt, x, got, want, rules, found, scale_exp=None):
+    """Unexplained mismatch lines; explained ones add their deviation ids to ``found``."""
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        return [f"{op} {fmt}: output shape {got.shape} != {want.shape}"]
+    lines = []
+    for idx in zip(*np.nonzero(got != want)):
+        xi = x[idx]
+        se = 0 if scale_exp is None else int(scale_exp[idx])
+        dev = explain(rules, op, fmt, input_class(xi, fmt, se), got_class(int(got[idx]), int(want[idx]), fmt))
+        if dev:
+            found.add(dev)
+            continue
+        lines.append(f"{op} {fmt} x={_hex(xi)} ({float(xi):.9g}) => got {int(got[idx]):#04x}, "
+                     f"expected {int(want[idx]):#04x}")
+        if len(lines) >= MAX_LINES:
+            break
+    return lines
+
+
+def compare_quantize(fmt, x, got, want, rules, found, opts):
+    gc, gs = (np.asarray(a) for a in got)
+    wc, ws = want
+    if gs.shape != ws.shape or gc.shape != wc.shape:
+        return [f"quantize {fmt}: shapes codes {gc.shape} scales {gs.shape}, expected "
+                f"{wc.shape} {ws.shape}"]
+    lines = []
+    axis = opts.get("axis", -1) % x.ndim
+    for idx in zip(*np.nonzero(gs != ws)):
+        sl = list(idx)
+        sl[axis] = slice(idx[axis] * 32, idx[axis] * 32 + 32)
+        blk = x[tuple(sl)]
+        amax = np.max(np.abs(blk)) if not np.isnan(blk).any() else np.float32(np.nan)
+        lines.append(f"quantize {fmt} {opts} block amax={_hex(amax)} ({float(amax):.9g}) => "
+                     f"scale got {int(gs[idx]):#04x}, expected {int(ws[idx]):#04x}")
+        if len(lines) >= MAX_LINES:
+            return lines
+    exp = np.repeat(ws.astype(np.int64) - 127, 32, axis=axis)
+    for line in compare_codes("quantize", fmt, x, gc, wc, rules, found, exp):
+        lines.append(line.replace("quantize " + fmt, f"quantize {fmt} {opts}", 1))
+    return lines[:MAX_LINES]
+
+
+# ------------------------------------------------------------------------------------------
+# Running one check
+# ------------------------------------------------------------------------------------------
+
+def _run(name, op, fmt, backend, body, **supports_opts) -> CheckResult:
+    t0 = time.time()
+    ok = backend.supports(op, fmt, **supports_opts)
+    if ok is not True:
+        return CheckResult(name, op, fmt, "not-supported", str(ok))
+    found: set[str] = set()
+    try:
+        lines = body(found)
+    except NotImplementedError as e:
+        return CheckResult(name, op, fmt, "not-supported", str(e) or f"{op} not implemented",
+                           seconds=time.time() - t0)
+    except Mismatch as m:
+        return CheckResult(name, op, fmt, "fail", "minimal counterexample (Hypothesis)",
+                           failures=list(m.args[0]), deviations=sorted(found),
+                           seconds=time.time() - t0)
+    except Exception as e:  # noqa: BLE001 - any backend error is reported, not raised
+        return CheckResult(name, op, fmt, "error", f"{type(e).__name__}: {e}"[:300],
+                           seconds=time.time() - t0)
+    if lines:
+        return CheckResult(name, op, fmt, "fail", "", failures=lines, deviations=sorted(found),
+                           seconds=time.time() - t0)
+    return CheckResult(name, op, fmt, "deviation" if found else "pass",
+                       "" if not found else "differences explained by known deviations",
+                       deviations=sorted(found), seconds=time.time() - t0)
+
+
+def _property(strategy, fn, examples):
+    """Run fn on Hypothesis examples; raise Mismatch with the minimal example's lines."""
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck),
+              phases=(Phase.explicit, Phase.generate, Phase.shrink))
+    @given(strategy)
+    def prop(x):
+        lines = fn(x)
+        if lines:
+            raise Mismatch(lines)
+    prop()
+    return []
+
+
+def all_bf16_blocks() -> np.ndarray:
+    bits = np.arange(1 << 16, dtype=np.uint32) << 16
+    x = bits.view(np.float32)
+    rng = np.random.default_rng(0)
+    ordered = np.sort(x[np.isfinite(x)])
+    ordered = ordered[np.linspace(0, ordered.size - 1, x.size // 2).astype(int)]
+    return np.concatenate([x[rng.permutation(x.size)][: x.size // 2], ordered]).reshape(-1, 32)
+
+
+# ------------------------------------------------------------------------------------------
+# The checks
+# ------------------------------------------------------------------------------------------
+
+def cast_checks(backend, formats, budget, rules):
+    out = []
+    bits = np.arange(1 << 16, dtype=np.uint32) << 16
+    x16 = bits.view(np.float32)
+    for fmt in formats:
+        def body(found, fmt=fmt):
+            return compare_codes("cast", fmt, x16, backend.cast(x16, fmt),
+                                 emulator.encode(x16, fmt), rules, found)
+        out.append(_run(f"cast/all-bf16/{fmt}", "cast", fmt, backend, body))
+        if budget["float32_sweep"]:
+            out.append(_run(f"cast/all-float32/{fmt}", "cast", fmt, backend,
+                            lambda found, fmt=fmt: _float32_sweep(backend, fmt, rules, found)))
+    # the E8M0 scale as a cast of positive values (§5.3: 2^floor(log2 v), exact for powers of 2)
+    pos = x16[(x16 > 0) & np.isfinite(x16)]
+
+    def e8m0(found):
+        return compare_codes("cast", "e8m0", pos, backend.cast(pos, "e8m0"),
+                             emulator.encode_scale(pos), rules, found)
+    out.append(_run("cast/all-bf16/e8m0", "cast", "e8m0", backend, e8m0))
+    return out
+
+
+def _float32_sweep(backend, fmt, rules, found, chunk=1 << 26):
+    for start in range(0, 1 << 32, chunk):
+        x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        lines = compare_codes("cast", fmt, x, backend.cast(x, fmt), emulator.encode(x, fmt),
+                              rules, found)
+        if lines:
+            return lines
+    return []
+
+
+def quantize_checks(backend, formats, budget, rules):
+    out = []
+    xb = all_bf16_blocks()
+    for fmt in formats:
+        for rule in SCALE_RULES:
+            opts = dict(scale_rule=rule)
+
+            def body(found, fmt=fmt, opts=opts):
+                return compare_quantize(fmt, xb, backend.quantize(xb, fmt, **opts),
+                                        _emu_quantize(xb, fmt, opts), rules, found, opts)
+            out.append(_run(f"quantize/all-bf16/{fmt}/{rule}", "quantize", fmt, backend, body))
+        for theme, strat in THEMES.items():
+            for opts in ({}, dict(rounding="stochastic", seed=12345), dict(axis=0)):
+                if theme != "random" and opts:
+                    continue
+                tag = "/".join(f"{v}" for v in opts.values()) or "floor/rne"
+
+                def check(x, fmt=fmt, opts=opts):
+                    if opts.get("axis") == 0:
+                        x = np.ascontiguousarray(x.T)
+                    return compare_quantize(fmt, x, backend.quantize(x, fmt, **opts),
+                                            _emu_quantize(x, fmt, opts), rules, set(), opts)
+
+                def body(found, strat=strat, check=check, fmt=fmt):
+                    return _property(strat(fmt), check, budget["examples"])
+                out.append(_run(f"quantize/{theme}/{fmt}/{tag}", "quantize", fmt, backend, body))
+    return out
+
+
+def _emu_quantize(x, fmt, opts):
+    mx = emulator.quantize(x, fmt, **opts)
+    return mx.codes, mx.scales
+
+
+def dequantize_checks(backend, formats, budget, rules):
+    out = []
+    for fmt in formats:
+        f = get_format(fmt)
+        n = 1 << f.bits
+        width = max(32, n)
+        codes = np.tile(np.arange(width) % n, (256, 1)).astype(np.uint8)
+        scales = np.repeat(np.arange(256, dtype=np.uint8)[:, None], width // 32, axis=1)
+
+        def body(found, codes=codes, scales=scales, fmt=fmt):
+            got = np.asarray(backend.dequantize(codes, scales, fmt), np.float32)
+            want = emulator.dequantize(emulator.MXArray(codes, scales, get_format(fmt), 1))
+            bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+            return [f"dequantize {fmt} code={codes[tuple(i)]:#04x} scale={scales[i[0], i[1] // 32]:#04x}"
+                    f" => got {_hex(got[tuple(i)])}, expected {_hex(want[tuple(i)])}"
+                    for i in bad[:MAX_LINES]]
+        out.append(_run(f"dequantize/every-code-every-scale/{fmt}", "dequantize", fmt, backend, body))
+    return out
+
+
+# ---- GEMM -----------------------------------------------------------------------------------
+
+def _operand(codes_vals, fmt, scales=None):
+    """K-major operand (rows, K) from element values (exactly representable) and scales."""
+    v = np.atleast_2d(np.asarray(codes_vals, np.float32))
+    codes = emulator.encode(v, fmt)
+    if scales is None:
+        scales = np.full((v.shape[0], v.shape[1] // 32), 127, np.uint8)
+    return codes, np.asarray(scales, np.uint8)
+
+
+def _dot(backend, a_vals, b_vals, fmt="e4m3", a_scales=None, b_scales=None):
+    ac, as_ = _operand(a_vals, fmt, a_scales)
+    bc, bs = _operand(b_vals, fmt, b_scales)
+    return float(np.asarray(backend.gemm(ac, as_, bc, bs, fmt, fmt))[0, 0])
+
+
+def probe_accumulation(backend, k=256) -> dict:
+    """Infer the backend's accumulation from designed e4m3 dot products of length k (Fasi et
+    al.'s method): alignment bits F, truncation or rounding at alignment, products fused per
+    step L, where the scale is applied, what E8M0 0x00 and 0xFF decode to."""
+    out = {}
+    one = np.zeros(k, np.float32)
+
+    def vec(pairs):
+        a, b = one.copy(), one.copy()
+        for pos, (x, y) in pairs.items():
+            a[pos], b[pos] = x, y
+        return a, b
+
+    # E8M0 0x00 and 0xFF: 1.0 * 1.0 under scale code 0 (2^-127) / 0xFF (NaN)
+    a, b = vec({0: (1.0, 1.0)})
+    sa = np.full((1, k // 32), 127, np.uint8)
+    sa[0, 0] = 0
+    v = _dot(backend, a, b, a_scales=sa)
+    out["e8m0_0x00"] = "2^-127" if v == 2.0**-127 else ("0" if v == 0 else repr(v))
+    sa[0, 0] = 255
+    v = _dot(backend, a, b, a_scales=sa)
+    out["e8m0_0xff"] = "NaN" if np.isnan(v) else repr(v)
+    # where the scale is applied: 2^-9 (e4m3 min subnormal) under 2^-127 is 2^-136, below
+    # bf16's range (2^-133) but a float32 subnormal: lost if scaled operands are bf16
+    a, b = vec({0: (2.0**-9, 1.0)})
+    sa = np.full((1, k // 32), 127, np.uint8)
+    sa[0, 0] = 0
+    v = _dot(backend, a, b, a_scales=sa)
+    out["scale_applied"] = ("to the products or the sum (2^-136 kept)" if v == 2.0**-136 else
+                            f"to bf16 operands (2^-136 became {v!r})")
+    # alignment bits F: 2^16 + 2^(16-t) - 2^16 in one block: kept iff t <= F
+    kept = 0
+    for t in range(1, 35):
+        x = 16 - t
+        ea, eb = max(-9, x - 8), None
+        eb = x - ea
+        if not -9 <= eb <= 8:
+            break
+        a, b = vec({0: (256.0, 256.0), 1: (2.0**ea, 2.0**eb), 2: (-256.0, 256.0)})
+        if _dot(backend, a, b) == 2.0**x:
+            kept = t
+        else:
+            break
+    out["alignment_bits"] = kept
+    f_bits = kept
+    # truncation or rounding: 0.75 of the quantum 2^(16-F) is kept as 0 (truncate) or 1 quantum
+    p = max(-6, (15 - f_bits) - 8)
+    q = 15 - f_bits - p
+    if -9 <= q <= 8:
+        a, b = vec({0: (256.0, 256.0), 1: (1.5 * 2.0**p, 2.0**q), 2: (-256.0, 256.0)})
+        v = _dot(backend, a, b)
+        out["alignment_rounding"] = ("truncate" if v == 0 else "rne" if v == 2.0**(16 - f_bits)
+                                     else f"exact-or-wider (got {v!r})")
+    # products per step L: -2^16 moved away from +2^16 and a small 2^(16-F) term; once it sits in
+    # another chunk the small term must pass through a float32 partial sum (F > 23 only)
+    if 23 < f_bits < 34:
+        x = 16 - f_bits
+        ea = max(-9, x - 8)
+        chunk = None
+        for j in range(2, k):
+            a, b = vec({0: (256.0, 256.0), 1: (2.0**ea, 2.0**(x - ea)), j: (-256.0, 256.0)})
+            if _dot(backend, a, b) != 2.0**x:
+                chunk = j
+                break
+        out["products_per_step"] = chunk if chunk is not None else f">= {k}"
+    else:
+        out["products_per_step"] = "not observable (F <= 23 or exact)"
+    return out
+
+
+def model_from_probe(p: dict):
+    f_bits = p.get("alignment_bits", 0)
+    if f_bits >= 34:
+        return "exact"
+    chunk = p.get("products_per_step")
+    if not isinstance(chunk, int):
+        return "fp32_sequential"
+    align = "truncate" if p.get("alignment_rounding") == "truncate" else "rne"
+    return ChunkedModel(chunk, f_bits, align, "rtz")
+
+
+def gemm_checks(backend, formats, budget, rules):
+    from hypothesis import strategies as st
+    out = []
+    pairs = [(a, b) for a in formats for b in formats
+             if a in ("e2m1", "e4m3", "e5m2") and b in ("e2m1", "e4m3", "e5m2")]
+    for fa, fb in pairs:
+        @st.composite
+        def exact_inputs(draw, fa=fa, fb=fb):
+            m, n = draw(st.integers(1, 24)), draw(st.integers(1, 24))
+            k = 32 * draw(st.integers(1, 8))
+            rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+            return [_exact_operand(rng, r, k, f) for r, f in ((m, fa), (n, fb))]
+
+        def check(ops, fa=fa, fb=fb):
+            (ac, as_), (bc, bs) = ops
+            got = np.asarray(backend.gemm(ac, as_, bc, bs, fa, fb), np.float32)
+            want = emulator.mx_matmul(emulator.MXArray(ac, as_, get_format(fa), 1),
+                                      emulator.MXArray(bc, bs, get_format(fb), 1), "exact")
+            bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+            return [f"gemm {fa}x{fb} exactly summable, K={ac.shape[1]} out[{i[0]},{i[1]}] => got "
+                    f"{_hex(got[tuple(i)])}, expected {_hex(want[tuple(i)])}" for i in bad[:MAX_LINES]]
+
+        def body(found, strat=exact_inputs, check=check):
+            return _property(strat(), check, budget["examples"])
+        out.append(_run(f"gemm/exactly-summable/{fa}x{fb}", "gemm", fa, backend, body))
+    if "e4m3" in formats:
+        out.extend(_probe_checks(backend, rules))
+    return out
+
+
+def _exact_operand(rng, rows, k, fmt):
+    f = get_format(fmt)
+    if fmt == "e2m1":
+        codes = rng.integers(0, 16, (rows, k), dtype=np.uint8)
+    else:
+        exp = rng.integers(f.bias - 1, f.bias + 2, (rows, k))
+        mant = rng.integers(0, 1 << f.mbits, (rows, k))
+        sign = rng.integers(0, 2, (rows, k))
+        codes = ((sign << (f.bits - 1)) | (exp << f.mbits) | mant).astype(np.uint8)
+    return codes, rng.integers(126, 129, (rows, k // 32), dtype=np.uint8)
+
+
+def _probe_checks(backend, rules):
+    out = []
+    ok = backend.supports("gemm", "e4m3")
+    if ok is not True:
+        return [CheckResult("gemm/probe", "gemm", "e4m3", "not-supported", str(ok))]
+    t0 = time.time()
+    try:
+        probe = probe_accumulation(backend)
+    except NotImplementedError as e:
+        return [CheckResult("gemm/probe", "gemm", "e4m3", "not-supported", str(e))]
+    except Exception as e:  # noqa: BLE001
+        return [CheckResult("gemm/probe", "gemm", "e4m3", "error", f"{type(e).__name__}: {e}")]
+    dt = time.time() - t0
+    detail = json.dumps(probe)
+    for key, want in (("e8m0_0x00", "2^-127"), ("e8m0_0xff", "NaN")):
+        dev = explain(rules, "gemm", "e4m3", key, probe[key])
+        status = "pass" if probe[key] == want else ("deviation" if dev else "fail")
+        out.append(CheckResult(f"gemm/probe/{key}", "gemm", "e4m3", status,
+                               f"decodes as {probe[key]} (spec: {want})",
+                               failures=[] if status != "fail" else
+                               [f"gemm e4m3 1.0 x 1.0 under scale {key[-4:]} => got {probe[key]}, expected {want}"],
+                               deviations=[dev] if dev and status == "deviation" else [],
+                               seconds=dt))
+    model = model_from_probe(probe)
+    out.append(CheckResult("gemm/probe/accumulation", "gemm", "e4m3", "pass",
+                           f"inferred: {detail}; model: {model}", seconds=dt))
+    # the emulator configured with the inferred model must reproduce the backend on random data
+    rng = np.random.default_rng(7)
+    a = emulator.quantize(rng.standard_normal((64, 1024)).astype(np.float32), "e4m3")
+    b = emulator.quantize(rng.standard_normal((48, 1024)).astype(np.float32), "e4m3")
+    got = np.asarray(backend.gemm(a.codes, a.scales, b.codes, b.scales, "e4m3", "e4m3"), np.float32)
+    want = emulator.mx_matmul(a, b, model)
+    frac = float(np.mean(got.view(np.uint32) == want.view(np.uint32)))
+    dev = explain(rules, "gemm", "e4m3", "model", "not-reproduced")
+    status = "pass" if frac == 1.0 else ("deviation" if dev else "fail")
+    out.append(CheckResult("gemm/model-reproduces-backend", "gemm", "e4m3", status,
+                           f"emulator with {model}: {frac:.4%} of 3072 outputs bit-equal",
+                           deviations=[dev] if dev and status == "deviation" else []))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+
+SECTIONS = {"cast": cast_checks, "quantize": quantize_checks, "dequantize": dequantize_checks,
+            "gemm": gemm_checks}
+
+
+def run_suite(backend: Backend, formats=ELEMENT_FORMATS, budget="quick", ops=None,
+              progress=None) -> list[CheckResult]:
+    """Run the checks of ``ops`` (default all: cast, quantize, dequantize, gemm)."""
+    ops = tuple(SECTIONS) if ops is None else tuple(ops)
+    if budget not in BUDGETS:
+        raise ValueError(f"unknown budget {budget!r}; expected one of {tuple(BUDGETS)}")
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown formats {unknown}; expected some of {ELEMENT_FORMATS}")
+    rules = load_deviations(backend)
+    results = []
+    for op in ops:
+        for r in SECTIONS[op](backend, list(formats), BUDGETS[budget], rules):
+            results.append(r)
+            if progress:
+                progress(r)
+    return results
+
+
+def verdict(results) -> str:
+    statuses = {r.status for r in results}
+    for s in ("error", "fail"):
+        if s in statuses:
+            return s
+    return "deviation" if "deviation" in statuses else "pass"
+
+
+def to_json(results, header) -> dict:
+    return {"header": header, "verdict": verdict(results),
+            "counts": {s: sum(r.status == s for r in results) for s in STATUSES},
+            "checks": [asdict(r) for r in results]}
+
+
+def to_table(results) -> str:
+    lines = ["| check | status | detail |", "|---|---|---|"]
+    for r in results:
+        detail = r.detail
+        if r.failures:
+            detail = (detail + "; " if detail else "") + r.failures[0]
+        if r.deviations:
+            detail += f" [{', '.join(r.deviations)}]"
+        lines.append(f"| {r.check} | {r.status} | {detail.replace('|', '/')} |")
+    return "\n".join(lines)
