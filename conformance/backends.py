@@ -25,7 +25,7 @@ import numpy as np
 from .. import emulator
 from ..spec import get_format
 
-OPS = ("cast", "quantize", "dequantize", "gemm")
+OPS = ("cast", "quantize", "dequantize", "layout", "gemm")
 
 
 class Backend:
@@ -53,6 +53,11 @@ class Backend:
     def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
         raise NotImplementedError
 
+    def quantize_packed(self, x, fmt, axis=-1, **opts):
+        """Optional: the packed bytes and scales in the K-major layout (quantized axis last, FP4
+        two per byte, element 0 in the low nibble), for the layout checks."""
+        raise NotImplementedError
+
 
 class EmulatorBackend(Backend):
     """The golden model itself (its own checks are against the spec tables, in the tests)."""
@@ -76,6 +81,12 @@ class EmulatorBackend(Backend):
     def dequantize(self, codes, scales, fmt, axis=-1, block_size=32):
         return emulator.dequantize(emulator.MXArray(codes, scales, get_format(fmt),
                                                     axis % codes.ndim, block_size))
+
+    def quantize_packed(self, x, fmt, axis=-1, **opts):
+        mx = emulator.quantize(x, fmt, axis=axis, **opts)
+        codes = np.moveaxis(mx.codes, mx.axis, -1)
+        data = emulator.pack(codes, fmt) if get_format(fmt).bits == 4 else codes
+        return np.ascontiguousarray(data), np.ascontiguousarray(np.moveaxis(mx.scales, mx.axis, -1))
 
     def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
         a = emulator.MXArray(a_codes, a_scales, get_format(fmt_a), 1)
@@ -135,6 +146,11 @@ class TritonBackend(Backend):
         mx = native.quantize(self._t(x), fmt, axis=axis, block_size=block_size,
                              scale_rule=scale_rule, rounding=rounding, seed=seed, backend="triton")
         return mx.codes.cpu().numpy(), mx.scales.cpu().numpy()
+
+    def quantize_packed(self, x, fmt, axis=-1, **opts):
+        from .. import native
+        mx = native.quantize(self._t(x), fmt, axis=axis, backend="triton", **opts)
+        return mx.data.cpu().numpy(), mx.scales_kmajor.cpu().numpy()
 
     def _mx(self, codes, scales, fmt, axis, block_size):
         from ..native.quantize import MXTensor, pack_factor

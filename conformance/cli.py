@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
     c.add_argument("--device", help="triton: cuda (default when present) or cpu (the interpreter)")
     c.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
     c.add_argument("--ops", nargs="+", default=None,
-                   choices=["cast", "quantize", "dequantize", "gemm"])
+                   choices=["cast", "quantize", "dequantize", "layout", "gemm"])
     c.add_argument("--budget", default="quick", choices=["quick", "full"])
     c.add_argument("--report", help="write the JSON report here (a .md table goes beside it)")
     c.add_argument("--strict", action="store_true", help="exit 4 when known deviations occur")

@@ -263,6 +263,34 @@ def quantize_checks(backend, formats, budget, rules):
     return out
 
 
+def layout_checks(backend, formats, budget, rules):
+    """Packed bytes and scale layout (K-major; FP4 element 0 in the low nibble), rows and
+    columns, against the emulator's packing."""
+    from .backends import EmulatorBackend
+    ref = EmulatorBackend()
+    out = []
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((64, 128)) * 4).astype(np.float32)
+    for fmt in formats:
+        def body(found, fmt=fmt):
+            lines = []
+            for axis in (-1, 0):
+                gd, gs = (np.asarray(a) for a in backend.quantize_packed(x, fmt, axis=axis))
+                wd, ws = ref.quantize_packed(x, fmt, axis=axis)
+                if gd.shape != wd.shape or gs.shape != ws.shape:
+                    return [f"layout {fmt} axis={axis}: packed {gd.shape} scales {gs.shape}, "
+                            f"expected {wd.shape} {ws.shape}"]
+                for i in np.argwhere(gd != wd)[:MAX_LINES]:
+                    lines.append(f"layout {fmt} axis={axis} byte{tuple(int(v) for v in i)} => got "
+                                 f"{int(gd[tuple(i)]):#04x}, expected {int(wd[tuple(i)]):#04x}")
+                for i in np.argwhere(gs != ws)[:MAX_LINES]:
+                    lines.append(f"layout {fmt} axis={axis} scale{tuple(int(v) for v in i)} => got "
+                                 f"{int(gs[tuple(i)]):#04x}, expected {int(ws[tuple(i)]):#04x}")
+            return lines[:MAX_LINES]
+        out.append(_run(f"layout/packed/{fmt}", "layout", fmt, backend, body))
+    return out
+
+
 def _emu_quantize(x, fmt, opts):
     mx = emulator.quantize(x, fmt, **opts)
     return mx.codes, mx.scales
@@ -472,7 +500,7 @@ def _probe_checks(backend, rules):
 # ------------------------------------------------------------------------------------------
 
 SECTIONS = {"cast": cast_checks, "quantize": quantize_checks, "dequantize": dequantize_checks,
-            "gemm": gemm_checks}
+            "layout": layout_checks, "gemm": gemm_checks}
 
 
 def run_suite(backend: Backend, formats=ELEMENT_FORMATS, budget="quick", ops=None,

@@ -1,0 +1,172 @@
+"""The conformance suite catches planted faults, passes the emulator, and its CLI and plug-in
+loading work."""
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from ocpmx import cli, emulator
+from ocpmx.conformance import load_backend, run_suite, verdict
+from ocpmx.conformance.backends import EmulatorBackend
+from ocpmx.conformance.suite import input_class
+from ocpmx.emulator.decode import decode_table
+from ocpmx.spec import get_format
+
+
+def grid_round(y, fmt, ties_away=False):
+    """Magnitude codes of |y| (float64, already divided by the scale) on the format's grid:
+    nearest, ties to even or away from zero; saturating. An independent, slow reference."""
+    f = get_format(fmt)
+    g = np.array([decode_table(f)[c] for c in range(f.max_code + 1)])
+    lo = np.clip(np.searchsorted(g, y, side="right") - 1, 0, len(g) - 1)
+    hi = np.minimum(lo + 1, len(g) - 1)
+    dlo, dhi = y - g[lo], g[hi] - y
+    tie = dlo == dhi
+    pick_hi = (dhi < dlo) | (tie & (ties_away | (lo % 2 == 1)))
+    return np.where(y >= g[-1], len(g) - 1, np.where(pick_hi, hi, lo))
+
+
+class Faulty(EmulatorBackend):
+    """Quantize with a chosen scale exponent and rounding (float formats, finite blocks)."""
+
+    name = "faulty"
+    ties_away = False
+
+    def scale_exp(self, amax, fmt):
+        f = get_format(fmt)
+        return np.floor(np.log2(amax.astype(np.float64))) - f.emax
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        ref = emulator.quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
+                                rounding=rounding, seed=seed)
+        if scale_rule != "floor" or rounding != "rne":  # the faults live in floor + RNE
+            return ref.codes, ref.scales
+        xm = np.moveaxis(x, axis, -1)
+        with np.errstate(invalid="ignore"):
+            blocks = xm.reshape(*xm.shape[:-1], -1, block_size).astype(np.float64)
+        amax = np.abs(blocks).max(-1)
+        ok = np.isfinite(amax) & (amax > 0)
+        s = np.where(ok, self.scale_exp(np.where(ok, amax, 1.0), fmt), -127).clip(-127, 127)
+        y = np.abs(blocks) / 2.0 ** s[..., None]
+        mag = grid_round(np.nan_to_num(y), fmt, self.ties_away)
+        f = get_format(fmt)
+        codes = (mag | np.where(np.signbit(blocks), f.sign_bit, 0)).astype(np.uint8)
+        codes = np.moveaxis(codes.reshape(xm.shape), -1, axis)
+        scales = np.moveaxis((s + 127).astype(np.uint8), -1, axis)
+        keep = ~np.repeat(np.moveaxis(ok, -1, axis), block_size, axis=axis)
+        codes = np.where(keep, ref.codes, codes)
+        return codes, np.where(np.moveaxis(ok, -1, axis), scales, ref.scales)
+
+
+class TiesAway(Faulty):
+    ties_away = True
+
+
+class Float32Log2(Faulty):
+    def scale_exp(self, amax, fmt):
+        return np.floor(np.log2(amax.astype(np.float32))).astype(np.float64) - get_format(fmt).emax
+
+
+class CeilRule(EmulatorBackend):
+    def quantize(self, x, fmt, **opts):
+        opts["scale_rule"] = "ceil"
+        return super().quantize(x, fmt, **opts)
+
+
+class NibbleSwap(EmulatorBackend):
+    def quantize_packed(self, x, fmt, axis=-1, **opts):
+        data, scales = super().quantize_packed(x, fmt, axis=axis, **opts)
+        return ((data >> 4) | (data << 4)).astype(np.uint8), scales
+
+
+def statuses(results, prefix):
+    return {r.check: r.status for r in results if r.check.startswith(prefix)}
+
+
+def test_the_faithful_faulty_base_passes():
+    """The fault injection machinery itself is faithful when no fault is planted."""
+    res = run_suite(Faulty(), ["e2m1", "e4m3"], ops=["quantize"])
+    bad = [(r.check, r.failures[:1]) for r in res if r.status != "pass"]
+    assert not bad
+
+
+@pytest.mark.parametrize("backend,prefix,needle", [
+    (TiesAway(), "quantize/", "quantize e2m1"),
+    (Float32Log2(), "quantize/scale_boundaries", "scale got"),
+    (CeilRule(), "quantize/", "scale got"),
+    (NibbleSwap(), "layout/", "layout e2m1"),
+])
+def test_planted_faults_are_reported_as_failures(backend, prefix, needle):
+    res = run_suite(backend, ["e2m1"], ops=["quantize", "layout"])
+    st = statuses(res, prefix)
+    assert "fail" in st.values(), st
+    fails = [r for r in res if r.status == "fail"]
+    assert verdict(res) == "fail"
+    line = fails[0].failures[0]
+    assert needle in line and "=> " in line and "got" in line and "expected" in line and "0x" in line
+
+
+def test_emulator_backend_passes_everything():
+    res = run_suite(EmulatorBackend(), ["e2m1", "e4m3", "int8"])
+    assert verdict(res) == "pass", [(r.check, r.failures[:1], r.detail) for r in res if r.status != "pass"]
+    assert {r.op for r in res} == {"cast", "quantize", "dequantize", "layout", "gemm"}
+
+
+def test_ml_dtypes_deviations_are_named_not_hidden():
+    res = run_suite(load_backend("ml_dtypes"), ["e2m1", "e4m3", "e5m2"], ops=["cast"])
+    by = {r.check: r for r in res}
+    assert by["cast/all-bf16/e4m3"].status == "deviation"
+    assert by["cast/all-bf16/e4m3"].deviations == ["e4m3-no-saturation"]
+    assert by["cast/all-bf16/e2m1"].deviations == ["fp4-fp6-nan-to-zero"]
+    assert by["cast/all-bf16/e8m0"].deviations == ["e8m0-round-to-nearest"]
+    assert all(r.status in ("deviation", "pass", "not-supported") for r in res)
+
+
+def test_input_classes():
+    assert input_class(np.float32(464.0), "e4m3") == "overflow"   # the tie above 448
+    assert input_class(np.float32(463.9), "e4m3") == "finite"
+    assert input_class(np.float32(61440.0), "e5m2") == "overflow"
+    assert input_class(np.float32(np.nan), "e2m1") == "nan"
+
+
+def test_backend_loading(tmp_path, monkeypatch):
+    f = tmp_path / "mybackend.py"
+    f.write_text(textwrap.dedent("""
+        from ocpmx.conformance.backends import EmulatorBackend
+        class Mine(EmulatorBackend):
+            name = "mine"
+    """))
+    assert load_backend(f"{f}:Mine").name == "mine"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_backend("mybackend:Mine").name == "mine"
+    with pytest.raises(LookupError, match="unknown backend 'nope'"):
+        load_backend("nope")
+    with pytest.raises(LookupError, match="has no class Other"):
+        load_backend(f"{f}:Other")
+    with pytest.raises(LookupError, match="not installed|no adapter"):
+        load_backend("gfloat")
+
+
+def test_cli_exit_status_and_report(tmp_path):
+    report = tmp_path / "r.json"
+    code = cli.main(["conform", "--backend", "emulator", "--formats", "e2m1", "--ops", "cast",
+                     "dequantize", "--report", str(report)])
+    assert code == 0
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "pass" and data["header"]["backend"] == "emulator"
+    assert {"suite", "python", "numpy", "device", "date", "command"} <= set(data["header"])
+    assert report.with_suffix(".md").read_text().startswith("# Conformance: emulator")
+    bad = tmp_path / "bad.py"
+    bad.write_text(textwrap.dedent("""
+        import numpy as np
+        from ocpmx.conformance.backends import EmulatorBackend
+        class Swap(EmulatorBackend):
+            name = "swap"
+            def quantize_packed(self, x, fmt, axis=-1, **o):
+                d, s = super().quantize_packed(x, fmt, axis=axis, **o)
+                return ((d >> 4) | (d << 4)).astype(np.uint8), s
+    """))
+    assert cli.main(["conform", "--backend", f"{bad}:Swap", "--formats", "e2m1", "--ops",
+                     "layout"]) == 1
+    assert cli.main(["conform", "--backend", "nope"]) == 2
