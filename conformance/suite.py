@@ -226,7 +226,7 @@ def cast_checks(backend, formats, budget, rules):
 
 def _float32_sweep(backend, fmt, rules, found, chunk=1 << 26):
     for start in range(0, 1 << 32, chunk):
-        x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        x = (np.arange(chunk, dtype=np.uint32) + np.uint32(start)).view(np.float32)
         lines = compare_codes("cast", fmt, x, backend.cast(x, fmt), emulator.encode(x, fmt),
                               rules, found)
         if lines:

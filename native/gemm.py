@@ -73,7 +73,8 @@ def has_mx_units(device: torch.device) -> bool:
 
 
 def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float32,
-              backend: str | None = None, method: str = "auto", model="exact") -> torch.Tensor:
+              backend: str | None = None, method: str = "auto", model="exact",
+              tune: bool = True) -> torch.Tensor:
     """Σ_k A[m, k] B[n, k] over the quantized axes of two MX tensors (see the module doc).
 
     backend 'triton' with method
@@ -83,6 +84,8 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     accumulation: the same products Triton's decomposition forms on chips
                     without MX units, about 3x faster there (results/native_gpu);
       'auto'        'dot_scaled' on MX units and under the interpreter, else 'bf16'.
+    tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
+    tile, for many small shapes (the conformance suite).
     backend 'emulator': the emulator's ``mx_matmul`` with accumulation ``model`` ('exact')."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
@@ -115,10 +118,11 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
     meta = dict(FMT_A=a.fmt.name, FMT_B=b.fmt.name, PACK_A=pa, PACK_B=pb, BS=32,
                 OUT_BF16=out_dtype == torch.bfloat16)
     cv = c.view(torch.int16) if out_dtype == torch.bfloat16 else c
-    if interpreting():
-        grid = (triton.cdiv(m, 32) * triton.cdiv(n, 32),)
-        kernels.mx_gemm_kernel[grid](da, db, sa, sb, cv, m, n, k, **meta, BLOCK_M=32, BLOCK_N=32,
-                                     BLOCK_K=64, GROUP_M=4)
+    if interpreting() or not tune:
+        bm, bk = (32, 64) if interpreting() else (64, 128)
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bm),)
+        kernels.mx_gemm_kernel[grid](da, db, sa, sb, cv, m, n, k, **meta, BLOCK_M=bm, BLOCK_N=bm,
+                                     BLOCK_K=bk, GROUP_M=4)
     else:
         def grid(meta_):
             return (triton.cdiv(m, meta_["BLOCK_M"]) * triton.cdiv(n, meta_["BLOCK_N"]),)
