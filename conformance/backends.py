@@ -218,6 +218,108 @@ class MlDtypesBackend(Backend):
         return np.asarray(x, np.float32).astype(_ml_types()[fmt]).view(np.uint8)
 
 
+class TorchaoBackend(Backend):
+    """torchao's MX quantization (``torchao.prototype.mx_formats.mx_tensor.to_mx`` /
+    ``to_dtype``), run as documented: blocks along the last axis, scaling modes FLOOR, CEIL,
+    RCEIL, EVEN; elements float4_e2m1fn_x2 (packed), float8_e4m3fn, float8_e5m2."""
+
+    name = "torchao"
+    ELEM = {"e2m1": "float4_e2m1fn_x2", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+
+    def __init__(self):
+        import torchao  # noqa: F401 - fail early when absent
+        from torchao.prototype.mx_formats import mx_tensor
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        self.mx, self.modes = mx_tensor, ScaleCalculationMode
+
+    def info(self):
+        import torch
+        return {**super().info(), "torchao": version("torchao"), "torch": torch.__version__,
+                "device": "cpu"}
+
+    def supports(self, op, fmt, **options):
+        if op not in ("quantize", "dequantize"):
+            return f"the adapter covers torchao's MX quantize/dequantize, not {op}"
+        if fmt not in self.ELEM:
+            return f"torchao's to_mx takes {tuple(self.ELEM)} here, not {fmt}"
+        return True
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        import torch
+        if rounding != "rne":
+            raise NotImplementedError("torchao's to_mx rounds to nearest even only")
+        moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+        flat = torch.from_numpy(moved.reshape(-1, moved.shape[-1]))
+        scale, data = self.mx.to_mx(flat, getattr(torch, self.ELEM[fmt]), block_size,
+                                    getattr(self.modes, scale_rule.upper()))
+        codes = data.view(torch.uint8).numpy()
+        if fmt == "e2m1":
+            codes = emulator.unpack(codes, fmt)
+        codes = np.moveaxis(codes.reshape(moved.shape), -1, axis)
+        scales = scale.view(torch.uint8).numpy().reshape(*moved.shape[:-1], -1)
+        return codes, np.moveaxis(scales, -1, axis)
+
+    def dequantize(self, codes, scales, fmt, axis=-1, block_size=32):
+        import torch
+        moved = np.ascontiguousarray(np.moveaxis(codes, axis, -1))
+        data = emulator.pack(moved, fmt) if fmt == "e2m1" else moved
+        dt = getattr(torch, self.ELEM[fmt])
+        d = torch.from_numpy(data.reshape(-1, data.shape[-1])).view(dt)
+        sc = torch.from_numpy(np.ascontiguousarray(np.moveaxis(scales, axis, -1)).reshape(-1))
+        out = self.mx.to_dtype(d, sc.view(torch.float8_e8m0fnu), dt, block_size, torch.float32)
+        return np.moveaxis(out.numpy().reshape(moved.shape), -1, axis)
+
+
+class GfloatBackend(Backend):
+    """gfloat (graphcore-research), run as documented: ``round_float``/``encode_float`` with
+    saturation for elements; per block ``compute_scale_amax`` (a float log2 of the amax) and
+    ``encode_block``. Scalar Python code: slow, exact."""
+
+    name = "gfloat"
+    BLOCK = {"e2m1": "format_info_mxfp4_e2m1", "e2m3": "format_info_mxfp6_e2m3",
+             "e3m2": "format_info_mxfp6_e3m2", "e4m3": "format_info_mxfp8_e4m3",
+             "e5m2": "format_info_mxfp8_e5m2", "int8": "format_info_mxint8"}
+
+    def __init__(self):
+        import gfloat
+        import gfloat.formats
+        self.g, self.f = gfloat, gfloat.formats
+
+    def info(self):
+        return {**super().info(), "gfloat": version("gfloat"), "device": "cpu"}
+
+    def supports(self, op, fmt, **options):
+        if op not in ("cast", "quantize"):
+            return f"the adapter covers gfloat's element and block encoding, not {op}"
+        if fmt not in self.BLOCK and fmt != "e8m0":
+            return f"gfloat has no {fmt} block format"
+        if op == "quantize" and fmt == "e8m0":
+            return "e8m0 is the scale format"
+        return True
+
+    def cast(self, x, fmt):
+        g = self.g
+        fi = self.f.format_info_ocp_e8m0 if fmt == "e8m0" else getattr(self.f, self.BLOCK[fmt]).etype
+        enc = [g.encode_float(fi, g.round_float(fi, float(v), sat=True)) for v in np.ravel(x)]
+        return (np.array(enc, dtype=np.int64) & 0xFF).astype(np.uint8).reshape(np.shape(x))
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        if scale_rule != "floor" or rounding != "rne" or block_size != 32:
+            raise NotImplementedError("gfloat's documented block path: floor scale, RNE, k=32")
+        g, fi = self.g, getattr(self.f, self.BLOCK[fmt])
+        moved = np.ascontiguousarray(np.moveaxis(x, axis, -1)).astype(np.float64)
+        blocks = moved.reshape(-1, 32)
+        codes, scales = np.empty(blocks.shape, np.uint8), np.empty(len(blocks), np.uint8)
+        for i, vals in enumerate(blocks):
+            scale = g.compute_scale_amax(fi.etype.emax, vals)
+            enc = list(g.encode_block(fi, scale, vals / scale))
+            scales[i] = enc[0] & 0xFF
+            codes[i] = np.array(enc[1:], dtype=np.int64) & 0xFF
+        codes = np.moveaxis(codes.reshape(moved.shape), -1, axis)
+        scales = np.moveaxis(scales.reshape(*moved.shape[:-1], -1), -1, axis)
+        return codes, scales
+
+
 def _ml_types():
     import ml_dtypes
     return {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
@@ -235,23 +337,22 @@ def _nvidia_driver() -> str:
 
 
 BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend, "torch": TorchBackend,
-           "ml_dtypes": MlDtypesBackend}
-# Peers the issue names that this machine may not have: reported as not installed.
+           "ml_dtypes": MlDtypesBackend, "torchao": TorchaoBackend, "gfloat": GfloatBackend}
+# Peers: built in, usable when their package is installed.
 PEERS = {"torchao": "torchao", "gfloat": "gfloat"}
 
 
 def load_backend(spec: str, **kwargs) -> Backend:
     """A backend by name (built in or entry point ``ocpmx.backends``), or ``file.py:Class`` /
     ``module:Class``."""
+    if spec in PEERS and importlib.util.find_spec(PEERS[spec]) is None:
+        raise LookupError(f"peer backend {spec!r}: the package {PEERS[spec]!r} is not installed "
+                          f"(pip install {PEERS[spec]})")
     if spec in BUILTIN:
         return BUILTIN[spec](**kwargs)
     for ep in entry_points(group="ocpmx.backends"):
         if ep.name == spec:
             return ep.load()(**kwargs)
-    if spec in PEERS:
-        if importlib.util.find_spec(PEERS[spec]) is None:
-            raise LookupError(f"peer backend {spec!r}: the package {PEERS[spec]!r} is not installed")
-        raise LookupError(f"peer backend {spec!r} has no adapter yet")
     if ":" in spec:
         where, cls = spec.rsplit(":", 1)
         if where.endswith(".py"):

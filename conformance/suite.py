@@ -134,12 +134,27 @@ def compare_quantize(fmt, x, got, want, rules, found, opts):
         sl = list(idx)
         sl[axis] = slice(idx[axis] * 32, idx[axis] * 32 + 32)
         blk = x[tuple(sl)]
-        amax = np.max(np.abs(blk)) if not np.isnan(blk).any() else np.float32(np.nan)
+        special = not np.isfinite(blk).all()
+        amax = np.float32(np.nan) if np.isnan(blk).any() else np.max(np.abs(blk))
+        icls = "block_special" if special else ("block_tiny" if amax < 2.0**-120 else "block")
+        dev = explain(rules, "quantize", fmt, icls, "scale")
+        if dev:
+            found.add(dev)
+            continue
         lines.append(f"quantize {fmt} {opts} block amax={_hex(amax)} ({float(amax):.9g}) => "
                      f"scale got {int(gs[idx]):#04x}, expected {int(ws[idx]):#04x}")
         if len(lines) >= MAX_LINES:
             return lines
+    # element codes; inside a block whose scale is NaN the element codes are the backend's
+    # choice (the spec leaves them open): classed 'in_special_block'
     exp = np.repeat(ws.astype(np.int64) - 127, 32, axis=axis)
+    in_special = np.repeat(ws == 0xFF, 32, axis=axis)
+    bad = gc != wc
+    if bad.any():
+        dev = explain(rules, "quantize", fmt, "in_special_block", "any")
+        if dev and (bad & in_special).any():
+            found.add(dev)
+            gc = np.where(in_special, wc, gc)
     for line in compare_codes("quantize", fmt, x, gc, wc, rules, found, exp):
         lines.append(line.replace("quantize " + fmt, f"quantize {fmt} {opts}", 1))
     return lines[:MAX_LINES]
@@ -163,6 +178,16 @@ def _run(name, op, fmt, backend, body, **supports_opts) -> CheckResult:
     except Mismatch as m:
         return CheckResult(name, op, fmt, "fail", "minimal counterexample (Hypothesis)",
                            failures=list(m.args[0]), deviations=sorted(found),
+                           seconds=time.time() - t0)
+    except BaseExceptionGroup as g:  # Hypothesis found several distinct failures
+        mism = [e for e in g.exceptions if isinstance(e, Mismatch)]
+        if mism:
+            return CheckResult(name, op, fmt, "fail",
+                               f"{len(g.exceptions)} distinct minimal counterexamples (Hypothesis)",
+                               failures=[e.args[0][0] for e in mism], deviations=sorted(found),
+                               seconds=time.time() - t0)
+        e = g.exceptions[0]
+        return CheckResult(name, op, fmt, "error", f"{type(e).__name__}: {e}"[:300],
                            seconds=time.time() - t0)
     except Exception as e:  # noqa: BLE001 - any backend error is reported, not raised
         return CheckResult(name, op, fmt, "error", f"{type(e).__name__}: {e}"[:300],
