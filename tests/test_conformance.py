@@ -172,3 +172,18 @@ def test_cli_exit_status_and_report(tmp_path):
     assert cli.main(["conform", "--backend", f"{bad}:Swap", "--formats", "e2m1", "--ops",
                      "layout"]) == 1
     assert cli.main(["conform", "--backend", "nope"]) == 2
+
+
+def test_entry_point_group(monkeypatch):
+    """An outside package registers a backend in the entry-point group ocpmx.backends."""
+    from ocpmx.conformance import backends
+
+    class EntryPoint:
+        name = "vendor_x"
+
+        def load(self):
+            return EmulatorBackend
+
+    monkeypatch.setattr(backends, "entry_points",
+                        lambda group: [EntryPoint()] if group == "ocpmx.backends" else [])
+    assert isinstance(load_backend("vendor_x"), EmulatorBackend)
