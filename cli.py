@@ -114,6 +114,41 @@ def cmd_demo(args) -> int:
         s = error_stats(x, mx)
         print(f"{fmt:6} {rule:6} {rnd:10} {rot or 'none':11} {s['relative_error']:9.5f} "
               f"{s['saturated_fraction']:10.2e} {s['zero_flushed_fraction']:9.2e}")
+    if args.no_train:
+        return 0
+    try:
+        import tokenizers  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        print("\n(training part skipped: install the train extra, pip install -e '.[train]')")
+        return 0
+    return _demo_train(args)
+
+
+def _demo_train(args) -> int:
+    """A short CPU pretraining run of the 'tiny' Llama with AMD's MXFP4 recipe on the offline
+    corpus (built on first use), then the loss curve."""
+    from .llama_train.corpus import build_corpus
+    from .llama_train.data import train_tokenizer
+    from .llama_train.train import TrainConfig, plot, read_metrics, train
+    data = Path(args.data)
+    if not (data / "tokenizer.json").is_file():
+        print(f"\nbuilding the offline corpus in {data} (Python standard library documentation)")
+        build_corpus(data)
+        train_tokenizer(data, data / "tokenizer.json", vocab_size=512)
+    out = Path(args.out) / "demo-tiny-mxfp4_all_h16"
+    print(f"\ntraining 'tiny' with recipe mxfp4_all_h16 for {args.steps} steps on CPU -> {out}")
+    train(TrainConfig(preset="tiny", recipe="mxfp4_all_h16", data=str(data), out=str(out),
+                      max_steps=args.steps, batch_size=8, seq_len=64, warmup_steps=2,
+                      eval_every=max(1, args.steps // 2), eval_sequences=8, lr=3e-3,
+                      mx_backend="emulator", progress=False))
+    rows, val = read_metrics(out / "metrics.jsonl")
+    for r in rows:
+        print(f"step {r['step']:3d}  tokens {r['tokens']:6d}  loss {r['loss']:.4f}  "
+              f"lr {r['lr']:.2e}  grad_norm {r['grad_norm']:.3f}")
+    for r in val:
+        print(f"eval after step {r['step']}: validation loss {r['val_loss']:.4f}")
+    print(f"loss plot: {plot([str(out)], str(out / 'loss.png'))}")
     return 0
 
 
@@ -140,10 +175,20 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="emulator demo on CPU: error of every format, scale rule and rotation")
     d.add_argument("--rows", type=int, default=256)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--no-train", action="store_true", help="only the emulator part")
+    d.add_argument("--steps", type=int, default=12, help="training steps of the tiny model")
+    d.add_argument("--data", default="data/c4-mini", help="offline corpus directory")
+    d.add_argument("--out", default="out", help="run directory root")
     d.set_defaults(func=cmd_demo)
 
     from .conformance.cli import add_parser as add_conform
     add_conform(sub)
+    try:
+        from .llama_train.cli import add_parsers as add_train
+    except ImportError:  # torch / tokenizers absent: the train extra is not installed
+        pass
+    else:
+        add_train(sub)
     return p
 
 

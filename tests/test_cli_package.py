@@ -82,3 +82,5 @@ def test_wheel_has_only_the_ocpmx_namespace(tmp_path):
     for sub in ("spec", "emulator", "native", "conformance", "llama_train"):
         assert f"ocpmx/{sub}/__init__.py" in names
     assert not any(n.startswith("ocpmx/tests") for n in names)
+    for backend in ("triton", "torch", "ml_dtypes", "torchao", "gfloat"):  # package data
+        assert f"ocpmx/conformance/deviations/{backend}.json" in names

@@ -1,0 +1,90 @@
+"""``ocpmx data``, ``ocpmx train`` and ``ocpmx plot``."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+
+def add_parsers(sub) -> None:
+    d = sub.add_parser("data", help="build an offline C4-layout corpus and its tokenizer")
+    d.add_argument("action", choices=["build-corpus", "tokenizer"])
+    d.add_argument("--out", default="data/c4-mini", help="corpus directory")
+    d.add_argument("--source", default="stdlib")
+    d.add_argument("--vocab-size", type=int, default=512)
+    d.set_defaults(func=cmd_data)
+
+    t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe")
+    from .train import TRAIN_PRESETS, TrainConfig
+    t.add_argument("--preset", default="tiny", help="model size: 8b, 125m, 30m, tiny")
+    t.add_argument("--recipe", default="bf16")
+    t.add_argument("--max-steps", type=int, default=100)
+    t.add_argument("--out", required=True)
+    t.add_argument("--resume", action="store_true")
+    t.add_argument("--data", default="data/c4-mini")
+    t.add_argument("--train-preset", choices=sorted(TRAIN_PRESETS),
+                   help="hyper-parameters from a named set (mlperf)")
+    skip = {"preset", "recipe", "max_steps", "out", "data", "keep_bf16", "betas", "progress"}
+    for f in fields(TrainConfig):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            t.add_argument(flag, action="store_true", default=None)
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], None)
+            t.add_argument(flag, type=kind or str, default=None)
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("plot", help="train/validation loss against tokens for run directories")
+    p.add_argument("runs", nargs="+")
+    p.add_argument("-o", "--out", default="loss.png")
+    p.set_defaults(func=cmd_plot)
+
+
+def cmd_data(args) -> int:
+    from .corpus import build_corpus
+    from .data import train_tokenizer
+    if args.action == "build-corpus":
+        info = build_corpus(args.out, args.source)
+        print(json.dumps(info))
+    tok = train_tokenizer(args.out, Path(args.out) / "tokenizer.json", args.vocab_size)
+    print(f"tokenizer: {Path(args.out) / 'tokenizer.json'} ({tok.get_vocab_size()} tokens)")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .train import TRAIN_PRESETS, TrainConfig, TrainingDiverged, train
+    kw = dict(TRAIN_PRESETS.get(args.train_preset, {})) if args.train_preset else {}
+    kw.update(preset=args.preset, recipe=args.recipe, max_steps=args.max_steps, out=args.out,
+              data=args.data, progress=not args.no_progress)
+    for f in fields(TrainConfig):
+        v = getattr(args, f.name, None)
+        if v is not None and f.name not in kw or (v is not None and f.name not in
+                                                 ("preset", "recipe", "max_steps", "out", "data")):
+            kw[f.name] = v
+    cfg = TrainConfig(**kw)
+    try:
+        result = train(cfg, resume=args.resume)
+    except TrainingDiverged as e:
+        print(f"ocpmx train: {e}", file=sys.stderr)
+        return 3
+    except FileNotFoundError as e:
+        print(f"ocpmx train: error: {e}", file=sys.stderr)
+        return 2
+    from .train import read_metrics
+    train_rows, val_rows = read_metrics(Path(cfg.out) / "metrics.jsonl")
+    print(f"steps {len(train_rows)}  tokens {result['tokens']}  first loss "
+          f"{train_rows[0]['loss']:.4f}  last loss {train_rows[-1]['loss']:.4f}  "
+          f"val loss {val_rows[-1]['val_loss']:.4f}" if val_rows else "")
+    if result.get("tokens_to_target"):
+        print(f"target reached after {result['tokens_to_target']} tokens")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .train import plot
+    print(plot(args.runs, args.out))
+    return 0
