@@ -187,3 +187,24 @@ def test_entry_point_group(monkeypatch):
     monkeypatch.setattr(backends, "entry_points",
                         lambda group: [EntryPoint()] if group == "ocpmx.backends" else [])
     assert isinstance(load_backend("vendor_x"), EmulatorBackend)
+
+
+def test_torchao_peer_as_documented():
+    """torchao 0.18's to_mx: bit-exact on ordinary blocks; fails on blocks of tiny values (its
+    FLOOR path stores one scale and divides by another below amax ~ 2^-124)."""
+    res = {r.check: r for r in run_suite(load_backend("torchao"), ["e2m1"], ops=["quantize"])}
+    assert res["quantize/midpoints/e2m1/floor/rne"].status == "pass"
+    assert res["quantize/saturation/e2m1/floor/rne"].status == "pass"
+    tiny = res["quantize/all-bf16/e2m1/floor"]
+    assert tiny.status == "fail" and "e-38" in tiny.failures[0]
+    assert res["quantize/random/e2m1/stochastic/12345"].status == "not-supported"
+
+
+def test_gfloat_peer_as_documented():
+    """gfloat 0.5.2: raises on NaN for formats without NaN (error), gives an Inf block the
+    scale 0xFE instead of NaN (fail), and is bit-exact on finite blocks."""
+    res = {r.check: r for r in run_suite(load_backend("gfloat"), ["e2m1"], ops=["cast", "quantize"])}
+    assert res["cast/all-bf16/e2m1"].status == "error" and "No NaN" in res["cast/all-bf16/e2m1"].detail
+    spec = res["quantize/specials/e2m1/floor/rne"]
+    assert spec.status == "fail" and any("scale got 0xfe, expected 0xff" in f for f in spec.failures)
+    assert res["quantize/midpoints/e2m1/floor/rne"].status == "pass"
