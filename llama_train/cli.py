@@ -74,6 +74,9 @@ def cmd_train(args) -> int:
     except FileNotFoundError as e:
         print(f"ocpmx train: error: {e}", file=sys.stderr)
         return 2
+    import os
+    if os.environ.get("RANK", "0") != "0":
+        return 0
     from .train import read_metrics
     train_rows, val_rows = read_metrics(Path(cfg.out) / "metrics.jsonl")
     print(f"steps {len(train_rows)}  tokens {result['tokens']}  first loss "

@@ -1,4 +1,8 @@
-"""Llama 3.1 pretraining on the native backend: one process (CPU or one GPU) here.
+"""Llama 3.1 pretraining on the native backend: one process (CPU or one GPU), or many through
+``torchrun`` with FSDP2 (``fully_shard`` on every block and the root; NCCL on GPUs, gloo on CPUs).
+Every rank reads the same token stream and takes its slice of each global batch, so the data
+position is one small state for all ranks; checkpoints hold full (unsharded) state dicts and move
+between world sizes.
 
 * fp32 master weights and AdamW state; bf16 autocast compute; every Linear an MXLinear with the
   chosen recipe except the output head (bf16), by ``convert_linears`` rules.
@@ -112,13 +116,47 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * t))
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+@dataclass
+class Dist:
+    """The process group: one process (world 1), or torchrun's ranks with FSDP2."""
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def mean(self, x: float) -> float:
+        if self.world == 1:
+            return x
+        t = torch.tensor([x], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t)
+        return float(t) / self.world
+
+    def barrier(self):
+        if self.world > 1:
+            torch.distributed.barrier()
 
 
-def build(cfg: TrainConfig, device):
+def setup_dist(device_name: str) -> Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        name = device_name
+        if name == "auto":
+            name = "cuda" if torch.cuda.is_available() else "cpu"
+        return Dist(0, 1, torch.device(name))
+    use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if use_cuda else "gloo")
+    rank, local = torch.distributed.get_rank(), int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local)
+        return Dist(rank, world, torch.device("cuda", local))
+    return Dist(rank, world, torch.device("cpu"))
+
+
+def build(cfg: TrainConfig, dist: Dist):
     mcfg = cfg.validate()
     tok = load_tokenizer(cfg.tokenizer or Path(cfg.data) / "tokenizer.json")
     if tok.get_vocab_size() > mcfg.vocab_size:
@@ -129,7 +167,12 @@ def build(cfg: TrainConfig, device):
     model.activation_checkpointing = cfg.activation_checkpointing
     convert_linears(model, cfg.recipe, rules=[(p, None) for p in cfg.keep_bf16], seed=cfg.seed,
                     backend=cfg.mx_backend)
-    model.to(device)
+    model.to(dist.device)
+    if dist.world > 1:  # FSDP2: each block, then the root; fp32 shards, bf16 compute by autocast
+        from torch.distributed.fsdp import fully_shard
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -139,75 +182,80 @@ def build(cfg: TrainConfig, device):
 
 
 # ---- checkpoints ---------------------------------------------------------------------------
+# Full (unsharded) state dicts through torch.distributed.checkpoint.state_dict, on one process or
+# many: optimizer state is keyed by parameter names, so a checkpoint moves between world sizes.
 
-def _optimizer_tensors(opt) -> tuple[dict, dict]:
-    sd = opt.state_dict()
-    tensors, meta = {}, {"param_groups": sd["param_groups"], "state": {}}
-    for pid, st in sd["state"].items():
-        meta["state"][str(pid)] = {}
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                tensors[f"{pid}.{k}"] = v.detach().cpu().contiguous()
-            else:
-                meta["state"][str(pid)][k] = v
-    return tensors, meta
+_SEP = "::"
+
+
+def _full_state(model, opt):
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+    o = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=o), get_optimizer_state_dict(model, opt, options=o)
 
 
 def save_checkpoint(out: Path, step: int, model, opt, stream, tokens: int, skipped: int,
-                    keep: int):
+                    keep: int, dist: Dist):
     from safetensors.torch import save_file
-    root = out / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:08d}"
-    tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-              str(tmp / "model.safetensors"))
-    tensors, meta = _optimizer_tensors(opt)
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    rng = {"torch": torch.get_rng_state().tolist()}
-    if torch.cuda.is_available():
-        rng["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
-    state = {"step": step, "tokens": tokens, "skipped": skipped, "data": stream.state(),
-             "rng": rng, "optimizer": meta}
-    (tmp / "state.json").write_text(json.dumps(state))
-    for f in tmp.iterdir():  # contents on disk before the rename makes them visible
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    latest_tmp = root / f".latest_{os.getpid()}"
-    latest_tmp.write_text(final.name)
-    os.replace(latest_tmp, root / "latest")
-    done = sorted(p for p in root.glob("step_*") if p.is_dir())
-    for old in done[:-keep]:
-        shutil.rmtree(old)
+    msd, osd = _full_state(model, opt)  # collective: every rank takes part
+    if dist.main:
+        root = out / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step_{step:08d}"
+        tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        save_file({k: v.detach().cpu().contiguous() for k, v in msd.items()},
+                  str(tmp / "model.safetensors"))
+        tensors, meta = {}, {"param_groups": osd["param_groups"], "state": {}}
+        for name, st in osd["state"].items():
+            meta["state"][name] = {}
+            for k, v in st.items():
+                if torch.is_tensor(v):
+                    tensors[f"{name}{_SEP}{k}"] = v.detach().cpu().contiguous()
+                else:
+                    meta["state"][name][k] = v
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        rng = {"torch": torch.get_rng_state().tolist()}
+        state = {"step": step, "tokens": tokens, "skipped": skipped, "data": stream.state(),
+                 "rng": rng, "world": dist.world, "optimizer": meta}
+        (tmp / "state.json").write_text(json.dumps(state))
+        for f in tmp.iterdir():  # contents on disk before the rename makes them visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        latest_tmp = root / f".latest_{os.getpid()}"
+        latest_tmp.write_text(final.name)
+        os.replace(latest_tmp, root / "latest")
+        done = sorted(p for p in root.glob("step_*") if p.is_dir())
+        for old in done[:-keep]:
+            shutil.rmtree(old)
+    dist.barrier()
 
 
-def load_checkpoint(out: Path, model, opt, device):
+def load_checkpoint(out: Path, model, opt, dist: Dist):
     from safetensors.torch import load_file
-    root = out / "checkpoints"
-    latest = root / "latest"
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    latest = out / "checkpoints" / "latest"
     if not latest.is_file():
         return None
-    path = root / latest.read_text().strip()
-    model.load_state_dict({k: v.to(device) for k, v in load_file(str(path / "model.safetensors")).items()})
+    path = out / "checkpoints" / latest.read_text().strip()
     state = json.loads((path / "state.json").read_text())
-    tensors = load_file(str(path / "optimizer.safetensors"))
-    meta = state["optimizer"]
-    opt_state = {}
-    for pid, st in meta["state"].items():
-        opt_state[int(pid)] = dict(st)
-    for key, v in tensors.items():
-        pid, k = key.split(".", 1)
-        opt_state.setdefault(int(pid), {})[k] = v.to(device) if k != "step" else v
-    opt.load_state_dict({"state": opt_state, "param_groups": meta["param_groups"]})
+    msd = load_file(str(path / "model.safetensors"))
+    osd = {"param_groups": state["optimizer"]["param_groups"],
+           "state": {n: dict(st) for n, st in state["optimizer"]["state"].items()}}
+    for key, v in load_file(str(path / "optimizer.safetensors")).items():
+        name, k = key.rsplit(_SEP, 1)
+        osd["state"].setdefault(name, {})[k] = v
+    o = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, msd, options=o)
+    set_optimizer_state_dict(model, opt, osd, options=o)
     torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["rng"]["cuda"]])
     return state
 
 
@@ -221,47 +269,58 @@ def loss_fn(model, batch, device):
 
 
 @torch.no_grad()
-def evaluate(model, val, device, batch_size: int) -> float:
+def evaluate(model, val, dist: Dist, batch_size: int) -> float:
+    """Mean validation loss; under FSDP every rank takes a slice of the set."""
     model.eval()
-    total, n = 0.0, 0
-    for i in range(0, len(val), batch_size):
-        chunk = val[i:i + batch_size]
-        total += float(loss_fn(model, chunk, device)) * len(chunk)
-        n += len(chunk)
+    mine = val[dist.rank::dist.world]
+    total = 0.0
+    for i in range(0, len(mine), batch_size):
+        chunk = mine[i:i + batch_size]
+        total += float(loss_fn(model, chunk, dist.device)) * len(chunk)
     model.train()
-    return total / n
+    return dist.mean(total) * dist.world / len(val)
+
+
+def _norm(x) -> float:
+    x = x.full_tensor() if hasattr(x, "full_tensor") else x
+    return float(x)
 
 
 def train(cfg: TrainConfig, resume: bool = False) -> dict:
-    device = _device(cfg.device)
+    dist = setup_dist(cfg.device)
+    device = dist.device
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model, opt, tok, mcfg = build(cfg, device)
-    state = load_checkpoint(out, model, opt, device) if resume else None
-    if resume and state is None:
+    model, opt, tok, mcfg = build(cfg, dist)  # validates the configuration first
+    if dist.main:
+        out.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    state = load_checkpoint(out, model, opt, dist) if resume else None
+    if resume and state is None and dist.main:
         print(f"no checkpoint in {out}/checkpoints: starting from step 0")
     start = state["step"] + 1 if state else 0
     tokens = state["tokens"] if state else 0
     skipped = state["skipped"] if state else 0
     stream = TokenStream(cfg.data, tok, cfg.seq_len, cfg.seed, state["data"] if state else None)
     val = validation_set(cfg.data, tok, cfg.seq_len, cfg.eval_sequences)
-    (out / "config.json").write_text(json.dumps({**asdict(cfg), "model": asdict(mcfg)}, indent=1))
-    metrics = open(out / "metrics.jsonl", "a" if resume else "w")
-    if resume and state:  # drop rows of steps past the checkpoint (a run cut off after it)
-        metrics.close()
-        rows = [l for l in (out / "metrics.jsonl").read_text().splitlines()
-                if l and json.loads(l)["step"] <= state["step"]]
-        (out / "metrics.jsonl").write_text("".join(r + "\n" for r in rows))
-        metrics = open(out / "metrics.jsonl", "a")
+    metrics = None
+    if dist.main:
+        (out / "config.json").write_text(json.dumps({**asdict(cfg), "model": asdict(mcfg),
+                                                     "world": dist.world}, indent=1))
+        if resume and state:  # drop rows of steps past the checkpoint (a run cut off after it)
+            rows = [l for l in (out / "metrics.jsonl").read_text().splitlines()
+                    if l and json.loads(l)["step"] <= state["step"]]
+            (out / "metrics.jsonl").write_text("".join(r + "\n" for r in rows))
+        metrics = open(out / "metrics.jsonl", "a" if (resume and state) else "w")
     step_model = torch.compile(model) if cfg.compile else model
     fpt = flops_per_token(mcfg, cfg.seq_len)
-    peak = PEAK_FLOPS.get(device.type) or _gpu_peak(device)
+    peak = (PEAK_FLOPS.get(device.type) or _gpu_peak(device)) * dist.world
     bar = None
-    if cfg.progress:
+    if cfg.progress and dist.main:
         from tqdm import tqdm
         bar = tqdm(total=cfg.max_steps, initial=start, desc=f"{cfg.preset}/{cfg.recipe}")
     result = {"tokens_to_target": None}
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
+    lo, hi = dist.rank * cfg.batch_size, (dist.rank + 1) * cfg.batch_size
     for step in range(start, cfg.max_steps):
         t0 = time.perf_counter()
         lr = lr_at(step, cfg)
@@ -270,21 +329,24 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         loss_sum = 0.0
         for micro in range(cfg.grad_accum):
             set_step(model, step, micro)
-            loss = loss_fn(step_model, stream.next_batch(cfg.batch_size), device)
+            batch = stream.next_batch(cfg.batch_size * dist.world)[lo:hi]  # same stream everywhere
+            loss = loss_fn(step_model, batch, device)
             (loss / cfg.grad_accum).backward()
             loss_sum += float(loss.detach())
-        loss_val = loss_sum / cfg.grad_accum
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip))
-        step_tokens = cfg.batch_size * cfg.grad_accum * cfg.seq_len
+        loss_val = dist.mean(loss_sum / cfg.grad_accum)
+        grad_norm = _norm(torch.nn.utils.clip_grad_norm_(params, cfg.clip))
+        step_tokens = cfg.batch_size * cfg.grad_accum * cfg.seq_len * dist.world
         if not (math.isfinite(loss_val) and math.isfinite(grad_norm)):
             opt.zero_grad(set_to_none=True)
             msg = (f"step {step}: non-finite {'loss' if not math.isfinite(loss_val) else 'gradient norm'}"
                    f" (loss {loss_val}, grad_norm {grad_norm})")
             if cfg.nan_policy == "stop":
-                metrics.close()
+                if metrics:
+                    metrics.close()
                 raise TrainingDiverged(msg + f"; the last good checkpoint is kept in {out}/checkpoints")
             skipped += 1
-            print(msg + f"; step skipped ({skipped} so far)")
+            if dist.main:
+                print(msg + f"; step skipped ({skipped} so far)")
         else:
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -293,27 +355,32 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         row = {"step": step, "tokens": tokens, "loss": loss_val, "lr": lr, "grad_norm": grad_norm,
                "tokens_per_s": step_tokens / dt, "mfu": step_tokens * fpt / dt / peak,
                "skipped": skipped}
-        metrics.write(json.dumps(row) + "\n")
+        if metrics:
+            metrics.write(json.dumps(row) + "\n")
         if bar:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{row['tokens_per_s']:.0f}",
                             mfu=f"{row['mfu']:.1%}")
         last = step == cfg.max_steps - 1
+        stop = False
         if (step + 1) % cfg.eval_every == 0 or last:
-            vl = evaluate(model, val, device, cfg.batch_size)
-            metrics.write(json.dumps({"step": step, "tokens": tokens, "val_loss": vl}) + "\n")
-            if cfg.target_loss is not None and vl <= cfg.target_loss and result["tokens_to_target"] is None:
+            vl = evaluate(model, val, dist, cfg.batch_size)
+            if metrics:
+                metrics.write(json.dumps({"step": step, "tokens": tokens, "val_loss": vl}) + "\n")
+            if cfg.target_loss is not None and vl <= cfg.target_loss:
                 result["tokens_to_target"] = tokens
-                metrics.flush()
-                save_checkpoint(out, step, model, opt, stream, tokens, skipped, cfg.keep)
-                break
-        metrics.flush()
-        if (step + 1) % cfg.save_every == 0 or last:
-            save_checkpoint(out, step, model, opt, stream, tokens, skipped, cfg.keep)
-    metrics.close()
+                stop = True
+        if metrics:
+            metrics.flush()
+        if (step + 1) % cfg.save_every == 0 or last or stop:
+            save_checkpoint(out, step, model, opt, stream, tokens, skipped, cfg.keep, dist)
+        if stop:
+            break
+    if metrics:
+        metrics.close()
     if bar:
         bar.close()
-    result.update(tokens=tokens, skipped=skipped)
+    result.update(tokens=tokens, skipped=skipped, world=dist.world)
     return result
 
 

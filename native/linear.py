@@ -57,7 +57,7 @@ def gemm_rotation(g: GemmRecipe, ctx: dict, gemm: str) -> Rotation | None:
 
 
 def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch.Tensor,
-                b_axis: int, out_dtype: torch.dtype, ctx: dict, cache=None) -> torch.Tensor:
+                b_axis: int, out_dtype: torch.dtype, ctx: dict) -> torch.Tensor:
     """One training GEMM under recipe entry ``g``: contracts ``a`` along ``a_axis`` with ``b``
     along ``b_axis`` (2-D operands); returns (a's other dim, b's other dim) in ``out_dtype``."""
     am = a if a_axis == 1 else a.t()
@@ -74,16 +74,8 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
     for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis))):
         seed = mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
                         GEMMS.index(gemm), j)
-        key = (gemm, j, t.data_ptr(), t._version, ctx["step"], ctx["micro"])
-        if cache is not None and names[j] == "w" and g.rounding[j] == "rne" and \
-                cache.get("key") == key:
-            q.append(cache["mx"])
-            continue
-        mx = quantize(t, fmt, axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
-                      seed=seed, rotation=rot, backend=backend)
-        if cache is not None and names[j] == "w" and g.rounding[j] == "rne":
-            cache.update(key=key, mx=mx)
-        q.append(mx)
+        q.append(quantize(t, fmt, axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
+                          seed=seed, rotation=rot, backend=backend))
     if pick_backend(a.device, backend) == "emulator":
         da = dequantize(q[0], backend="emulator")
         db = dequantize(q[1], backend="emulator")
@@ -95,19 +87,18 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
 
 class _MXLinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(fctx, x, weight, bias, recipe: Recipe, ctx: dict, caches: dict):
+    def forward(fctx, x, weight, bias, recipe: Recipe, ctx: dict):
         x2 = x.reshape(-1, x.shape[-1])
         out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
         if recipe.fprop.fmt == "bf16":  # the exact computation nn.Linear does
             y = F.linear(x2.to(torch.bfloat16), weight.to(torch.bfloat16),
                          None if bias is None else bias.to(torch.bfloat16)).to(out_dtype)
         else:
-            y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx,
-                            caches.get("fprop"))
+            y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx)
             if bias is not None:
                 y = y + bias.to(out_dtype)
         fctx.save_for_backward(x2, weight)
-        fctx.recipe, fctx.ctx, fctx.caches = recipe, dict(ctx), caches
+        fctx.recipe, fctx.ctx = recipe, dict(ctx)
         fctx.has_bias, fctx.x_shape, fctx.bias_dtype = bias is not None, x.shape, \
             None if bias is None else bias.dtype
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -122,8 +113,7 @@ class _MXLinearFn(torch.autograd.Function):
             if recipe.dgrad.fmt == "bf16":
                 gx = gy2.to(torch.bfloat16) @ weight.to(torch.bfloat16)
             else:
-                gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx,
-                                 fctx.caches.get("dgrad"))
+                gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx)
             gx = gx.to(x2.dtype).reshape(fctx.x_shape)
         if fctx.needs_input_grad[1]:
             if recipe.wgrad.fmt == "bf16":
@@ -133,15 +123,17 @@ class _MXLinearFn(torch.autograd.Function):
             gw = gw.to(weight.dtype)
         if fctx.has_bias and fctx.needs_input_grad[2]:
             gb = gy2.float().sum(0).to(fctx.bias_dtype)
-        return gx, gw, gb, None, None, None
+        return gx, gw, gb, None, None
 
 
 class MXLinear(nn.Linear):
     """``nn.Linear`` whose three GEMMs follow ``recipe`` (a name from ``RECIPES`` or a Recipe).
 
     layer_id and seed key the random bits; ``backend`` None (GPU: Triton; CPU: emulator),
-    'emulator' or 'triton' (on CPU: the Triton interpreter). Quantized weights are cached while
-    the weight and the step are unchanged (micro-batches of one step reuse them)."""
+    'emulator' or 'triton' (on CPU: the Triton interpreter). Weights are quantized afresh in
+    every GEMM: no cache, because under FSDP2 an all-gathered weight keeps its storage and its
+    version counter across optimizer steps, and a cache keyed on them served stale weights (found
+    by the FSDP2 resume test)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe="bf16", layer_id: int = 0, seed: int = 0, backend: str | None = None,
@@ -151,7 +143,6 @@ class MXLinear(nn.Linear):
         check_mx_shapes(self.recipe, in_features, out_features)
         self.layer_id, self.seed, self.backend = layer_id, seed, backend
         self.step, self.micro = 0, 0
-        self._caches = {"fprop": {}, "dgrad": {}}
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, recipe, **kwargs) -> MXLinear:
@@ -170,7 +161,7 @@ class MXLinear(nn.Linear):
                                  f"{tokens} tokens are not divisible by the block size 32")
         ctx = dict(seed=self.seed, layer=self.layer_id, step=self.step, micro=self.micro,
                    backend=self.backend)
-        return _MXLinearFn.apply(x, self.weight, self.bias, self.recipe, ctx, self._caches)
+        return _MXLinearFn.apply(x, self.weight, self.bias, self.recipe, ctx)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}, layer_id={self.layer_id}"

@@ -127,7 +127,9 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     k = x.shape[axis]
     pack = pack_factor(fmt)
     if backend == "emulator":
-        mx = emulator.quantize(x.detach().float().cpu().numpy(), fmt, axis=axis,
+        # a copy: Tensor.numpy() would pin the caller's storage (FSDP2 frees unsharded
+        # parameters by resizing their storage to 0, which a NumPy view forbids)
+        mx = emulator.quantize(_numpy_copy(x), fmt, axis=axis,
                                block_size=block_size, scale_rule=scale_rule, rounding=rounding,
                                seed=seed, rotation=rot, int8_min=int8_min)
         codes = np.ascontiguousarray(np.moveaxis(mx.codes, axis, -1))
@@ -181,7 +183,7 @@ def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_m
     _check_input(x.reshape(-1) if isinstance(x, torch.Tensor) else x, fmt, -1, 1, None)
     backend = pick_backend(x.device, backend)
     if backend == "emulator":
-        codes = emulator.encode(x.detach().float().cpu().numpy(), fmt, rounding=rounding,
+        codes = emulator.encode(_numpy_copy(x), fmt, rounding=rounding,
                                 seed=seed, int8_min=int8_min)
         return torch.from_numpy(codes).to(x.device)
     flat = x.detach().contiguous().reshape(-1)
@@ -238,6 +240,10 @@ def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
             SUBQ=2.0 ** (-f.mbits) if f.kind == "int" else 2.0 ** (1 - f.bias - f.mbits),
             num_warps=warps)
     return out.movedim(-1, mx.axis)
+
+
+def _numpy_copy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(device="cpu", dtype=torch.float32, copy=True).numpy()
 
 
 def _signs(rot: Rotation | None, device) -> torch.Tensor:
