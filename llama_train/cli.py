@@ -11,8 +11,11 @@ def add_parsers(sub) -> None:
     d = sub.add_parser("data", help="build an offline C4-layout corpus and its tokenizer")
     d.add_argument("action", choices=["build-corpus", "tokenizer"])
     d.add_argument("--out", default="data/c4-mini", help="corpus directory")
-    d.add_argument("--source", default="stdlib")
-    d.add_argument("--vocab-size", type=int, default=512)
+    d.add_argument("--source", default="stdlib", choices=["stdlib", "debian"],
+                   help="stdlib: Python's docstrings (any machine); debian: Debian documentation "
+                        "packages via apt-get download (linux-doc, python3.11-doc)")
+    d.add_argument("--vocab-size", type=int, default=512,
+                   help="BPE vocabulary (512 for tiny; 32768 for the 30m/125m presets)")
     d.set_defaults(func=cmd_data)
 
     t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe")

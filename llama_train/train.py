@@ -73,6 +73,7 @@ class TrainConfig:
     device: str = "auto"
     mx_backend: str | None = None      # MXLinear quantization: None (GPU: Triton, CPU: emulator)
     keep_bf16: list[str] = field(default_factory=lambda: ["output"])
+    tensorboard: bool = True           # OUT/tb when the tensorboard package is installed
     progress: bool = True
 
     def validate(self):
@@ -311,6 +312,13 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
                     if l and json.loads(l)["step"] <= state["step"]]
             (out / "metrics.jsonl").write_text("".join(r + "\n" for r in rows))
         metrics = open(out / "metrics.jsonl", "a" if (resume and state) else "w")
+    tb = None
+    if dist.main and cfg.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            tb = SummaryWriter(str(out / "tb"))
+        except ImportError:
+            print("tensorboard is not installed: metrics go to metrics.jsonl only")
     step_model = torch.compile(model) if cfg.compile else model
     fpt = flops_per_token(mcfg, cfg.seq_len)
     peak = (PEAK_FLOPS.get(device.type) or _gpu_peak(device)) * dist.world
@@ -357,6 +365,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
                "skipped": skipped}
         if metrics:
             metrics.write(json.dumps(row) + "\n")
+        if tb:
+            for k in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu"):
+                tb.add_scalar(f"train/{k}", row[k], tokens)
         if bar:
             bar.update(1)
             bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{row['tokens_per_s']:.0f}",
@@ -367,6 +378,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
             vl = evaluate(model, val, dist, cfg.batch_size)
             if metrics:
                 metrics.write(json.dumps({"step": step, "tokens": tokens, "val_loss": vl}) + "\n")
+            if tb:
+                tb.add_scalar("eval/val_loss", vl, tokens)
             if cfg.target_loss is not None and vl <= cfg.target_loss:
                 result["tokens_to_target"] = tokens
                 stop = True
@@ -378,6 +391,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
             break
     if metrics:
         metrics.close()
+    if tb:
+        tb.close()
     if bar:
         bar.close()
     result.update(tokens=tokens, skipped=skipped, world=dist.world)
