@@ -153,7 +153,8 @@ class MXLinear(nn.Linear):
         new.bias = linear.bias
         return new
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    @torch.compiler.disable  # under torch.compile the MX GEMMs run eagerly (a graph break):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # the kernels are Triton launches already
         if self.recipe.wgrad.is_mx and self.training and torch.is_grad_enabled():
             tokens = x.numel() // x.shape[-1]
             if tokens % 32:
