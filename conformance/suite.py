@@ -321,6 +321,49 @@ def _emu_quantize(x, fmt, opts):
     return mx.codes, mx.scales
 
 
+# OCP MX v1.0 §5.3 (Table 2/3) values typed by hand, not derived from ocpmx.spec: code -> value
+# for the largest normal, smallest normal, smallest subnormal, and the special codes.
+SPEC_VALUES = {
+    "e4m3": {0x7E: 448.0, 0x08: 2.0**-6, 0x01: 2.0**-9, 0xFE: -448.0, 0x7F: "nan", 0xFF: "nan"},
+    "e5m2": {0x7B: 57344.0, 0x04: 2.0**-14, 0x01: 2.0**-16, 0x7C: "inf", 0xFC: "-inf", 0x7D: "nan"},
+    "e3m2": {0x1F: 28.0, 0x04: 0.25, 0x01: 0.0625, 0x3F: -28.0},
+    "e2m3": {0x1F: 7.5, 0x08: 1.0, 0x01: 0.125, 0x3F: -7.5},
+    "e2m1": {0x7: 6.0, 0x2: 1.0, 0x1: 0.5, 0xF: -6.0, 0x8: -0.0},
+    "int8": {0x7F: 127 / 64, 0x01: 1 / 64, 0x81: -127 / 64, 0x80: -2.0},
+}
+
+
+def spec_table_checks(backend, formats, budget, rules):
+    """Dequantize the spec's landmark codes under scale 2^0 (and 2^-127, 0x00) and compare with
+    the values of the spec's tables, typed by hand: this checks the emulator itself too."""
+    out = []
+    for fmt in formats:
+        table = SPEC_VALUES[fmt]
+
+        def body(found, fmt=fmt, table=table):
+            codes = np.zeros((2, 32), np.uint8)
+            codes[:, :len(table)] = np.array(list(table), np.uint8)
+            scales = np.array([[127], [0]], np.uint8)
+            got = np.asarray(backend.dequantize(codes, scales, fmt), np.float64)
+            lines = []
+            for j, (code, v) in enumerate(table.items()):
+                for row, sc in ((0, 1.0), (1, 2.0**-127)):
+                    g = got[row, j]
+                    if v == "nan":
+                        ok = bool(np.isnan(g))
+                    elif v in ("inf", "-inf"):
+                        ok = g == (np.inf if v == "inf" else -np.inf)
+                    else:
+                        want = np.float64(np.float32(v * sc))
+                        ok = g == want and np.signbit(g) == np.signbit(want)
+                    if not ok:
+                        lines.append(f"spec {fmt} code={code:#04x} scale={int(scales[row, 0]):#04x} "
+                                     f"=> got {_hex(g)} ({g!r}), expected {v if isinstance(v, str) else repr(np.float32(v * sc))}")
+            return lines[:MAX_LINES]
+        out.append(_run(f"dequantize/spec-table/{fmt}", "dequantize", fmt, backend, body))
+    return out
+
+
 def dequantize_checks(backend, formats, budget, rules):
     out = []
     for fmt in formats:
@@ -333,12 +376,15 @@ def dequantize_checks(backend, formats, budget, rules):
         def body(found, codes=codes, scales=scales, fmt=fmt):
             got = np.asarray(backend.dequantize(codes, scales, fmt), np.float32)
             want = emulator.dequantize(emulator.MXArray(codes, scales, get_format(fmt), 1))
-            bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+            # bits compared exactly, except that any NaN matches any NaN (IEEE 754 leaves the
+            # payload of a produced NaN to the implementation)
+            bad = np.argwhere((got.view(np.uint32) != want.view(np.uint32)) &
+                              ~(np.isnan(got) & np.isnan(want)))
             return [f"dequantize {fmt} code={codes[tuple(i)]:#04x} scale={scales[i[0], i[1] // 32]:#04x}"
                     f" => got {_hex(got[tuple(i)])}, expected {_hex(want[tuple(i)])}"
                     for i in bad[:MAX_LINES]]
         out.append(_run(f"dequantize/every-code-every-scale/{fmt}", "dequantize", fmt, backend, body))
-    return out
+    return spec_table_checks(backend, formats, budget, rules) + out
 
 
 # ---- GEMM -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ def add_parsers(sub) -> None:
     d.set_defaults(func=cmd_data)
 
     t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe")
-    from .train import TRAIN_PRESETS, TrainConfig
+    from .config import TRAIN_PRESETS, TrainConfig
     t.add_argument("--preset", default="tiny", help="model size: 8b, 125m, 30m, tiny")
     t.add_argument("--recipe", default="bf16")
     t.add_argument("--max-steps", type=int, default=100)

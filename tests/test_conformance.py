@@ -208,3 +208,17 @@ def test_gfloat_peer_as_documented():
     spec = res["quantize/specials/e2m1/floor/rne"]
     assert spec.status == "fail" and any("scale got 0xfe, expected 0xff" in f for f in spec.failures)
     assert res["quantize/midpoints/e2m1/floor/rne"].status == "pass"
+
+
+def test_conform_device_cpu_switches_on_the_interpreter():
+    """`ocpmx conform --backend triton --device cpu` in a fresh process without TRITON_INTERPRET:
+    nothing may import Triton before the CLI switches the interpreter on."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "ocpmx.cli", "conform", "--backend", "triton",
+                           "--device", "cpu", "--ops", "dequantize", "--formats", "e2m1"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "verdict: pass" in done.stdout

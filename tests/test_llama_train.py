@@ -211,3 +211,26 @@ def test_torch_compile_path(corpus, tmp_path):
     e, _ = T.read_metrics(tmp_path / "e" / "metrics.jsonl")
     for x, y in zip(c, e):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-3)
+
+
+def test_tensorboard_scalars(corpus, tmp_path, monkeypatch):
+    """With tensorboard installed, train/* and eval/val_loss scalars are written (a stand-in
+    SummaryWriter records them here: CI does not install tensorboard)."""
+    import sys
+    import types
+    written = []
+
+    class Writer:
+        def __init__(self, logdir):
+            written.append(("dir", logdir))
+
+        def add_scalar(self, tag, value, step):
+            written.append((tag, value, step))
+
+        def close(self):
+            written.append(("closed",))
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=Writer))
+    T.train(cfg(corpus, tmp_path, max_steps=2, eval_every=2))
+    tags = {w[0] for w in written}
+    assert {"train/loss", "train/lr", "train/grad_norm", "eval/val_loss", "closed"} <= tags
+    assert ("dir", str(tmp_path / "tb")) in written
