@@ -141,7 +141,7 @@ def _demo_train(args) -> int:
     train(TrainConfig(preset="tiny", recipe="mxfp4_all_h16", data=str(data), out=str(out),
                       max_steps=args.steps, batch_size=8, seq_len=64, warmup_steps=2,
                       eval_every=max(1, args.steps // 2), eval_sequences=8, lr=3e-3,
-                      mx_backend="emulator", progress=False))
+                      mx_backend="emulator", progress=False, tensorboard=False))
     rows, val = read_metrics(out / "metrics.jsonl")
     for r in rows:
         print(f"step {r['step']:3d}  tokens {r['tokens']:6d}  loss {r['loss']:.4f}  "
