@@ -137,3 +137,18 @@ def random_values(draw, fmt, n_blocks=4):
 THEMES = {"midpoints": midpoints, "near_midpoints": near_midpoints, "saturation": saturation,
           "underflow": underflow, "scale_boundaries": scale_boundaries, "specials": specials,
           "random": random_values}
+
+
+def exactly_summable_operand(rng: np.random.Generator, rows: int, k: int, fmt):
+    """(codes, scales) of a K-major MX operand (rows, k) whose products and partial sums are all
+    exact in float32 for any summation order: e2m1 codes of any value, FP8 codes with exponents
+    in [-1, 2], scales 2^-1..2^1. A GEMM of two such operands must be bit-exact everywhere."""
+    f = get_format(fmt)
+    if f.bits == 4:
+        codes = rng.integers(0, 16, (rows, k), dtype=np.uint8)
+    else:
+        exp = rng.integers(f.bias - 1, f.bias + 2, (rows, k))
+        mant = rng.integers(0, 1 << f.mbits, (rows, k))
+        sign = rng.integers(0, 2, (rows, k))
+        codes = ((sign << (f.bits - 1)) | (exp << f.mbits) | mant).astype(np.uint8)
+    return codes, rng.integers(126, 129, (rows, k // 32), dtype=np.uint8)

@@ -19,7 +19,7 @@ from .. import emulator
 from ..emulator.accumulate import ChunkedModel
 from ..spec import FORMATS, get_format
 from .backends import Backend
-from .strategies import THEMES
+from .strategies import THEMES, exactly_summable_operand
 
 STATUSES = ("pass", "fail", "deviation", "not-supported", "error")
 ELEMENT_FORMATS = tuple(FORMATS)  # e4m3 e5m2 e3m2 e2m3 e2m1 int8
@@ -496,7 +496,7 @@ def gemm_checks(backend, formats, budget, rules):
             m, n = draw(st.integers(1, 24)), draw(st.integers(1, 24))
             k = 32 * draw(st.integers(1, 8))
             rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-            return [_exact_operand(rng, r, k, f) for r, f in ((m, fa), (n, fb))]
+            return [exactly_summable_operand(rng, r, k, f) for r, f in ((m, fa), (n, fb))]
 
         def check(ops, fa=fa, fb=fb):
             (ac, as_), (bc, bs) = ops
@@ -513,18 +513,6 @@ def gemm_checks(backend, formats, budget, rules):
     if "e4m3" in formats:
         out.extend(_probe_checks(backend, rules))
     return out
-
-
-def _exact_operand(rng, rows, k, fmt):
-    f = get_format(fmt)
-    if fmt == "e2m1":
-        codes = rng.integers(0, 16, (rows, k), dtype=np.uint8)
-    else:
-        exp = rng.integers(f.bias - 1, f.bias + 2, (rows, k))
-        mant = rng.integers(0, 1 << f.mbits, (rows, k))
-        sign = rng.integers(0, 2, (rows, k))
-        codes = ((sign << (f.bits - 1)) | (exp << f.mbits) | mant).astype(np.uint8)
-    return codes, rng.integers(126, 129, (rows, k // 32), dtype=np.uint8)
 
 
 def _probe_checks(backend, rules):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ocpmx import emulator, native
+from ocpmx.conformance.strategies import exactly_summable_operand
 from ocpmx.native.quantize import MXTensor
 from ocpmx.spec import get_format
 from native_util import devices
@@ -17,17 +18,9 @@ PAIRS = [("e2m1", "e2m1"), ("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e2m1", "e4m3")]
 
 
 def exact_operand(rng, rows, k, fmt, device):
-    """An MX operand whose values keep every product and partial sum exact in float32:
-    e2m1 codes of any value, FP8 codes with exponents in [-1, 2]; scales 2^-1..2^1."""
+    """The conformance suite's exactly summable operand, as an MXTensor on ``device``."""
     f = get_format(fmt)
-    if fmt == "e2m1":
-        codes = rng.integers(0, 16, (rows, k), dtype=np.uint8)
-    else:
-        exp = rng.integers(f.bias - 1, f.bias + 2, (rows, k))
-        mant = rng.integers(0, 1 << f.mbits, (rows, k))
-        sign = rng.integers(0, 2, (rows, k))
-        codes = ((sign << (f.bits - 1)) | (exp << f.mbits) | mant).astype(np.uint8)
-    scales = rng.integers(126, 129, (rows, k // 32), dtype=np.uint8)
+    codes, scales = exactly_summable_operand(rng, rows, k, fmt)
     data = emulator.pack(codes, f) if f.bits == 4 else codes
     return MXTensor(torch.from_numpy(data).to(device), torch.from_numpy(scales).to(device), f, 1,
                     (rows, k))
