@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import triton
 
 from .. import emulator
 from ..emulator.params import format_params, resolve
@@ -161,12 +162,12 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
         if inner == 1 and block_size == 32:  # the training case: a flat run of 32-blocks
             n_blocks = rows * nblk
             nb, warps = rows32_tile()
-            kernels.quantize_rows32_kernel[(triton_cdiv(n_blocks, nb),)](
+            kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
                 x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales, signs, n_blocks, seed64, rot_scale, NB=nb,
                 EVEN=n_blocks % nb == 0, num_warps=warps, **consts)
         else:
             rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
-            grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
+            grid = (triton.cdiv(rows, rows_tile), triton.cdiv(nblk, kb))
             kernels.quantize_kernel[grid](
                 xin, data, scales, signs, rows, k, inner, seed64, rot_scale, BS=block_size,
                 ROWS=rows_tile, KB=kb, LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0,
@@ -197,7 +198,7 @@ def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_m
     if n:
         fp = [int(v) for v in format_params(fmt, int8_min)]
         rows_tile, kb, warps = quantize_tile(1, 1, width)
-        kernels.quantize_kernel[(triton_cdiv(rows, rows_tile), triton_cdiv(width, kb))](
+        kernels.quantize_kernel[(triton.cdiv(rows, rows_tile), triton.cdiv(width, kb))](
             flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat, out, out, out,
             rows, width, 1, seed & 0xFFFFFFFFFFFFFFFF, 1.0, BS=1, ROWS=rows_tile, KB=kb, ROT=0,
             LOG2_ROT=0, SIGNS=False, STOCH=round_id == 1, RULE=0, IS_INT=fp[0] == 1,
@@ -227,7 +228,7 @@ def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
         bs = mx.block_size
         nblk = k // bs
         rows_tile, kb, warps = quantize_tile(1, bs, nblk)
-        grid = (triton_cdiv(rows, rows_tile), triton_cdiv(nblk, kb))
+        grid = (triton.cdiv(rows, rows_tile), triton.cdiv(nblk, kb))
         bf16 = dtype == torch.bfloat16
         f = mx.fmt
         kernels.dequantize_kernel[grid](
@@ -259,11 +260,12 @@ TILE_OVERRIDE: dict | None = None
 
 def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int]:
     if interpreting():  # few, large programs: the interpreter's cost is per program
-        return 64, max(1, min(_pow2_floor(max(1, 256 // block_size)), _pow2_ceil(nblk))), 4
+        kb = min(_pow2_floor(max(1, 256 // block_size)), triton.next_power_of_2(nblk))
+        return 64, max(1, kb), 4
     key = "rows" if inner == 1 else "cols"
     rows, elems, warps = (TILE_OVERRIDE or {}).get(key) or \
         ((16, 256, 4) if inner == 1 else (64, 64, 4))
-    kb = max(1, min(_pow2_floor(max(1, elems // block_size)), _pow2_ceil(nblk)))
+    kb = max(1, min(_pow2_floor(max(1, elems // block_size)), triton.next_power_of_2(nblk)))
     return rows, kb, warps
 
 
@@ -274,13 +276,6 @@ def rows32_tile() -> tuple[int, int]:
     return (TILE_OVERRIDE or {}).get("rows32") or (128, 4)
 
 
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _pow2_floor(n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
-
-def _pow2_ceil(n: int) -> int:
-    return 1 << (n - 1).bit_length()
