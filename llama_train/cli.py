@@ -61,12 +61,10 @@ def cmd_data(args) -> int:
 def cmd_train(args) -> int:
     from .train import TRAIN_PRESETS, TrainConfig, TrainingDiverged, train
     kw = dict(TRAIN_PRESETS.get(args.train_preset, {})) if args.train_preset else {}
-    kw.update(preset=args.preset, recipe=args.recipe, max_steps=args.max_steps, out=args.out,
-              data=args.data, progress=not args.no_progress)
-    for f in fields(TrainConfig):
+    kw["progress"] = not args.no_progress
+    for f in fields(TrainConfig):  # options given on the command line override the preset
         v = getattr(args, f.name, None)
-        if v is not None and f.name not in kw or (v is not None and f.name not in
-                                                 ("preset", "recipe", "max_steps", "out", "data")):
+        if v is not None:
             kw[f.name] = v
     cfg = TrainConfig(**kw)
     try:

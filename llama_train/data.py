@@ -85,12 +85,13 @@ class TokenStream:
     training shards, shard order shuffled per epoch from ``seed``."""
 
     def __init__(self, data_dir, tokenizer, seq_len: int, seed: int, state: dict | None = None,
-                 split: str = "train"):
+                 split: str = "train", shuffle: bool = True):
         self.paths = shards(data_dir, split)
         self.tok = tokenizer
         self.eos = eos_id(tokenizer)
         self.seq_len = seq_len
         self.seed = seed
+        self.shuffle = shuffle
         st = state or {}
         self.epoch = st.get("epoch", 0)
         self.shard = st.get("shard", 0)
@@ -99,7 +100,8 @@ class TokenStream:
 
     def order(self, epoch: int) -> list[Path]:
         paths = list(self.paths)
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(paths)
+        if self.shuffle:
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(paths)
         return paths
 
     def state(self) -> dict:
@@ -139,8 +141,7 @@ class TokenStream:
 def validation_set(data_dir, tokenizer, seq_len: int, n_sequences: int) -> torch.Tensor:
     """The first ``n_sequences`` packed sequences of the validation shards, in file order: a
     fixed held-out set (the MLPerf evaluation takes the first 1,024 sequences likewise)."""
-    stream = TokenStream(data_dir, tokenizer, seq_len, seed=0, split="validation")
-    stream.order = lambda epoch: list(stream.paths)  # file order, no shuffle
+    stream = TokenStream(data_dir, tokenizer, seq_len, seed=0, split="validation", shuffle=False)
     return stream.next_batch(n_sequences)
 
 
