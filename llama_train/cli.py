@@ -20,7 +20,8 @@ def add_parsers(sub) -> None:
 
     t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe")
     from .config import TRAIN_PRESETS, TrainConfig
-    t.add_argument("--preset", default="tiny", help="model size: 8b, 125m, 30m, tiny")
+    t.add_argument("--preset", default=None,
+                   help="model size: 8b, 125m, 30m, tiny (default tiny, or the train preset's)")
     t.add_argument("--recipe", default="bf16")
     t.add_argument("--max-steps", type=int, default=100)
     t.add_argument("--out", required=True)
@@ -61,6 +62,7 @@ def cmd_data(args) -> int:
 def cmd_train(args) -> int:
     from .train import TRAIN_PRESETS, TrainConfig, TrainingDiverged, train
     kw = dict(TRAIN_PRESETS.get(args.train_preset, {})) if args.train_preset else {}
+    kw.setdefault("preset", "tiny")
     kw["progress"] = not args.no_progress
     for f in fields(TrainConfig):  # options given on the command line override the preset
         v = getattr(args, f.name, None)

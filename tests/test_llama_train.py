@@ -234,3 +234,15 @@ def test_tensorboard_scalars(corpus, tmp_path, monkeypatch):
     tags = {w[0] for w in written}
     assert {"train/loss", "train/lr", "train/grad_norm", "eval/val_loss", "closed"} <= tags
     assert ("dir", str(tmp_path / "tb")) in written
+
+
+def test_train_preset_sets_the_model_size(monkeypatch, tmp_path):
+    """--train-preset mlperf picks the 8b model unless --preset says otherwise."""
+    seen = []
+    monkeypatch.setattr(T, "train", lambda c, resume=False: seen.append(c) or {"tokens": 0})
+    monkeypatch.setattr(T, "read_metrics", lambda p: ([{"loss": 0.0}], []))
+    cli.main(["train", "--train-preset", "mlperf", "--out", str(tmp_path), "--no-progress"])
+    cli.main(["train", "--train-preset", "mlperf", "--preset", "30m", "--out", str(tmp_path)])
+    cli.main(["train", "--out", str(tmp_path)])
+    assert [c.preset for c in seen] == ["8b", "30m", "tiny"]
+    assert seen[0].seq_len == 8192 and seen[0].target_loss == 3.3 and seen[2].seq_len == 128
