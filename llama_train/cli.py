@@ -9,11 +9,17 @@ from pathlib import Path
 
 def add_parsers(sub) -> None:
     d = sub.add_parser("data", help="build an offline C4-layout corpus and its tokenizer")
-    d.add_argument("action", choices=["build-corpus", "tokenizer"])
+    d.add_argument("action", choices=["build-corpus", "tokenizer", "tokenize"],
+                   help="build-corpus: shards and tokenizer; tokenizer: train the BPE on existing "
+                        "shards; tokenize: pre-tokenize the shards once (c4-*.tokens.npy), which "
+                        "training then reads instead of tokenizing on the fly")
     d.add_argument("--out", default="data/c4-mini", help="corpus directory")
     d.add_argument("--source", default="stdlib", choices=["stdlib", "debian"],
                    help="stdlib: Python's docstrings (any machine); debian: Debian documentation "
                         "packages via apt-get download (linux-doc, python3.11-doc)")
+    d.add_argument("--packages", default="default", choices=["default", "large"],
+                   help="Debian package set: default (34 M characters) or large (93 M, for "
+                        "the ablations)")
     d.add_argument("--vocab-size", type=int, default=512,
                    help="BPE vocabulary (512 for tiny; 32768 for the 30m/125m presets)")
     d.set_defaults(func=cmd_data)
@@ -50,9 +56,16 @@ def add_parsers(sub) -> None:
 
 def cmd_data(args) -> int:
     from .corpus import build_corpus
-    from .data import train_tokenizer
+    from .data import load_tokenizer, tokenize_split, train_tokenizer
+    if args.action == "tokenize":
+        tok = load_tokenizer(Path(args.out) / "tokenizer.json")
+        for split in ("train", "validation"):
+            meta = tokenize_split(args.out, tok, split)
+            print(f"{split}: {meta['tokens']:,} tokens ({meta['dtype']}) in "
+                  f"{Path(args.out) / f'c4-{split}.tokens.npy'}")
+        return 0
     if args.action == "build-corpus":
-        info = build_corpus(args.out, args.source)
+        info = build_corpus(args.out, args.source, packages=args.packages)
         print(json.dumps(info))
     tok = train_tokenizer(args.out, Path(args.out) / "tokenizer.json", args.vocab_size)
     print(f"tokenizer: {Path(args.out) / 'tokenizer.json'} ({tok.get_vocab_size()} tokens)")

@@ -5,14 +5,22 @@ EOS appended to every document, packed into fixed-length sequences.
 The training stream is deterministic for a seed (shard order shuffled per epoch) and resumable:
 ``state()`` is a small dict (epoch, shard, document, leftover tokens) saved with every
 checkpoint; ``TokenStream(..., state=...)`` continues exactly where it stopped.
+
+Pre-tokenized cache: ``tokenize_split`` writes ``c4-<split>.tokens.npy`` (every shard's documents
+in file order, EOS after each) and ``c4-<split>.tokens.json`` (shard names, their offsets, the
+tokenizer's SHA-256). Where a cache matches the shards and the tokenizer, ``TokenStream`` reads
+tokens from it instead of tokenizing on the fly: the sequences are the same token for token (a
+test checks it), only the data position in ``state()`` is then a token offset.
 """
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import random
 from pathlib import Path
 
+import numpy as np
 import torch
 
 EOS_CANDIDATES = ("<|end_of_text|>", "<|endoftext|>", "</s>")
@@ -80,23 +88,88 @@ def train_tokenizer(data_dir, out_path, vocab_size: int = 32768, max_docs: int |
     return tok
 
 
+def tokenizer_sha256(tokenizer) -> str:
+    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+
+
+def _cache_paths(data_dir, split: str) -> tuple[Path, Path]:
+    d = Path(data_dir)
+    return d / f"c4-{split}.tokens.npy", d / f"c4-{split}.tokens.json"
+
+
+def tokenize_split(data_dir, tokenizer, split: str = "train", batch: int = 4096) -> dict:
+    """Tokenize every shard of a split once (``encode_batch``, all cores) into the cache files.
+    Token ids are uint16 when the vocabulary fits, else uint32. Written to temporary names and
+    renamed, so a cut-off run leaves no half cache."""
+    eos = eos_id(tokenizer)
+    dtype = np.uint16 if tokenizer.get_vocab_size() <= 65536 else np.uint32
+    parts, offsets, names = [], [0], []
+    for path in shards(data_dir, split):
+        texts = [t for _, t in iter_documents(path)]
+        n = 0
+        for i in range(0, len(texts), batch):
+            for enc in tokenizer.encode_batch(texts[i:i + batch]):
+                ids = np.asarray(enc.ids + [eos], dtype=dtype)
+                parts.append(ids)
+                n += len(ids)
+        offsets.append(offsets[-1] + n)
+        names.append(path.name)
+    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype)
+    npy, meta_path = _cache_paths(data_dir, split)
+    meta = {"shards": names, "offsets": offsets, "tokens": int(len(tokens)),
+            "dtype": np.dtype(dtype).name, "tokenizer_sha256": tokenizer_sha256(tokenizer)}
+    tmp = npy.with_suffix(".tmp.npy")
+    np.save(tmp, tokens)
+    tmp.replace(npy)
+    tmp = meta_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(meta_path)
+    return meta
+
+
+def load_cache(data_dir, tokenizer, split: str):
+    """(tokens memmap, shard offsets) of a matching cache, or None (no cache, other shards, or
+    another tokenizer)."""
+    npy, meta_path = _cache_paths(data_dir, split)
+    if not (npy.is_file() and meta_path.is_file()):
+        return None
+    meta = json.loads(meta_path.read_text())
+    if (meta["shards"] != [p.name for p in shards(data_dir, split)]
+            or meta["tokenizer_sha256"] != tokenizer_sha256(tokenizer)):
+        return None
+    return np.load(npy, mmap_mode="r"), meta["offsets"]
+
+
 class TokenStream:
     """Endless packed sequences of ``seq_len + 1`` tokens (inputs and shifted targets) from the
-    training shards, shard order shuffled per epoch from ``seed``."""
+    training shards, shard order shuffled per epoch from ``seed``; from the pre-tokenized cache
+    where one matches (``cached``), else tokenized on the fly."""
 
     def __init__(self, data_dir, tokenizer, seq_len: int, seed: int, state: dict | None = None,
-                 split: str = "train", shuffle: bool = True):
+                 split: str = "train", shuffle: bool = True, use_cache: bool = True):
         self.paths = shards(data_dir, split)
         self.tok = tokenizer
         self.eos = eos_id(tokenizer)
         self.seq_len = seq_len
         self.seed = seed
         self.shuffle = shuffle
+        self.cache = load_cache(data_dir, tokenizer, split) if use_cache else None
         st = state or {}
+        if st and ("offset" in st) != self.cached:
+            saved, now = ("the cache", "on-the-fly tokenization") if "offset" in st else \
+                ("on-the-fly tokenization", "the cache")
+            raise ValueError(f"the saved data position was taken with {saved}, but this stream "
+                             f"uses {now}: build or remove c4-{split}.tokens.* in {data_dir} "
+                             "(ocpmx data tokenize) to match the checkpoint")
         self.epoch = st.get("epoch", 0)
         self.shard = st.get("shard", 0)
         self.doc = st.get("doc", 0)
+        self.offset = st.get("offset", 0)
         self.buffer = list(st.get("buffer", []))
+
+    @property
+    def cached(self) -> bool:
+        return self.cache is not None
 
     def order(self, epoch: int) -> list[Path]:
         paths = list(self.paths)
@@ -105,8 +178,29 @@ class TokenStream:
         return paths
 
     def state(self) -> dict:
+        if self.cached:
+            return {"epoch": self.epoch, "shard": self.shard, "offset": self.offset}
         return {"epoch": self.epoch, "shard": self.shard, "doc": self.doc,
                 "buffer": list(self.buffer)}
+
+    def _take(self, n: int) -> np.ndarray:
+        """The next n tokens from the cache, across shard and epoch boundaries."""
+        tokens, offsets = self.cache
+        if offsets[-1] == 0:
+            raise ValueError(f"the {len(self.paths)} shards hold no text")
+        out, have = [], 0
+        while have < n:
+            i = self.paths.index(self.order(self.epoch)[self.shard])
+            lo, hi = offsets[i] + self.offset, offsets[i + 1]
+            k = min(n - have, hi - lo)
+            out.append(tokens[lo:lo + k])
+            have += k
+            self.offset += k
+            if offsets[i] + self.offset == hi:
+                self.shard, self.offset = self.shard + 1, 0
+                if self.shard == len(self.paths):
+                    self.shard, self.epoch = 0, self.epoch + 1
+        return np.concatenate(out)
 
     def _fill(self, need: int):
         idle = 0  # shards passed in a row without any text
@@ -130,6 +224,8 @@ class TokenStream:
     def next_batch(self, batch_size: int) -> torch.Tensor:
         """(batch_size, seq_len + 1) int64 tokens."""
         n = self.seq_len + 1
+        if self.cached:
+            return torch.from_numpy(self._take(batch_size * n).astype(np.int64)).view(batch_size, n)
         rows = []
         for _ in range(batch_size):
             self._fill(n)

@@ -8,7 +8,8 @@ import torch
 from ocpmx import cli
 from ocpmx.llama_train import train as T
 from ocpmx.llama_train.corpus import build_corpus
-from ocpmx.llama_train.data import TokenStream, load_tokenizer, train_tokenizer, validation_set
+from ocpmx.llama_train.data import (TokenStream, load_tokenizer, tokenize_split, train_tokenizer,
+                                    validation_set)
 from ocpmx.llama_train.model import PRESETS, Llama, get_config, rope_frequencies
 
 
@@ -62,6 +63,45 @@ def test_stream_is_deterministic_and_resumable(corpus):
     assert any((x == eos).any() for x in full)
     v1, v2 = validation_set(corpus, tok, 32, 4), validation_set(corpus, tok, 32, 4)
     assert torch.equal(v1, v2) and v1.shape == (4, 33)
+
+
+def test_pretokenized_cache_gives_the_same_stream(corpus, tmp_path):
+    import shutil
+    d = tmp_path / "c"
+    shutil.copytree(corpus, d)
+    tok = load_tokenizer(d / "tokenizer.json")
+    plain = TokenStream(d, tok, 64, seed=5)
+    assert not plain.cached
+    meta = tokenize_split(d, tok, "train")
+    assert meta["tokens"] == meta["offsets"][-1] > 0
+    cached = TokenStream(d, tok, 64, seed=5)
+    assert cached.cached
+    n_batches = 3 * meta["tokens"] // (4 * 65)  # three epochs: shard and epoch boundaries
+    half = n_batches // 2
+    seen = []
+    for i in range(n_batches):
+        a, b = plain.next_batch(4), cached.next_batch(4)
+        assert torch.equal(a, b), f"batch {i}"
+        seen.append(b)
+        if i == half:
+            saved = json.loads(json.dumps(cached.state()))
+    assert cached.epoch >= 2
+    resumed = TokenStream(d, tok, 64, seed=5, state=saved)
+    for i in range(half + 1, n_batches):
+        assert torch.equal(resumed.next_batch(4), seen[i]), f"resumed batch {i}"
+    # a position saved in one mode cannot be used in the other
+    with pytest.raises(ValueError, match="saved data position was taken with the cache"):
+        TokenStream(d, tok, 64, seed=5, state=saved, use_cache=False)
+    with pytest.raises(ValueError, match="taken with on-the-fly tokenization"):
+        TokenStream(d, tok, 64, seed=5, state=plain.state())
+    # a cache made with another tokenizer is ignored, not used
+    other = train_tokenizer(d, tmp_path / "other.json", vocab_size=300)
+    assert not TokenStream(d, other, 64, seed=5).cached
+    # the validation set reads the validation cache the same way
+    v = validation_set(d, tok, 32, 4)
+    tokenize_split(d, tok, "validation")
+    assert TokenStream(d, tok, 32, seed=0, split="validation", shuffle=False).cached
+    assert torch.equal(validation_set(d, tok, 32, 4), v)
 
 
 def test_resume_is_bit_exact(corpus, tmp_path):
