@@ -48,6 +48,27 @@ def add_parsers(sub) -> None:
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
 
+    a = sub.add_parser("ablate", help="the study's ablation: run arms x seeds on the GPUs, "
+                       "summarize them, analyze the Wgrad error")
+    a.add_argument("action", choices=["run", "summarize", "analyze"])
+    a.add_argument("--out", default="runs/ablation", help="ablation directory (run dirs, table)")
+    a.add_argument("--data", default="data/debl")
+    a.add_argument("--arms", default=None, help="comma-separated recipes (default: all 10 arms)")
+    a.add_argument("--seeds", default="0,1,2",
+                   help="seeds; the first for every arm, the others for bf16, mxfp4_all, "
+                        "mxfp4_all_h16")
+    a.add_argument("--gpus", default=None,
+                   help="comma-separated GPU ids (default: all visible; none: one CPU slot)")
+    a.add_argument("--per-gpu", type=int, default=1, help="runs at a time on each GPU")
+    a.add_argument("--train-args", default=None,
+                   help="options for every ocpmx train run, quoted (default: the 30m, 100 M-token "
+                        "settings of results/ablation)")
+    a.add_argument("--run", default=None,
+                   help="analyze: the run whose checkpoint to use (default OUT/bf16/seed0)")
+    a.add_argument("--batches", type=int, default=8, help="analyze: consecutive batches")
+    a.add_argument("--batch-size", type=int, default=16, help="analyze: sequences per batch")
+    a.set_defaults(func=cmd_ablate)
+
     p = sub.add_parser("plot", help="train/validation loss against tokens for run directories")
     p.add_argument("runs", nargs="+")
     p.add_argument("-o", "--out", default="loss.png")
@@ -100,6 +121,36 @@ def cmd_train(args) -> int:
           f"val loss {val_rows[-1]['val_loss']:.4f}" if val_rows else "")
     if result.get("tokens_to_target"):
         print(f"target reached after {result['tokens_to_target']} tokens")
+    return 0
+
+
+def cmd_ablate(args) -> int:
+    import shlex
+    from . import ablation
+    if args.action == "run":
+        arms = args.arms.split(",") if args.arms else ablation.ARMS
+        seeds = [int(x) for x in args.seeds.split(",")]
+        if args.gpus is None:
+            import torch
+            gpus = [str(i) for i in range(torch.cuda.device_count())]
+        else:
+            gpus = [g for g in args.gpus.split(",") if g and g != "none"]
+        train_args = shlex.split(args.train_args) if args.train_args else \
+            ablation.DEFAULT_TRAIN_ARGS
+        res = ablation.run_ablation(args.out, ablation.plan(arms, seeds), args.data, gpus,
+                                    args.per_gpu, train_args)
+        bad = {k: v for k, v in res.items() if v != "done"}
+        print(f"{len(res) - len(bad)} of {len(res)} runs done" +
+              "".join(f"\n  {k}: {v}" for k, v in bad.items()))
+        return 0 if all(v in ("done", "diverged") for v in res.values()) else 1
+    if args.action == "summarize":
+        table = ablation.summarize(args.out)
+        print(ablation.table_markdown(table))
+        return 0
+    from .gradient_error import analyze, markdown
+    res = analyze(args.run or str(Path(args.out) / "bf16" / "seed0"), args.out, args.batches,
+                  args.batch_size, data=args.data)
+    print(markdown(res))
     return 0
 
 
