@@ -33,8 +33,10 @@ class TrainConfig:
     eval_every: int = 50
     eval_sequences: int = 16
     target_loss: float | None = None
-    save_every: int = 50
+    save_every: int = 50               # 0: no checkpoints (throughput runs)
     keep: int = 2
+    checkpoint_format: str = "full"    # 'full': one safetensors file set; 'sharded': DCP per rank
+    profile_step: int | None = None    # profile steps N and N+1 (GPU time by kernel category)
     seed: int = 0
     nan_policy: str = "stop"           # or 'skip'
     compile: bool = False
@@ -60,6 +62,9 @@ class TrainConfig:
                 raise ValueError(f"recipe {self.recipe}: Wgrad contracts over tokens; "
                                  f"batch_size * seq_len = {self.batch_size * self.seq_len} is not "
                                  "divisible by 32")
+        if self.checkpoint_format not in ("full", "sharded"):
+            raise ValueError(f"checkpoint_format must be 'full' or 'sharded', got "
+                             f"{self.checkpoint_format!r}")
         if self.nan_policy not in ("stop", "skip"):
             raise ValueError(f"nan_policy must be 'stop' or 'skip', got {self.nan_policy!r}")
         if self.seq_len > cfg.max_seq_len:

@@ -149,13 +149,23 @@ class Llama(nn.Module):
 
     def init_weights(self, std: float = 0.02, generator: torch.Generator | None = None):
         """Normal(0, std) for every Linear and the embedding (the MLPerf reference's init),
-        ones for the norms; deterministic under ``generator``."""
-        for name, p in self.named_parameters():
-            if p.dim() == 1:
-                nn.init.ones_(p)
-            else:
-                with torch.no_grad():
-                    p.normal_(0.0, std, generator=generator)
+        ones for the norms; deterministic under ``generator``. Each full parameter is drawn on
+        the generator's device in parameter order and, for a parameter sharded by FSDP2 (a
+        DTensor), only this rank's shard is kept: the initial weights are the same for every
+        world size."""
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if p.dim() == 1:
+                    full = torch.ones(p.shape, dtype=p.dtype, device=gen_device)
+                else:
+                    full = torch.empty(p.shape, dtype=p.dtype, device=gen_device)
+                    full.normal_(0.0, std, generator=generator)
+                if hasattr(p, "device_mesh"):  # a DTensor shard
+                    from torch.distributed.tensor import distribute_tensor
+                    full = distribute_tensor(full.to(p.device), p.device_mesh, p.placements,
+                                             src_data_rank=None)
+                p.copy_(full)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         t = tokens.shape[1]

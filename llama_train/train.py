@@ -10,10 +10,16 @@ between world sizes.
   cosine to ``min_lr_ratio``; gradient accumulation.
 * Metrics: ``OUT/metrics.jsonl``, one JSON object per step (step, tokens, loss, lr, grad_norm,
   tokens_per_s, mfu, skipped) and eval rows (step, tokens, val_loss).
-* Checkpoints: ``OUT/checkpoints/step_XXXXXXXX/`` (model.safetensors, optimizer.safetensors,
-  state.json with the data position and RNG states), written to a temporary directory and
-  renamed, then ``OUT/checkpoints/latest`` is replaced atomically; the last ``keep`` stay.
-  ``resume=True`` continues bit-exactly.
+* Checkpoints: ``OUT/checkpoints/step_XXXXXXXX/`` (format 'full': model.safetensors and
+  optimizer.safetensors gathered on rank 0; format 'sharded': torch.distributed.checkpoint files,
+  every rank writing its own shards in parallel, which an 8B model needs: 96 GB of fp32 weights
+  and AdamW state; both with state.json holding the data position and RNG states), written to a
+  temporary directory and renamed, then ``OUT/checkpoints/latest`` is replaced atomically; the
+  last ``keep`` stay. ``resume=True`` continues bit-exactly. Both formats load at another world
+  size (DCP reshards).
+* ``profile_step``: steps N and N+1 under torch.profiler on rank 0; OUT/step_breakdown.json has
+  the GPU time per step by kernel category (GEMM, quantize, dequantize, attention,
+  communication, other) and the top kernels. Peak memory per GPU: OUT/memory.json.
 * NaN/Inf loss or gradient norm: a clear message; policy 'stop' (raise, the last good checkpoint
   stays) or 'skip' (no update, counted in ``skipped``).
 """
@@ -84,17 +90,21 @@ def build(cfg: TrainConfig, dist: Dist):
     if tok.get_vocab_size() > mcfg.vocab_size:
         mcfg = replace(mcfg, vocab_size=tok.get_vocab_size())
     torch.manual_seed(cfg.seed)
-    model = Llama(mcfg)
-    model.init_weights(cfg.init_std, torch.Generator().manual_seed(cfg.seed))
+    # built on the meta device, sharded, then materialized: an 8B model never exists in full on
+    # one device (fp32 weights alone are 32 GB)
+    with torch.device("meta"):
+        model = Llama(mcfg)
     model.activation_checkpointing = cfg.activation_checkpointing
     convert_linears(model, cfg.recipe, rules=[(p, None) for p in cfg.keep_bf16], seed=cfg.seed,
                     backend=cfg.mx_backend)
-    model.to(dist.device)
     if dist.world > 1:  # FSDP2: each block, then the root; fp32 shards, bf16 compute by autocast
         from torch.distributed.fsdp import fully_shard
         for layer in model.layers:
             fully_shard(layer)
         fully_shard(model)
+    model.to_empty(device=dist.device)
+    # the initial weights are drawn on the device (CPU or the GPU), the same for any world size
+    model.init_weights(cfg.init_std, torch.Generator(dist.device).manual_seed(cfg.seed))
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -117,34 +127,48 @@ def _full_state(model, opt):
     return get_model_state_dict(model, options=o), get_optimizer_state_dict(model, opt, options=o)
 
 
+def _sharded_state(model, opt):
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
+
+
 def save_checkpoint(out: Path, step: int, model, opt, stream, tokens: int, skipped: int,
-                    keep: int, dist: Dist):
-    from safetensors.torch import save_file
-    msd, osd = _full_state(model, opt)  # collective: every rank takes part
+                    keep: int, dist: Dist, fmt: str = "full"):
+    root = out / "checkpoints"
+    final = root / f"step_{step:08d}"
+    tmp = root / f".tmp_step_{step:08d}"
     if dist.main:
-        root = out / "checkpoints"
         root.mkdir(parents=True, exist_ok=True)
-        final = root / f"step_{step:08d}"
-        tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        save_file({k: v.detach().cpu().contiguous() for k, v in msd.items()},
-                  str(tmp / "model.safetensors"))
-        tensors, meta = {}, {"param_groups": osd["param_groups"], "state": {}}
-        for name, st in osd["state"].items():
-            meta["state"][name] = {}
-            for k, v in st.items():
-                if torch.is_tensor(v):
-                    tensors[f"{name}{_SEP}{k}"] = v.detach().cpu().contiguous()
-                else:
-                    meta["state"][name][k] = v
-        save_file(tensors, str(tmp / "optimizer.safetensors"))
-        rng = {"torch": torch.get_rng_state().tolist()}
-        state = {"step": step, "tokens": tokens, "skipped": skipped, "data": stream.state(),
-                 "rng": rng, "world": dist.world, "optimizer": meta}
+    dist.barrier()
+    state = {"step": step, "tokens": tokens, "skipped": skipped, "data": stream.state(),
+             "rng": {"torch": torch.get_rng_state().tolist()}, "world": dist.world,
+             "format": fmt}
+    if fmt == "sharded":
+        import torch.distributed.checkpoint as dcp
+        dcp.save(_sharded_state(model, opt), checkpoint_id=str(tmp))  # collective
+    else:
+        from safetensors.torch import save_file
+        msd, osd = _full_state(model, opt)  # collective: every rank takes part
+        if dist.main:
+            save_file({k: v.detach().cpu().contiguous() for k, v in msd.items()},
+                      str(tmp / "model.safetensors"))
+            tensors, meta = {}, {"param_groups": osd["param_groups"], "state": {}}
+            for name, st in osd["state"].items():
+                meta["state"][name] = {}
+                for k, v in st.items():
+                    if torch.is_tensor(v):
+                        tensors[f"{name}{_SEP}{k}"] = v.detach().cpu().contiguous()
+                    else:
+                        meta["state"][name][k] = v
+            save_file(tensors, str(tmp / "optimizer.safetensors"))
+            state["optimizer"] = meta
+    dist.barrier()
+    if dist.main:
         (tmp / "state.json").write_text(json.dumps(state))
-        for f in tmp.iterdir():  # contents on disk before the rename makes them visible
+        for f in [f for f in tmp.rglob("*") if f.is_file()]:  # on disk before the rename
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         if final.exists():
@@ -168,6 +192,14 @@ def load_checkpoint(out: Path, model, opt, dist: Dist):
         return None
     path = out / "checkpoints" / latest.read_text().strip()
     state = json.loads((path / "state.json").read_text())
+    if state.get("format", "full") == "sharded":
+        import torch.distributed.checkpoint as dcp
+        sd = _sharded_state(model, opt)  # the templates: this run's shards
+        dcp.load(sd, checkpoint_id=str(path))
+        set_model_state_dict(model, sd["model"])
+        set_optimizer_state_dict(model, opt, sd["optim"])
+        torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
+        return state
     msd = load_file(str(path / "model.safetensors"))
     osd = {"param_groups": state["optimizer"]["param_groups"],
            "state": {n: dict(st) for n, st in state["optimizer"]["state"].items()}}
@@ -250,7 +282,11 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     result = {"tokens_to_target": None}
     params = list(model.parameters())
     lo, hi = dist.rank * cfg.batch_size, (dist.rank + 1) * cfg.batch_size
+    prof = None
     for step in range(start, cfg.max_steps):
+        if step == cfg.profile_step and dist.main:
+            prof = torch.profiler.profile(activities=_profiler_activities(device))
+            prof.start()
         t0 = time.perf_counter()
         lr = lr_at(step, cfg)
         for g in opt.param_groups:
@@ -280,10 +316,19 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
             opt.step()
             opt.zero_grad(set_to_none=True)
         tokens += step_tokens
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         dt = time.perf_counter() - t0
         row = {"step": step, "tokens": tokens, "loss": loss_val, "lr": lr, "grad_norm": grad_norm,
                "tokens_per_s": step_tokens / dt, "mfu": step_tokens * fpt / dt / peak,
                "skipped": skipped}
+        if device.type == "cuda":
+            row["max_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        if prof is not None and step == cfg.profile_step + 1:
+            prof.stop()
+            breakdown = step_breakdown(prof, steps=2)
+            (out / "step_breakdown.json").write_text(json.dumps(breakdown, indent=1))
+            prof = None
         if metrics:
             metrics.write(json.dumps(row) + "\n")
         if tb:
@@ -306,8 +351,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
                 stop = True
         if metrics:
             metrics.flush()
-        if (step + 1) % cfg.save_every == 0 or last or stop:
-            save_checkpoint(out, step, model, opt, stream, tokens, skipped, cfg.keep, dist)
+        if cfg.save_every and ((step + 1) % cfg.save_every == 0 or last or stop):
+            save_checkpoint(out, step, model, opt, stream, tokens, skipped, cfg.keep, dist,
+                            cfg.checkpoint_format)
         if stop:
             break
     if metrics:
@@ -317,7 +363,77 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     if bar:
         bar.close()
     result.update(tokens=tokens, skipped=skipped, world=dist.world)
+    if device.type == "cuda":
+        result["peak_memory_gb"] = _peak_memory(dist)
+        if dist.main:
+            (out / "memory.json").write_text(json.dumps(result["peak_memory_gb"], indent=1))
     return result
+
+
+def _peak_memory(dist: Dist) -> dict:
+    """Peak allocated and reserved GPU memory of every rank, in GiB."""
+    mine = torch.tensor([torch.cuda.max_memory_allocated(dist.device),
+                         torch.cuda.max_memory_reserved(dist.device)],
+                        dtype=torch.float64, device=dist.device) / 2**30
+    if dist.world > 1:
+        every = [torch.zeros_like(mine) for _ in range(dist.world)]
+        torch.distributed.all_gather(every, mine)
+    else:
+        every = [mine]
+    return {"allocated_gb": [float(t[0]) for t in every],
+            "reserved_gb": [float(t[1]) for t in every]}
+
+
+def _profiler_activities(device):
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return acts
+
+
+# GPU kernels by name: first matching category wins
+KERNEL_CATEGORIES = (
+    ("communication", ("nccl",)),
+    ("dequantize", ("dequantize_kernel",)),
+    ("quantize", ("quantize_kernel", "quantize_rows32_kernel")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "mx_gemm_kernel", "matmul")),
+    ("attention", ("flash", "fmha", "attention", "attn")),
+)
+
+
+def kernel_category(name: str) -> str:
+    low = name.lower()
+    for cat, keys in KERNEL_CATEGORIES:
+        if any(k in low for k in keys):
+            return cat
+    return "other"
+
+
+def breakdown_from_kernels(kernels: list[tuple[str, float, int]], steps: int) -> dict:
+    """GPU milliseconds per step by category from (kernel name, total microseconds, calls).
+    Communication overlaps compute under FSDP2, so the categories may add up to more than the
+    step time."""
+    cats: dict[str, float] = {}
+    for name, us, _ in kernels:
+        c = kernel_category(name)
+        cats[c] = cats.get(c, 0.0) + us / 1e3 / steps
+    top = sorted(kernels, key=lambda k: -k[1])[:20]
+    return {"steps": steps, "gpu_ms_per_step": dict(sorted(cats.items(), key=lambda kv: -kv[1])),
+            "top_kernels": [{"name": n[:160], "category": kernel_category(n),
+                             "ms_per_step": us / 1e3 / steps, "calls_per_step": c / steps}
+                            for n, us, c in top]}
+
+
+def step_breakdown(prof, steps: int) -> dict:
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0.0)
+        if us and getattr(e, "device_type", None) is not None and \
+                str(e.device_type).endswith("CUDA"):
+            kernels.append((e.key, float(us), int(e.count)))
+    return breakdown_from_kernels(kernels, steps)
 
 
 def _gpu_peak(device) -> float:

@@ -104,10 +104,11 @@ def test_pretokenized_cache_gives_the_same_stream(corpus, tmp_path):
     assert torch.equal(validation_set(d, tok, 32, 4), v)
 
 
-def test_resume_is_bit_exact(corpus, tmp_path):
-    T.train(cfg(corpus, tmp_path / "full"))
-    T.train(cfg(corpus, tmp_path / "cut", max_steps=4, decay_steps=8))
-    T.train(cfg(corpus, tmp_path / "cut", max_steps=8), resume=True)
+@pytest.mark.parametrize("fmt", ["full", "sharded"])
+def test_resume_is_bit_exact(corpus, tmp_path, fmt):
+    T.train(cfg(corpus, tmp_path / "full", checkpoint_format=fmt))
+    T.train(cfg(corpus, tmp_path / "cut", max_steps=4, decay_steps=8, checkpoint_format=fmt))
+    T.train(cfg(corpus, tmp_path / "cut", max_steps=8, checkpoint_format=fmt), resume=True)
     full, vf = T.read_metrics(tmp_path / "full" / "metrics.jsonl")
     cut, vc = T.read_metrics(tmp_path / "cut" / "metrics.jsonl")
     assert [r["step"] for r in cut] == list(range(8))
@@ -118,8 +119,33 @@ def test_resume_is_bit_exact(corpus, tmp_path):
     assert (ck / "latest").read_text() == "step_00000007"
     assert sorted(p.name for p in ck.glob("step_*")) == ["step_00000003", "step_00000007"]
     assert not list(ck.glob(".tmp*"))
-    for name in ("model.safetensors", "optimizer.safetensors", "state.json"):
+    names = ("model.safetensors", "optimizer.safetensors") if fmt == "full" else (".metadata",)
+    for name in names + ("state.json",):
         assert (ck / "step_00000007" / name).is_file()
+    assert json.loads((ck / "step_00000007" / "state.json").read_text())["format"] == fmt
+
+
+def test_no_checkpoints_when_save_every_is_zero(corpus, tmp_path):
+    T.train(cfg(corpus, tmp_path / "r", max_steps=2, save_every=0))
+    assert not (tmp_path / "r" / "checkpoints").exists()
+    assert len(T.read_metrics(tmp_path / "r" / "metrics.jsonl")[0]) == 2
+
+
+def test_step_breakdown_categories(corpus, tmp_path):
+    kernels = [("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 4000.0, 64),
+               ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", 9000.0, 8),
+               ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_TNT", 1000.0, 4),
+               ("quantize_rows32_kernel", 600.0, 12), ("dequantize_kernel", 300.0, 12),
+               ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", 2000.0, 2),
+               ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", 500.0, 30)]
+    b = T.breakdown_from_kernels(kernels, steps=2)
+    assert b["gpu_ms_per_step"] == {"gemm": 5.0, "communication": 2.0, "attention": 1.0,
+                                    "quantize": 0.3, "other": 0.25, "dequantize": 0.15}
+    assert b["top_kernels"][0]["category"] == "gemm" and b["top_kernels"][0]["calls_per_step"] == 4
+    # on the CPU the profiler runs and finds no GPU kernels: an empty breakdown, no error
+    T.train(cfg(corpus, tmp_path / "p", max_steps=3, profile_step=1))
+    got = json.loads((tmp_path / "p" / "step_breakdown.json").read_text())
+    assert got["steps"] == 2 and got["gpu_ms_per_step"] == {}
 
 
 def test_nan_policy(corpus, tmp_path, monkeypatch):
@@ -190,14 +216,15 @@ def _torchrun(args, tmp_path, nproc=2):
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_fsdp2_two_processes_resume_exactly(corpus, tmp_path):
+@pytest.mark.parametrize("fmt", ["full", "sharded"])
+def test_fsdp2_two_processes_resume_exactly(corpus, tmp_path, fmt):
     """torchrun with 2 CPU processes (gloo): FSDP2 shards the model; a run stopped at step 3
     and resumed gives the uninterrupted run's losses bit for bit, and the losses track a
     single-process run over the same global batches (sums in another order)."""
     common = ["--preset", "tiny", "--recipe", "mxfp4_all_sr_wgrad", "--data", str(corpus),
               "--batch-size", "2", "--seq-len", "32", "--eval-every", "3", "--eval-sequences", "4",
               "--save-every", "3", "--warmup-steps", "2", "--decay-steps", "6",
-              "--mx-backend", "emulator", "--no-progress"]
+              "--mx-backend", "emulator", "--no-progress", "--checkpoint-format", fmt]
     _torchrun([*common, "--max-steps", "6", "--out", str(tmp_path / "full")], tmp_path)
     _torchrun([*common, "--max-steps", "3", "--out", str(tmp_path / "cut")], tmp_path)
     _torchrun([*common, "--max-steps", "6", "--out", str(tmp_path / "cut"), "--resume"], tmp_path)
