@@ -1,0 +1,22 @@
+#!/bin/bash
+# Llama 3.1-8B (exact config), sequence 8192, FSDP2 over all GPUs of one host: 40 steps per recipe
+# (the first 10 are warm-up for timing), steps 20-21 profiled; mxfp4_all_h16 is also the
+# save + resume check: 20 steps, a sharded checkpoint at step 19, then resumed to step 40.
+set -euo pipefail
+DATA=${DATA:-data/debl}
+RUNS=${RUNS:-runs/scale}
+NGPU=${NGPU:-$(nvidia-smi -L | wc -l)}
+RECIPES=${RECIPES:-"bf16 fp8 mxfp4_all"}
+export NCCL_NVLS_ENABLE=0
+[ -f "$DATA/c4-train.tokens.npy" ] || python -m ocpmx.cli data tokenize --out "$DATA"
+A="--preset 8b --seq-len 8192 --batch-size 1 --grad-accum 1 --activation-checkpointing
+   --lr 3e-4 --warmup-steps 10 --decay-steps 40 --eval-every 1000 --eval-sequences 8
+   --profile-step 20 --checkpoint-format sharded --data $DATA --no-progress"
+run() { python -m torch.distributed.run --standalone --nproc-per-node "$NGPU" -m ocpmx.cli train $A "$@"; }
+for R in $RECIPES; do
+  run --recipe "$R" --max-steps 40 --save-every 0 --out "$RUNS/$R"
+done
+if [ "${SAVE_RESUME:-1}" = 1 ]; then
+  run --recipe mxfp4_all_h16 --max-steps 20 --save-every 20 --out "$RUNS/mxfp4_all_h16"
+  run --recipe mxfp4_all_h16 --max-steps 40 --save-every 0 --resume --out "$RUNS/mxfp4_all_h16"
+fi
