@@ -160,9 +160,16 @@ def summarize(out, reference: str = "bf16", fraction: float = 0.75) -> dict:
     rows = []
     for arm in [a for a in ARMS if a in runs] + [a for a in runs if a not in ARMS]:
         seeds = runs[arm]
-        finals, extras, flags = [], [], []
+        finals, extras, flags, gaps, deltas = [], [], [], [], []
+        complete = {s: r for s, r in seeds.items() if r["status"] in ("done", "diverged")}
         for s, r in sorted(seeds.items()):
+            if s not in complete:  # cut off: its curve so far is plotted, not tabulated
+                flags.append(f"seed {s}: {r['status']} at {r['tokens'] / 1e6:.0f} M tokens")
+                continue
             finals.append(r["val"][-1][1] if r["val"] else None)
+            ref = runs[reference].get(s)
+            if ref is not None and ref["status"] == "done" and r["val"] and ref["val"]:
+                deltas.append(r["val"][-1][1] - ref["val"][-1][1])
             target = ref_target.get(s, ref_mean)
             t = _interp_tokens(r["val"], target)
             extras.append(None if t is None else t / ref_tokens - 1)
@@ -170,18 +177,28 @@ def summarize(out, reference: str = "bf16", fraction: float = 0.75) -> dict:
                 flags.append(f"seed {s}: {r['status']}")
             if r["skipped"]:
                 flags.append(f"seed {s}: {r['skipped']} skipped steps")
-            losses = [v for _, v in r["train"]]
-            spikes = sum(1 for a, b in zip(losses[100:], losses[101:]) if b > a + 0.5)
-            if spikes:
-                flags.append(f"seed {s}: {spikes} loss spikes > 0.5")
+            bad = sum(1 for _, v in r["train"] if not math.isfinite(v))
+            if bad:
+                flags.append(f"seed {s}: {bad} non-finite losses")
+            ref = runs[reference].get(s)
+            if ref is not None and arm != reference:
+                # the largest validation-loss gap to the same seed's reference after 10% of the
+                # budget (same data order): a divergence shows here before it shows at the end
+                rv = dict(ref["val"])
+                gaps.append(max((v - rv[t] for t, v in r["val"] if t in rv and t > 0.1 * budget),
+                                default=None))
         fm, fs = _mean_std(finals)
         em, es = _mean_std(extras)
-        rows.append({"arm": arm, "seeds": sorted(seeds), "final_val_loss": finals,
+        dm, ds = _mean_std(deltas)
+        rows.append({"arm": arm, "seeds": sorted(complete), "incomplete": sorted(set(seeds) - set(complete)),
+                     "final_val_loss": finals,
+                     "delta_vs_reference": deltas, "delta_mean": dm, "delta_std": ds,
                      "final_val_loss_mean": fm, "final_val_loss_std": fs,
                      "extra_tokens": extras, "extra_tokens_mean": em, "extra_tokens_std": es,
                      "reached": [e is not None for e in extras],
-                     "tokens": [seeds[s]["tokens"] for s in sorted(seeds)],
-                     "tokens_per_s": [seeds[s]["tokens_per_s"] for s in sorted(seeds)],
+                     "tokens": [complete[s]["tokens"] for s in sorted(complete)],
+                     "tokens_per_s": [complete[s]["tokens_per_s"] for s in sorted(complete)],
+                     "max_val_gap": max((g for g in gaps if g is not None), default=None),
                      "flags": flags})
     table = {"reference": reference, "fraction": fraction, "budget_tokens": budget,
              "reference_target_loss": ref_target, "rows": rows}
@@ -203,47 +220,64 @@ def table_markdown(table: dict) -> str:
              "Extra tokens: how many more tokens than that the arm needs to reach the same "
              "validation loss (per seed against the same seed's reference). '> x' means not "
              "reached within the budget.", "",
-             "| arm | seeds | final val loss | extra tokens | flags |", "|---|---|---|---|---|"]
+             "Max gap: the largest validation-loss excess over the same seed's reference at one "
+             "evaluation after 10% of the budget.", "",
+             "Δ final: final validation loss minus the same seed's reference (mean ± std over "
+             "seeds). Only complete runs enter the statistics.", "",
+             "| arm | seeds | final val loss | Δ final | extra tokens | max gap | flags |",
+             "|---|---|---|---|---|---|---|"]
     limit = 1 / f - 1
     for r in table["rows"]:
-        if all(r["reached"]):
+        if not r["reached"]:
+            extra = "—"
+        elif all(r["reached"]):
             extra = _pm(None if r["extra_tokens_mean"] is None else 100 * r["extra_tokens_mean"],
                         None if r["extra_tokens_std"] is None else 100 * r["extra_tokens_std"],
                         "+.1f") + " %"
         else:
             got = [100 * e for e in r["extra_tokens"] if e is not None]
             extra = f"> {100 * limit:+.0f} % ({len(got)} of {len(r['reached'])} seeds reached)"
+        gap = "—" if r["max_val_gap"] is None else f"{r['max_val_gap']:+.3f}"
         lines.append(f"| {r['arm']} | {len(r['seeds'])} | "
-                     f"{_pm(r['final_val_loss_mean'], r['final_val_loss_std'], '.4f')} | {extra} | "
-                     f"{'; '.join(r['flags']) or '—'} |")
+                     f"{_pm(r['final_val_loss_mean'], r['final_val_loss_std'], '.4f')} | "
+                     f"{_pm(r['delta_mean'], r['delta_std'], '+.4f')} | {extra} | {gap} | {'; '.join(r['flags']) or '—'} |")
     return "\n".join(lines) + "\n"
 
 
 def plot_ablation(runs, png, reference: str = "bf16"):
-    """Validation loss against tokens (mean over seeds) for every arm, and the gap to the
-    reference at the same tokens."""
+    """Validation loss against tokens (mean over the seeds that reached each evaluation) for every
+    arm, and the gap to the reference: at each evaluation the mean over seeds of the arm's loss
+    minus the same seed's reference loss (same data order)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
 
-    def mean_curve(seeds):
-        curves = [r["val"] for r in seeds.values() if r["val"]]
-        n = min(len(c) for c in curves)
-        return [(curves[0][i][0], sum(c[i][1] for c in curves) / len(curves)) for i in range(n)]
+    def mean_curve(curves):
+        at: dict[int, list[float]] = {}
+        for c in curves:
+            for t, v in c:
+                at.setdefault(t, []).append(v)
+        return sorted((t, sum(v) / len(v)) for t, v in at.items())
 
-    ref = dict(mean_curve(runs[reference]))
-    for arm in [x for x in ARMS if x in runs]:
-        c = mean_curve(runs[arm])
-        label = f"{arm} ({len(runs[arm])} seeds)" if len(runs[arm]) > 1 else arm
+    for arm in [x for x in ARMS if x in runs] + [x for x in runs if x not in ARMS]:
+        seeds = runs[arm]
+        c = mean_curve([r["val"] for r in seeds.values()])
+        label = f"{arm} ({len(seeds)} seeds)" if len(seeds) > 1 else arm
         style = "-" if arm in SEEDED_ARMS else "--"
         a.plot([t for t, _ in c], [v for _, v in c], style, label=label)
-        gap = [(t, v - ref[t]) for t, v in c if t in ref]
-        b.plot([t for t, _ in gap], [g for _, g in gap], style, label=label)
+        gaps = []
+        for s, r in seeds.items():
+            ref = runs[reference].get(s)
+            if ref is not None:
+                rv = dict(ref["val"])
+                gaps.append([(t, v - rv[t]) for t, v in r["val"] if t in rv])
+        g = mean_curve(gaps)
+        b.plot([t for t, _ in g], [x for _, x in g], style, label=label)
     lo = min(v for seeds in runs.values() for r in seeds.values() for _, v in r["val"][-1:])
     a.set_ylim(lo - 0.05, lo + 1.0)
-    a.set_title("validation loss")
-    b.set_title(f"validation loss minus {reference}")
+    a.set_title("validation loss (mean over seeds)")
+    b.set_title(f"validation loss minus {reference}, same seed")
     b.axhline(0, color="k", lw=0.5)
     for ax in (a, b):
         ax.set_xlabel("tokens")

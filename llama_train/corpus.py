@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import random
 import sys
 import warnings
 from pathlib import Path
@@ -187,6 +188,9 @@ def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int = 4,
         raise ValueError(f"unknown corpus source {source!r}; available: 'stdlib', 'debian'")
     if not docs:
         raise RuntimeError("found no documentation strings")
+    # documents in a seeded random order: the sources come package by package, and a shard (or
+    # the validation set, the first sequences of its file) must mix them as C4's do
+    random.Random(0).shuffle(docs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train, val = [], []
@@ -199,6 +203,6 @@ def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int = 4,
     info = {"source": source, "python": sys.version.split()[0], "documents": len(docs),
             "packages": pkgs,
             "train_documents": len(train), "validation_documents": len(val),
-            "characters": sum(map(len, docs))}
+            "characters": sum(map(len, docs)), "shuffled": True}
     (out / "CORPUS.json").write_text(__import__("json").dumps(info, indent=1))
     return info

@@ -65,8 +65,11 @@ def test_summary_measures_extra_tokens(tmp_path):
     sr = rows["mxfp4_all_sr_wgrad"]
     assert sr["reached"] == [False]
     assert any("diverged" in x for x in sr["flags"]) and any("3 skipped" in x for x in sr["flags"])
+    # the largest same-seed gap after 10% of the budget: at 10,000 tokens for the 2x stretch
+    assert sr["max_val_gap"] == pytest.approx(f(11_000 / 2) - f(11_000), rel=1e-9)
+    assert rows["mxfp4_all"]["max_val_gap"] == pytest.approx(f(11_000 / 1.1) - f(11_000), rel=1e-9)
     md = (tmp_path / "table.md").read_text()
-    assert "| mxfp4_all | 2 |" in md and "> +33 %" in md
+    assert "| mxfp4_all | 2 |" in md and "> +33 %" in md and "max gap" in md
     assert (tmp_path / "val_loss.png").stat().st_size > 10_000
 
 
