@@ -106,18 +106,24 @@ def test_special_blocks_and_subnormal_inputs(device):
 
 
 @pytest.mark.parametrize("device", devices())
-def test_any_axis_of_a_3d_tensor_and_block_sizes(device):
+@pytest.mark.parametrize("rounding", ["stochastic", "rne"])
+def test_any_axis_of_a_3d_tensor_and_block_sizes(device, rounding):
+    """Every axis and block size; with RNE and 32-blocks along a non-last axis this is the
+    transposed-copy path through the row kernel, with and without rotations."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 64, 6)).astype(np.float32)
+    x[1, :5, 2] *= 1e3  # an outlier column: saturation and flushing inside some blocks
     for axis in (0, 1, 2, -2):
         for bs in (2, 16, 32, 64):
             if x.shape[axis] % bs:
                 continue
-            mx = native.quantize(torch.from_numpy(x).to(device), "e2m1", axis=axis, block_size=bs,
-                                 rounding="stochastic", seed=3)
-            ref = emulator.quantize(x, "e2m1", axis=axis, block_size=bs, rounding="stochastic",
-                                    seed=3)
-            assert_same(mx, ref)
+            rots = (None, "hadamard16", Rotation(16, 5)) if bs % 16 == 0 else (None,)
+            for rot in rots:
+                mx = native.quantize(torch.from_numpy(x).to(device), "e2m1", axis=axis,
+                                     block_size=bs, rounding=rounding, seed=3, rotation=rot)
+                ref = emulator.quantize(x, "e2m1", axis=axis, block_size=bs, rounding=rounding,
+                                        seed=3, rotation=rot)
+                assert_same(mx, ref)
 
 
 @pytest.mark.parametrize("device", devices())
