@@ -306,6 +306,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
             msg = (f"step {step}: non-finite {'loss' if not math.isfinite(loss_val) else 'gradient norm'}"
                    f" (loss {loss_val}, grad_norm {grad_norm})")
             if cfg.nan_policy == "stop":
+                if prof is not None:
+                    prof.stop()
                 if metrics:
                     metrics.close()
                 raise TrainingDiverged(msg + f"; the last good checkpoint is kept in {out}/checkpoints")
@@ -325,10 +327,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         if device.type == "cuda":
             row["max_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         if prof is not None and step == cfg.profile_step + 1:
-            prof.stop()
-            breakdown = step_breakdown(prof, steps=2)
-            (out / "step_breakdown.json").write_text(json.dumps(breakdown, indent=1))
-            prof = None
+            prof = _finish_profile(prof, 2, out)
         if metrics:
             metrics.write(json.dumps(row) + "\n")
         if tb:
@@ -356,6 +355,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
                             cfg.checkpoint_format)
         if stop:
             break
+    if prof is not None:  # the run ended one step after profile_step started (a profiler left
+        prof = _finish_profile(prof, 1, out)  # running at exit crashes the process)
     if metrics:
         metrics.close()
     if tb:
@@ -368,6 +369,12 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         if dist.main:
             (out / "memory.json").write_text(json.dumps(result["peak_memory_gb"], indent=1))
     return result
+
+
+def _finish_profile(prof, steps: int, out: Path) -> None:
+    prof.stop()
+    (out / "step_breakdown.json").write_text(json.dumps(step_breakdown(prof, steps), indent=1))
+    return None
 
 
 def _peak_memory(dist: Dist) -> dict:

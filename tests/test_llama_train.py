@@ -146,6 +146,10 @@ def test_step_breakdown_categories(corpus, tmp_path):
     T.train(cfg(corpus, tmp_path / "p", max_steps=3, profile_step=1))
     got = json.loads((tmp_path / "p" / "step_breakdown.json").read_text())
     assert got["steps"] == 2 and got["gpu_ms_per_step"] == {}
+    # profiling the last step: the profiler is stopped at the end (left running, it crashed the
+    # process at exit), the breakdown covers the one step
+    T.train(cfg(corpus, tmp_path / "q", max_steps=3, profile_step=2))
+    assert json.loads((tmp_path / "q" / "step_breakdown.json").read_text())["steps"] == 1
 
 
 def test_nan_policy(corpus, tmp_path, monkeypatch):
