@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 from hypothesis import HealthCheck, settings
 
 # Without a GPU the Triton kernels run under Triton's CPU interpreter. Triton reads the switch
@@ -18,3 +20,14 @@ settings.register_profile("ci", derandomize=True, max_examples=200, deadline=Non
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """The stdlib-docstring corpus in the C4 layout with a 512-token BPE (training tests)."""
+    from ocpmx.llama_train.corpus import build_corpus
+    from ocpmx.llama_train.data import train_tokenizer
+    d = tmp_path_factory.mktemp("c4mini")
+    build_corpus(d)
+    train_tokenizer(d, d / "tokenizer.json", vocab_size=512)
+    return d

@@ -2,28 +2,17 @@
 import json
 import math
 
-import numpy as np
 import pytest
-import torch
 
 from ocpmx import cli, emulator
 from ocpmx.emulator.stats import error_stats
 from ocpmx.llama_train import ablation as A
 from ocpmx.llama_train import gradient_error as G
 from ocpmx.llama_train import train as T
-from ocpmx.llama_train.corpus import build_corpus
-from ocpmx.llama_train.data import TokenStream, load_tokenizer, train_tokenizer
+from ocpmx.llama_train.data import TokenStream
 from ocpmx.native import RECIPES
 from ocpmx.native.linear import gemm_rotation
 from ocpmx.native.recipes import GemmRecipe
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("c4mini")
-    build_corpus(d)
-    train_tokenizer(d, d / "tokenizer.json", vocab_size=512)
-    return d
 
 
 def test_plan_puts_every_arm_before_extra_seeds():

@@ -7,18 +7,9 @@ import torch
 
 from ocpmx import cli
 from ocpmx.llama_train import train as T
-from ocpmx.llama_train.corpus import build_corpus
 from ocpmx.llama_train.data import (TokenStream, load_tokenizer, tokenize_split, train_tokenizer,
                                     validation_set)
 from ocpmx.llama_train.model import PRESETS, Llama, get_config, rope_frequencies
-
-
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("c4mini")
-    build_corpus(d)
-    train_tokenizer(d, d / "tokenizer.json", vocab_size=512)
-    return d
 
 
 def cfg(corpus, out, **kw):
