@@ -29,6 +29,7 @@ import triton
 from triton.testing import do_bench
 
 from ocpmx import emulator, native
+from ocpmx.emulator import Rotation
 from ocpmx.native import quantize as nq
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 6144)]  # (K = in, N = out)
@@ -66,27 +67,41 @@ def section_quantize(rows):
                              ("cols", [(64, 64, 4), (128, 32, 4), (32, 128, 4)], 0)):
         for tile in tiles:  # tile shapes change speed only; the tests pin the bits
             nq.TILE_OVERRIDE = {key: tile}
+            # RNE along axis 0 goes through a transposed copy and the row kernel; the column
+            # tile kernel is what stochastic rounding along axis 0 uses
+            rnd = "stochastic" if key == "cols" else "rne"
             ms = bench(lambda: native.quantize(src(), "e2m1", axis=axis, rotation="hadamard16",
-                                               scale_rule="even"))
+                                               scale_rule="even", rounding=rnd))
             gbs = nbytes4 / ms / 1e6
-            out.append(dict(case=f"tile sweep {key} {tile} e2m1 H16", ms=ms, gbs=gbs,
+            out.append(dict(case=f"tile sweep {key} {tile} e2m1 H16 {rnd}", ms=ms, gbs=gbs,
                             of_copy=gbs / copy_gbs))
             if key not in best or ms < best[key][0]:
                 best[key] = (ms, tile)
     nq.TILE_OVERRIDE = {key: t for key, (_, t) in best.items()}
     out.append(dict(case=f"chosen tiles {nq.TILE_OVERRIDE}"))
     for fmt in ("e2m1", "e4m3"):
-        for rot in (None, "hadamard16", "hadamard32"):
+        for rot in (None, "hadamard16", "hadamard32", Rotation(16, 7)):
             for axis in (-1, 0):
                 for rnd in ("rne", "stochastic"):
-                    if fmt == "e4m3" and (rot == "hadamard32" or rnd == "stochastic"):
+                    if fmt == "e4m3" and (rot not in (None, "hadamard16") or rnd == "stochastic"):
                         continue
                     ms = bench(lambda: native.quantize(src(), fmt, axis=axis, rotation=rot,
                                                        rounding=rnd, scale_rule="even"))
                     nbytes = m * k * 2 + m * k * (4 if fmt == "e2m1" else 8) // 8 + m * k // 32
                     gbs = nbytes / ms / 1e6
-                    out.append(dict(case=f"quantize {fmt} axis={axis} rot={rot} {rnd}", ms=ms,
+                    name = "random_sign" if isinstance(rot, Rotation) else rot
+                    out.append(dict(case=f"quantize {fmt} axis={axis} rot={name} {rnd}", ms=ms,
                                     gbs=gbs, of_copy=gbs / copy_gbs))
+    # the ablation's Wgrad operands (30m, 32 x 1024 tokens per micro-batch), along tokens: the
+    # path that made its rotated arms slow (results/ablation)
+    for width in (512, 1792):
+        small = rotating(lambda: torch.randn(32768, width, device="cuda", dtype=torch.bfloat16))
+        for rot in (None, "hadamard16", Rotation(16, 7)):
+            ms = bench(lambda: native.quantize(small(), "e2m1", axis=0, rotation=rot,
+                                               scale_rule="even"))
+            name = "random_sign" if isinstance(rot, Rotation) else rot
+            out.append(dict(case=f"ablation Wgrad operand 32768x{width} axis=0 rot={name}",
+                            ms=ms, gbs=32768 * width * 2.5 / ms / 1e6))
     mx = native.quantize(src(), "e2m1")
     ms = bench(lambda: native.dequantize(mx, torch.bfloat16))
     nbytes = m * k * 2 + m * k // 2 + m * k // 32
