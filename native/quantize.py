@@ -165,12 +165,10 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
         # rotation on an H200 in the ablation); the bits are the same because the output
         # layout is the moved-axis one either way. Stochastic rounding keys its random bits by
         # the element's index in the input, so it keeps the tile kernel.
-        transposed = inner > 1 and block_size == 32 and round_id == 0
-        if (inner == 1 or transposed) and block_size == 32:
-            src = x.movedim(axis, -1).contiguous() if transposed else x
+        if block_size == 32 and (inner == 1 or round_id == 0):
+            src = x if inner == 1 else x.movedim(axis, -1).contiguous()
             n_blocks = rows * nblk
             nb, warps = rows32_tile()
-            consts["BIG"] = src.numel() >= 2**31 - 2**20
             kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
                 src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
                 signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
