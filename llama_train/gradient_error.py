@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ..native import GEMMS, MXLinear, RECIPES, recipe_gemm
+from ..native.linear import gemm_rotation
 from ..native.quantize import dequantize, quantize
 from ..native.recipes import MX_SCALE_RULE, GemmRecipe, OPERANDS
 from .ablation import ARMS
@@ -87,50 +88,40 @@ def _ctx(layer, step, seed=0):
     return dict(seed=seed, layer=layer.layer_id, step=step, micro=0, backend=layer.backend)
 
 
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.dot(a, b) / (a.norm() * b.norm()))
+
+
 def wgrad_error(layers_per_batch, treatments, repeat_step: int) -> dict:
     """The statistics above for each treatment; ``layers_per_batch[t]`` is capture()'s list."""
     K = len(layers_per_batch)
+    # the float64 reference of each batch, all layers as one vector: the same for every treatment
+    refs = [torch.cat([(dy.double().t() @ x.double()).flatten() for _, x, dy in layers])
+            for layers in layers_per_batch]
+    sum_g = torch.stack(refs).sum(0)
+    g2_total = sum(float(r.norm()) ** 2 for r in refs)
+
+    def error(g, t, step):
+        gq = torch.cat([recipe_gemm("wgrad", g, dy, 0, x, 0, torch.float32,
+                                    _ctx(layer, step)).double().flatten()
+                        for layer, x, dy in layers_per_batch[t]])
+        return gq - refs[t]
+
     res = {}
     for name, (g, users) in treatments.items():
-        prev = None
-        sum_e = sum_g = None
-        rel, cos_next, cos_eg, e2_total = [], [], [], 0.0
-        g2_total = 0.0
-        e0 = None
-        for t, layers in enumerate(layers_per_batch):
-            es, gs = [], []
-            for layer, x, dy in layers:
-                ref = dy.double().t() @ x.double()
-                gq = recipe_gemm("wgrad", g, dy, 0, x, 0, torch.float32, _ctx(layer, t)).double()
-                es.append((gq - ref).flatten())
-                gs.append(ref.flatten())
-            e, gg = torch.cat(es), torch.cat(gs)
-            if t == 0:
-                e0 = e
-            rel.append(float(e.norm() / gg.norm()))
-            cos_eg.append(float(torch.dot(e, gg) / (e.norm() * gg.norm())))
-            if prev is not None:
-                cos_next.append(float(torch.dot(e, prev) / (e.norm() * prev.norm())))
-            prev = e
-            sum_e = e.clone() if sum_e is None else sum_e + e
-            sum_g = gg.clone() if sum_g is None else sum_g + gg
-            e2_total += float(e.norm()) ** 2
-            g2_total += float(gg.norm()) ** 2
-        # the first batch again, at another step: the random bits of that step
-        es = []
-        for layer, x, dy in layers_per_batch[0]:
-            ref = dy.double().t() @ x.double()
-            gq = recipe_gemm("wgrad", g, dy, 0, x, 0, torch.float32,
-                             _ctx(layer, repeat_step)).double()
-            es.append((gq - ref).flatten())
-        e_again = torch.cat(es)
+        errs = [error(g, t, t) for t in range(K)]
+        e_again = error(g, 0, repeat_step)  # the first batch at another step: its random bits
+        sum_e = torch.stack(errs).sum(0)
         res[name] = {
             "arms": users, "fmt": g.fmt, "rotation": g.rotation, "rounding": list(g.rounding),
-            "relative_error": float(np.mean(rel)),
-            "cos_consecutive": float(np.mean(cos_next)) if cos_next else None,
-            "cos_same_batch": float(torch.dot(e0, e_again) / (e0.norm() * e_again.norm())),
-            "cos_error_gradient": float(np.mean(cos_eg)),
-            "accumulation": float(sum_e.norm()) / math.sqrt(e2_total),
+            "relative_error": float(np.mean([float(e.norm() / r.norm())
+                                             for e, r in zip(errs, refs)])),
+            "cos_consecutive": float(np.mean([_cos(a, b) for a, b in zip(errs[1:], errs)]))
+            if K > 1 else None,
+            "cos_same_batch": _cos(errs[0], e_again),
+            "cos_error_gradient": float(np.mean([_cos(e, r) for e, r in zip(errs, refs)])),
+            "accumulation": float(sum_e.norm()) / math.sqrt(sum(float(e.norm()) ** 2
+                                                                  for e in errs)),
             "gradient_accumulation": float(sum_g.norm()) / math.sqrt(g2_total),
             "batches": K,
         }
@@ -151,7 +142,6 @@ def saturation(layers, rotations=("none", "hadamard16")) -> dict:
     out = {}
     for rot_name in rotations:
         g = GemmRecipe("mxfp4", rotation=rot_name, scale_rule=MX_SCALE_RULE)
-        from ..native.linear import gemm_rotation
         counts = {}
         for layer, x, dy in layers:
             w = layer.weight.detach()
@@ -175,18 +165,14 @@ def saturation(layers, rotations=("none", "hadamard16")) -> dict:
     return out
 
 
-def analyze(run: str, out: str, batches: int = 8, batch_size: int = 16, data: str | None = None,
-            arms=ARMS) -> dict:
-    """Load ``run``'s latest checkpoint (a bf16 run), take ``batches`` consecutive training
-    batches of ``batch_size`` sequences (the stream of seed 1000: not the ones it trained on
-    last), and write OUT/gradient_error.json and .md."""
+def load_run(run, data: str | None = None):
+    """(model, tokenizer, config, process group, checkpoint state) of a run directory's latest
+    checkpoint, every Linear in bf16 (the analysis quantizes itself)."""
     from .config import TrainConfig
-    from .data import TokenStream
     from .train import build, load_checkpoint, setup_dist
     run = Path(run)
     conf = json.loads((run / "config.json").read_text())
-    fields = TrainConfig.__dataclass_fields__
-    cfg = TrainConfig(**{k: v for k, v in conf.items() if k in fields})
+    cfg = TrainConfig(**{k: v for k, v in conf.items() if k in TrainConfig.__dataclass_fields__})
     cfg = replace(cfg, data=data or cfg.data, recipe="bf16", compile=False,
                   activation_checkpointing=False, progress=False, tensorboard=False)
     dist = setup_dist(cfg.device)
@@ -194,6 +180,16 @@ def analyze(run: str, out: str, batches: int = 8, batch_size: int = 16, data: st
     state = load_checkpoint(run, model, opt, dist)
     if state is None:
         raise FileNotFoundError(f"no checkpoint in {run}/checkpoints")
+    return model, tok, cfg, dist, state
+
+
+def analyze(run: str, out: str, batches: int = 8, batch_size: int = 16, data: str | None = None,
+            arms=ARMS) -> dict:
+    """Load ``run``'s latest checkpoint (a bf16 run), take ``batches`` consecutive training
+    batches of ``batch_size`` sequences (the stream of seed 1000: not the ones it trained on
+    last), and write OUT/gradient_error.json and .md."""
+    from .data import TokenStream
+    model, tok, cfg, dist, state = load_run(run, data)
     stream = TokenStream(cfg.data, tok, cfg.seq_len, seed=1000)
     captured = [capture(model, stream.next_batch(batch_size), dist.device)
                 for _ in range(batches)]

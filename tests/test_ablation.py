@@ -95,11 +95,7 @@ def trained(corpus, tmp_path_factory):
 
 
 def test_gradient_error_statistics(corpus, trained, tmp_path):
-    cfg = json.loads((trained / "config.json").read_text())
-    tcfg = T.TrainConfig(**{k: v for k, v in cfg.items() if k in T.TrainConfig.__dataclass_fields__})
-    dist = T.setup_dist("cpu")
-    model, opt, tok, _ = T.build(tcfg, dist)
-    T.load_checkpoint(trained, model, opt, dist)
+    model, tok, _, dist, _ = G.load_run(trained)
     batch = TokenStream(corpus, tok, 64, seed=9).next_batch(2)
     layers = G.capture(model, batch, dist.device)
     assert len(layers) == 4 * 2 + 3 * 2 and all(x.shape[0] == 128 for _, x, _ in layers)
@@ -126,11 +122,7 @@ def test_gradient_error_statistics(corpus, trained, tmp_path):
 def test_saturation_matches_the_emulator_statistics(corpus, trained):
     """The torch statistics against emulator.error_stats, an independent implementation, on the
     real Wgrad operands of one layer, with and without rotation."""
-    dist = T.setup_dist("cpu")
-    cfg = json.loads((trained / "config.json").read_text())
-    tcfg = T.TrainConfig(**{k: v for k, v in cfg.items() if k in T.TrainConfig.__dataclass_fields__})
-    model, opt, tok, _ = T.build(tcfg, dist)
-    T.load_checkpoint(trained, model, opt, dist)
+    model, tok, _, dist, _ = G.load_run(trained)
     layers = G.capture(model, TokenStream(corpus, tok, 64, seed=9).next_batch(2), dist.device)
     layer, x, dy = layers[3]
     # a few large outliers so that saturation and flushing both happen
