@@ -55,10 +55,10 @@ def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
     GPU (CUDA_VISIBLE_DEVICES), each resumable; returns {run dir: status}."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [r for r in runs if run_status(run_dir(out, *r)) not in ("done", "diverged")]
+    results = {str(run_dir(out, *r)): run_status(run_dir(out, *r)) for r in runs}
+    todo = [r for r in runs if results[str(run_dir(out, *r))] not in ("done", "diverged")]
     slots = [g for g in gpus for _ in range(per_gpu)] or ["cpu"]
     active: dict[str, tuple] = {}
-    results = {str(run_dir(out, *r)): run_status(run_dir(out, *r)) for r in runs}
     (out / "commands.txt").write_text("".join(
         f"{sys.executable} -m ocpmx.cli train {' '.join(train_args)} --data {data} "
         f"--recipe {a} --seed {s} --out {run_dir(out, a, s)} --resume\n" for a, s in runs))
@@ -167,7 +167,7 @@ def summarize(out, reference: str = "bf16", fraction: float = 0.75) -> dict:
                 flags.append(f"seed {s}: {r['status']} at {r['tokens'] / 1e6:.0f} M tokens")
                 continue
             finals.append(r["val"][-1][1] if r["val"] else None)
-            ref = runs[reference].get(s)
+            ref = runs[reference].get(s)  # the same seed's reference run (same data order)
             if ref is not None and ref["status"] == "done" and r["val"] and ref["val"]:
                 deltas.append(r["val"][-1][1] - ref["val"][-1][1])
             target = ref_target.get(s, ref_mean)
@@ -180,7 +180,6 @@ def summarize(out, reference: str = "bf16", fraction: float = 0.75) -> dict:
             bad = sum(1 for _, v in r["train"] if not math.isfinite(v))
             if bad:
                 flags.append(f"seed {s}: {bad} non-finite losses")
-            ref = runs[reference].get(s)
             if ref is not None and arm != reference:
                 # the largest validation-loss gap to the same seed's reference after 10% of the
                 # budget (same data order): a divergence shows here before it shows at the end
