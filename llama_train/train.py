@@ -196,17 +196,15 @@ def load_checkpoint(out: Path, model, opt, dist: Dist):
         import torch.distributed.checkpoint as dcp
         sd = _sharded_state(model, opt)  # the templates: this run's shards
         dcp.load(sd, checkpoint_id=str(path))
-        set_model_state_dict(model, sd["model"])
-        set_optimizer_state_dict(model, opt, sd["optim"])
-        torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
-        return state
-    msd = load_file(str(path / "model.safetensors"))
-    osd = {"param_groups": state["optimizer"]["param_groups"],
-           "state": {n: dict(st) for n, st in state["optimizer"]["state"].items()}}
-    for key, v in load_file(str(path / "optimizer.safetensors")).items():
-        name, k = key.rsplit(_SEP, 1)
-        osd["state"].setdefault(name, {})[k] = v
-    o = StateDictOptions(full_state_dict=True)
+        msd, osd, o = sd["model"], sd["optim"], None
+    else:
+        msd = load_file(str(path / "model.safetensors"))
+        osd = {"param_groups": state["optimizer"]["param_groups"],
+               "state": {n: dict(st) for n, st in state["optimizer"]["state"].items()}}
+        for key, v in load_file(str(path / "optimizer.safetensors")).items():
+            name, k = key.rsplit(_SEP, 1)
+            osd["state"].setdefault(name, {})[k] = v
+        o = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, msd, options=o)
     set_optimizer_state_dict(model, opt, osd, options=o)
     torch.set_rng_state(torch.tensor(state["rng"]["torch"], dtype=torch.uint8))
