@@ -107,16 +107,27 @@ def compare_codes(op, fmt, x, got, want, rules, found, scale_exp=None):
     got = np.asarray(got)
     if got.shape != want.shape:
         return [f"{op} {fmt}: output shape {got.shape} != {want.shape}"]
+
+    def cases():
+        for idx in zip(*np.nonzero(got != want)):
+            xi, g, w = x[idx], int(got[idx]), int(want[idx])
+            se = 0 if scale_exp is None else int(scale_exp[idx])
+            yield (input_class(xi, fmt, se), got_class(g, w, fmt),
+                   lambda xi=xi, g=g, w=w: f"{op} {fmt} x={_hex(xi)} ({float(xi):.9g}) => "
+                                           f"got {g:#04x}, expected {w:#04x}")
+    return unexplained(cases(), op, fmt, rules, found)
+
+
+def unexplained(cases, op, fmt, rules, found) -> list[str]:
+    """Failure lines (at most MAX_LINES) of mismatch cases (input class, got class, line maker);
+    a case a known deviation explains adds the deviation's id to ``found`` instead."""
     lines = []
-    for idx in zip(*np.nonzero(got != want)):
-        xi = x[idx]
-        se = 0 if scale_exp is None else int(scale_exp[idx])
-        dev = explain(rules, op, fmt, input_class(xi, fmt, se), got_class(int(got[idx]), int(want[idx]), fmt))
+    for icls, gcls, line in cases:
+        dev = explain(rules, op, fmt, icls, gcls)
         if dev:
             found.add(dev)
             continue
-        lines.append(f"{op} {fmt} x={_hex(xi)} ({float(xi):.9g}) => got {int(got[idx]):#04x}, "
-                     f"expected {int(want[idx]):#04x}")
+        lines.append(line())
         if len(lines) >= MAX_LINES:
             break
     return lines
@@ -128,23 +139,24 @@ def compare_quantize(fmt, x, got, want, rules, found, opts):
     if gs.shape != ws.shape or gc.shape != wc.shape:
         return [f"quantize {fmt}: shapes codes {gc.shape} scales {gs.shape}, expected "
                 f"{wc.shape} {ws.shape}"]
-    lines = []
     axis = opts.get("axis", -1) % x.ndim
-    for idx in zip(*np.nonzero(gs != ws)):
-        sl = list(idx)
-        sl[axis] = slice(idx[axis] * 32, idx[axis] * 32 + 32)
-        blk = x[tuple(sl)]
-        special = not np.isfinite(blk).all()
-        amax = np.float32(np.nan) if np.isnan(blk).any() else np.max(np.abs(blk))
-        icls = "block_special" if special else ("block_tiny" if amax < 2.0**-120 else "block")
-        dev = explain(rules, "quantize", fmt, icls, "scale")
-        if dev:
-            found.add(dev)
-            continue
-        lines.append(f"quantize {fmt} {opts} block amax={_hex(amax)} ({float(amax):.9g}) => "
-                     f"scale got {int(gs[idx]):#04x}, expected {int(ws[idx]):#04x}")
-        if len(lines) >= MAX_LINES:
-            return lines
+
+    def scale_cases():
+        for idx in zip(*np.nonzero(gs != ws)):
+            sl = list(idx)
+            sl[axis] = slice(idx[axis] * 32, idx[axis] * 32 + 32)
+            blk = x[tuple(sl)]
+            special = not np.isfinite(blk).all()
+            amax = np.float32(np.nan) if np.isnan(blk).any() else np.max(np.abs(blk))
+            icls = "block_special" if special else ("block_tiny" if amax < 2.0**-120 else "block")
+            g, w = int(gs[idx]), int(ws[idx])
+            yield (icls, "scale",
+                   lambda amax=amax, g=g, w=w: f"quantize {fmt} {opts} block amax={_hex(amax)} "
+                                               f"({float(amax):.9g}) => scale got {g:#04x}, "
+                                               f"expected {w:#04x}")
+    lines = unexplained(scale_cases(), "quantize", fmt, rules, found)
+    if len(lines) >= MAX_LINES:
+        return lines
     # element codes; inside a block whose scale is NaN the element codes are the backend's
     # choice (the spec leaves them open): classed 'in_special_block'
     exp = np.repeat(ws.astype(np.int64) - 127, 32, axis=axis)
