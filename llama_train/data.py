@@ -197,10 +197,14 @@ class TokenStream:
             have += k
             self.offset += k
             if offsets[i] + self.offset == hi:
-                self.shard, self.offset = self.shard + 1, 0
-                if self.shard == len(self.paths):
-                    self.shard, self.epoch = 0, self.epoch + 1
+                self._next_shard()
         return np.concatenate(out)
+
+    def _next_shard(self):
+        """Move to the start of the next shard (the next epoch after the last one)."""
+        self.shard, self.doc, self.offset = self.shard + 1, 0, 0
+        if self.shard == len(self.paths):
+            self.shard, self.epoch = 0, self.epoch + 1
 
     def _fill(self, need: int):
         idle = 0  # shards passed in a row without any text
@@ -214,9 +218,7 @@ class TokenStream:
                 added = True
                 if len(self.buffer) >= need:
                     return
-            self.shard, self.doc = self.shard + 1, 0
-            if self.shard == len(self.paths):
-                self.shard, self.epoch = 0, self.epoch + 1
+            self._next_shard()
             idle = 0 if added else idle + 1
             if idle > len(self.paths):
                 raise ValueError(f"the {len(self.paths)} shards hold no text")
