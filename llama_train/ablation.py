@@ -49,6 +49,12 @@ def run_status(d: Path) -> str | None:
     return json.loads(f.read_text())["status"] if f.is_file() else None
 
 
+def gpu_slots(gpus: list[str], per_gpu: int) -> list[str]:
+    """One entry per concurrent run, round-robin over the GPUs, so that runs started together
+    (the arms in plan order) spread over all GPUs instead of filling the first one."""
+    return [g for _ in range(per_gpu) for g in gpus] or ["cpu"]
+
+
 def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
                  train_args=DEFAULT_TRAIN_ARGS, poll_s: float = 5.0) -> dict:
     """Run ``runs`` ((arm, seed) pairs) as ``ocpmx train`` processes, ``per_gpu`` at a time per
@@ -57,7 +63,8 @@ def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
     out.mkdir(parents=True, exist_ok=True)
     results = {str(run_dir(out, *r)): run_status(run_dir(out, *r)) for r in runs}
     todo = [r for r in runs if results[str(run_dir(out, *r))] not in ("done", "diverged")]
-    slots = [g for g in gpus for _ in range(per_gpu)] or ["cpu"]
+    slots = gpu_slots(gpus, per_gpu)
+    threads = str(max(1, (os.cpu_count() or 1) // len(slots)))
     active: dict[str, tuple] = {}
     (out / "commands.txt").write_text("".join(
         f"{sys.executable} -m ocpmx.cli train {' '.join(train_args)} --data {data} "
@@ -72,6 +79,7 @@ def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
             cmd = [sys.executable, "-m", "ocpmx.cli", "train", *train_args, "--data", data,
                    "--recipe", arm, "--seed", str(seed), "--out", str(d), "--resume"]
             env = dict(os.environ)
+            env.setdefault("OMP_NUM_THREADS", threads)  # share the host's cores among the runs
             if slots[i] != "cpu":
                 env["CUDA_VISIBLE_DEVICES"] = slots[i]
             log = open(d / "log.txt", "a")

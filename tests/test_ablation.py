@@ -84,6 +84,13 @@ def test_driver_runs_resumes_and_skips(corpus, tmp_path, capsys):
     assert "commands.txt" in {p.name for p in tmp_path.iterdir()}
 
 
+def test_gpu_slots_round_robin():
+    """Runs started together spread over the GPUs: with 2 per GPU, the first two go to
+    different GPUs; no GPU means one CPU slot."""
+    assert A.gpu_slots(["0", "1", "2"], 2) == ["0", "1", "2", "0", "1", "2"]
+    assert A.gpu_slots([], 4) == ["cpu"]
+
+
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("bf16run")
