@@ -7,6 +7,10 @@ set -euo pipefail
 DATA=${DATA:-data/debl}
 ABL=${ABL:-runs/ablation}
 [ -f "$DATA/c4-train.tokens.npy" ] || python -m ocpmx.cli data tokenize --out "$DATA"
-python -m ocpmx.cli ablate run --out "$ABL" --data "$DATA" --per-gpu "${PER_GPU:-2}"
+# a failed or cut-off run must not stop the table and the analysis of the others
+rc=0
+python -m ocpmx.cli ablate run --out "$ABL" --data "$DATA" --per-gpu "${PER_GPU:-2}" \
+  ${ARMS:+--arms $ARMS} ${SEEDS:+--seeds $SEEDS} || rc=$?
 python -m ocpmx.cli ablate summarize --out "$ABL"
-python -m ocpmx.cli ablate analyze --out "$ABL" --data "$DATA"
+[ -n "${SKIP_ANALYZE:-}" ] || python -m ocpmx.cli ablate analyze --out "$ABL" --data "$DATA"
+exit $rc

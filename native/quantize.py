@@ -148,7 +148,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
-        signs = _signs(rot, x.device)
+        sign_seed = rot.sign_seed & 0xFFFFFFFFFFFFFFFF if rot and rot.sign_seed is not None else 0
         nblk = k // block_size
         xin = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
         consts = dict(
@@ -171,13 +171,13 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
             nb, warps = rows32_tile()
             kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
                 src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
-                signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
+                sign_seed, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
                 num_warps=warps, **consts)
         else:
             rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
             grid = (triton.cdiv(rows, rows_tile), triton.cdiv(nblk, kb))
             kernels.quantize_kernel[grid](
-                xin, data, scales, signs, rows, k, inner, seed64, rot_scale, BS=block_size,
+                xin, data, scales, sign_seed, rows, k, inner, seed64, rot_scale, BS=block_size,
                 ROWS=rows_tile, KB=kb, LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0,
                 INNER1=inner == 1, EVEN=rows % rows_tile == 0 and nblk % kb == 0,
                 num_warps=warps, **consts)
@@ -207,7 +207,7 @@ def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_m
         fp = [int(v) for v in format_params(fmt, int8_min)]
         rows_tile, kb, warps = quantize_tile(1, 1, width)
         kernels.quantize_kernel[(triton.cdiv(rows, rows_tile), triton.cdiv(width, kb))](
-            flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat, out, out, out,
+            flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat, out, out, 0,
             rows, width, 1, seed & 0xFFFFFFFFFFFFFFFF, 1.0, BS=1, ROWS=rows_tile, KB=kb, ROT=0,
             LOG2_ROT=0, SIGNS=False, STOCH=round_id == 1, RULE=0, IS_INT=fp[0] == 1,
             MBITS=fp[3], BIAS=fp[4], EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8],
@@ -253,24 +253,6 @@ def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
 
 def _numpy_copy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to(device="cpu", dtype=torch.float32, copy=True).numpy()
-
-
-_ONES: dict = {}
-
-
-def _signs(rot: Rotation | None, device) -> torch.Tensor:
-    """The rotation's signs on ``device``, without a host-device synchronization: the all-ones
-    vector is cached per device; random signs go through pinned memory, asynchronously (a
-    pageable copy would wait for the GPU to drain at every quantize call)."""
-    if rot is None or rot.sign_seed is None:
-        key = (rot.size if rot else 1, str(device))
-        if key not in _ONES:
-            _ONES[key] = torch.ones(key[0], dtype=torch.float32, device=device)
-        return _ONES[key]
-    host = torch.from_numpy(rot.signs())
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
 
 
 # Tile shapes (rows, blocks per row, warps); they change speed, never bits. The benchmark

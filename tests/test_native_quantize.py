@@ -16,7 +16,7 @@ from native_util import devices
 
 FORMATS = ["e2m1", "e4m3", "e5m2", "e3m2", "e2m3", "int8"]
 RULES = ["floor", "ceil", "rceil", "even"]
-ROTATIONS = [None, "hadamard16", "hadamard32", Rotation(16, 11), Rotation(32, 2**40 + 3)]
+ROTATIONS = [None, "hadamard16", "hadamard32", Rotation(16, 11), Rotation(32, 2**63 + 2**40 + 3)]
 
 
 def all_bf16_blocks(seed):
