@@ -166,7 +166,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
         # layout is the moved-axis one either way. Stochastic rounding keys its random bits by
         # the element's index in the input, so it keeps the tile kernel.
         if block_size == 32 and (inner == 1 or round_id == 0):
-            src = x if inner == 1 else x.movedim(axis, -1).contiguous()
+            src = x if inner == 1 else move_axis_last(x, axis)
             n_blocks = rows * nblk
             nb, warps = rows32_tile()
             kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
@@ -249,6 +249,25 @@ def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
             SUBQ=2.0 ** (-f.mbits) if f.kind == "int" else 2.0 ** (1 - f.bias - f.mbits),
             num_warps=warps)
     return out.movedim(-1, mx.axis)
+
+
+def move_axis_last(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """``x.movedim(axis, -1).contiguous()`` for a contiguous ``x``, through a Triton tiled
+    transpose: torch's strided copy of a transposed bf16 8192 x 14336 ran at ~15% of copy
+    bandwidth on an H200 (results/native_gpu)."""
+    k = x.shape[axis]
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    outer = x.numel() // max(1, k * inner)
+    out = torch.empty(x.shape[:axis] + x.shape[axis + 1:] + (k,), dtype=x.dtype, device=x.device)
+    if outer > 65535:  # the grid's third dimension
+        return x.movedim(axis, -1).contiguous()
+    if x.numel():
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+        bk, bi = (64, 64) if not interpreting() else (128, 128)
+        kernels.transpose_kernel[(triton.cdiv(k, bk), triton.cdiv(inner, bi), outer)](
+            x.view(bits), out.view(bits), k, inner, BK=bk, BI=bi,
+            EVEN=k % bk == 0 and inner % bi == 0, num_warps=4)
+    return out
 
 
 def _numpy_copy(x: torch.Tensor) -> np.ndarray:
