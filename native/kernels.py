@@ -291,6 +291,13 @@ def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.con
 
 
 @triton.jit
+def nibbles_to_word(code):
+    """[N, 8] 4-bit codes -> [N] int32, element j in bits 4j..4j+3: the packed bytes of the 8
+    codes read as a little-endian word (element 0 in the low nibble of byte 0)."""
+    return tl.sum(code << (tl.arange(0, 8)[None, :] * 4), axis=1)
+
+
+@triton.jit
 def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr,
                 PACK: tl.constexpr, EVEN: tl.constexpr):
     """Store the codes [NB, 8] of quarter ``part`` of 32-element blocks ``blk``."""
@@ -366,16 +373,27 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_blocks, seed
     any_special = tl.max(special.to(tl.int32), axis=0) > 0
     c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
                 NEGMAX, SIGN, MAGIC)
-    store_codes(data_ptr, blk, c0, 0, blk < n_blocks, NB, PACK, EVEN)
     c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                 INFC, NEGMAX, SIGN, MAGIC)
-    store_codes(data_ptr, blk, c1, 1, blk < n_blocks, NB, PACK, EVEN)
     c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                 INFC, NEGMAX, SIGN, MAGIC)
-    store_codes(data_ptr, blk, c2, 2, blk < n_blocks, NB, PACK, EVEN)
     c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                 INFC, NEGMAX, SIGN, MAGIC)
-    store_codes(data_ptr, blk, c3, 3, blk < n_blocks, NB, PACK, EVEN)
+    if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
+        w01 = tl.join(nibbles_to_word(c0), nibbles_to_word(c1))
+        w23 = tl.join(nibbles_to_word(c2), nibbles_to_word(c3))
+        words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
+        woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+        wptr = data_ptr.to(tl.pointer_type(tl.int32))
+        if EVEN:
+            tl.store(wptr + woff, words)
+        else:
+            tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
+    else:
+        store_codes(data_ptr, blk, c0, 0, valid, NB, PACK, EVEN)
+        store_codes(data_ptr, blk, c1, 1, valid, NB, PACK, EVEN)
+        store_codes(data_ptr, blk, c2, 2, valid, NB, PACK, EVEN)
+        store_codes(data_ptr, blk, c3, 3, valid, NB, PACK, EVEN)
     if EVEN:
         tl.store(scale_ptr + blk, scale.to(tl.uint8))
     else:
