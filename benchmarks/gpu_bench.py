@@ -102,6 +102,13 @@ def section_quantize(rows):
             name = "random_sign" if isinstance(rot, Rotation) else rot
             out.append(dict(case=f"ablation Wgrad operand 32768x{width} axis=0 rot={name}",
                             ms=ms, gbs=32768 * width * 2.5 / ms / 1e6))
+    # the transpose behind the columns path: Triton tiled kernel against torch's strided copy
+    for name, fn in (("triton move_axis_last", lambda: nq.move_axis_last(src(), 0)),
+                     ("torch movedim().contiguous()",
+                      lambda: src().movedim(0, -1).contiguous())):
+        ms = bench(fn)
+        out.append(dict(case=f"transpose bf16 {m}x{k} ({name})", ms=ms, gbs=copy_bytes / ms / 1e6,
+                        of_copy=copy_bytes / ms / 1e6 / copy_gbs))
     mx = native.quantize(src(), "e2m1")
     ms = bench(lambda: native.dequantize(mx, torch.bfloat16))
     nbytes = m * k * 2 + m * k // 2 + m * k // 32
