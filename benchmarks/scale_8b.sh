@@ -12,11 +12,21 @@ export NCCL_NVLS_ENABLE=0
 A="--preset 8b --seq-len 8192 --batch-size 1 --grad-accum 1 --activation-checkpointing
    --lr 3e-4 --warmup-steps 10 --decay-steps 40 --eval-every 1000 --eval-sequences 8
    --profile-step 20 --checkpoint-format sharded --data $DATA --no-progress"
-run() { python -m torch.distributed.run --standalone --nproc-per-node "$NGPU" -m ocpmx.cli train $A "$@"; }
+# one failed recipe (say, out of memory) must not stop the others; the exit status says so
+rc=0
+run() {
+  echo "$(date -u +%T) start: $*"
+  python -m torch.distributed.run --standalone --nproc-per-node "$NGPU" -m ocpmx.cli train $A "$@" \
+    || { rc=$?; echo "FAILED ($rc): $*"; }
+  echo "$(date -u +%T) end"
+}
 for R in $RECIPES; do
   run --recipe "$R" --max-steps 40 --save-every 0 --out "$RUNS/$R"
 done
 if [ "${SAVE_RESUME:-1}" = 1 ]; then
   run --recipe mxfp4_all_h16 --max-steps 20 --save-every 20 --out "$RUNS/mxfp4_all_h16"
+  du -sh "$RUNS/mxfp4_all_h16/checkpoints" || true
   run --recipe mxfp4_all_h16 --max-steps 40 --save-every 0 --resume --out "$RUNS/mxfp4_all_h16"
 fi
+python -m ocpmx.cli scale-report --runs "$RUNS" || rc=$?
+exit $rc

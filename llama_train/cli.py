@@ -74,6 +74,14 @@ def add_parsers(sub) -> None:
     p.add_argument("-o", "--out", default="loss.png")
     p.set_defaults(func=cmd_plot)
 
+    r = sub.add_parser("scale-report", help="throughput table of multi-GPU runs (one directory "
+                                            "per run under --runs): tokens/s/GPU, MFU, memory, "
+                                            "step breakdown, loss")
+    r.add_argument("--runs", required=True, help="folder holding the run directories")
+    r.add_argument("--out", default=None, help="where scale.md/json and loss.png go (default --runs)")
+    r.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
+    r.set_defaults(func=cmd_scale_report)
+
 
 def cmd_data(args) -> int:
     from .corpus import build_corpus
@@ -152,6 +160,13 @@ def cmd_ablate(args) -> int:
                   args.batch_size, data=args.data)
     print(markdown(res))
     return 0
+
+
+def cmd_scale_report(args) -> int:
+    from .scale_report import markdown, summarize
+    rows = summarize(args.runs, args.out, args.warmup)
+    print(markdown(rows, args.warmup))
+    return 0 if rows else 1
 
 
 def cmd_plot(args) -> int:

@@ -9,7 +9,8 @@ between world sizes.
 * AdamW (0.9, 0.95, eps 1e-5, weight decay 0.1 on matrices), clipping 1.0, linear warm-up then
   cosine to ``min_lr_ratio``; gradient accumulation.
 * Metrics: ``OUT/metrics.jsonl``, one JSON object per step (step, tokens, loss, lr, grad_norm,
-  tokens_per_s, mfu, skipped) and eval rows (step, tokens, val_loss).
+  tokens_per_s, mfu, skipped; max_mem_gb on a GPU; resumed: true on the first step of a resumed
+  process, whose time includes the restart) and eval rows (step, tokens, val_loss).
 * Checkpoints: ``OUT/checkpoints/step_XXXXXXXX/`` (format 'full': model.safetensors and
   optimizer.safetensors gathered on rank 0; format 'sharded': torch.distributed.checkpoint files,
   every rank writing its own shards in parallel, which an 8B model needs: 96 GB of fp32 weights
@@ -322,6 +323,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         row = {"step": step, "tokens": tokens, "loss": loss_val, "lr": lr, "grad_norm": grad_norm,
                "tokens_per_s": step_tokens / dt, "mfu": step_tokens * fpt / dt / peak,
                "skipped": skipped}
+        if step == start and start > 0:
+            row["resumed"] = True  # the first step of a resumed process: its time is not a step's
         if device.type == "cuda":
             row["max_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         if prof is not None and step == cfg.profile_step + 1:
@@ -400,7 +403,7 @@ def _profiler_activities(device):
 KERNEL_CATEGORIES = (
     ("communication", ("nccl",)),
     ("dequantize", ("dequantize_kernel",)),
-    ("quantize", ("quantize_kernel", "quantize_rows32_kernel")),
+    ("quantize", ("quantize_kernel", "quantize_rows32_kernel", "transpose_kernel")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "mx_gemm_kernel", "matmul")),
     ("attention", ("flash", "fmha", "attention", "attn")),
 )

@@ -308,3 +308,35 @@ def test_train_preset_sets_the_model_size(monkeypatch, tmp_path):
     cli.main(["train", "--out", str(tmp_path)])
     assert [c.preset for c in seen] == ["8b", "30m", "tiny"]
     assert seen[0].seq_len == 8192 and seen[0].target_loss == 3.3 and seen[2].seq_len == 128
+
+
+def test_scale_report_times_the_right_steps(corpus, tmp_path):
+    """The throughput table from real run files: a run cut at step 4 and resumed to 8, profiled
+    at step 5. Warm-up steps, the profiled pair and the first step after the resume are left out
+    of the medians; tokens/s per GPU is the step's tokens over the world size."""
+    from ocpmx.llama_train import scale_report as S
+    root = tmp_path / "runs"
+    T.train(cfg(corpus, root / "a", recipe="bf16", max_steps=4, save_every=4, decay_steps=8))
+    T.train(cfg(corpus, root / "a", recipe="bf16", max_steps=8, save_every=0, profile_step=5,
+                decay_steps=8), resume=True)
+    train_rows, _ = T.read_metrics(root / "a" / "metrics.jsonl")
+    assert [r["step"] for r in train_rows] == list(range(8))
+    kept = S.timed_steps(train_rows, warmup=2, profile_step=5)
+    assert [r["step"] for r in kept] == [2, 3, 7]  # 4: first after the resume; 5, 6: profiled
+    # synthetic speeds make the medians checkable
+    lines = [json.dumps({**r, "tokens_per_s": 1000.0 * (r["step"] + 1), "mfu": 0.01 * r["step"]})
+             for r in train_rows]
+    (root / "a" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    cfgj = json.loads((root / "a" / "config.json").read_text())
+    (root / "a" / "config.json").write_text(json.dumps({**cfgj, "world": 2}))
+    (root / "a" / "memory.json").write_text(json.dumps([3.5, 4.25]))
+    rows = S.summarize(root, tmp_path / "rep", warmup=2)
+    r = rows[0]
+    assert r["run"] == "a" and r["world"] == 2 and r["timed_steps"] == 3
+    assert r["tokens_per_s_per_gpu"] == 4000.0 / 2  # median of 3000, 4000, 8000 over 2 GPUs
+    assert r["mfu"] == 0.03 and r["max_peak_memory_gb"] == 4.25
+    assert r["step_s"] == 2 * 32 * 2 / 4000.0
+    assert r["gpu_ms_per_step"] == {}  # the CPU profiler finds no GPU kernels
+    md = (tmp_path / "rep" / "scale.md").read_text()
+    assert "| a | 2 | 2,000 | 3.0% |" in md and (tmp_path / "rep" / "loss.png").is_file()
+    assert json.loads((tmp_path / "rep" / "scale.json").read_text())[0]["run"] == "a"
