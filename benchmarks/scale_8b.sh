@@ -1,6 +1,6 @@
 #!/bin/bash
 # Llama 3.1-8B (exact config), sequence 8192, FSDP2 over all GPUs of one host: 40 steps per recipe
-# (the first 10 are warm-up for timing), steps 20-21 profiled; mxfp4_all_h16 is also the
+# (the first 10 are warm-up for timing), steps 30-31 profiled; mxfp4_all_h16 is also the
 # save + resume check: 20 steps, a sharded checkpoint at step 19, then resumed to step 40.
 set -euo pipefail
 DATA=${DATA:-data/debl}
@@ -11,7 +11,7 @@ export NCCL_NVLS_ENABLE=0
 [ -f "$DATA/c4-train.tokens.npy" ] || python -m ocpmx.cli data tokenize --out "$DATA"
 A="--preset 8b --seq-len 8192 --batch-size 1 --grad-accum 1 --activation-checkpointing
    --lr 3e-4 --warmup-steps 10 --decay-steps 40 --eval-every 1000 --eval-sequences 8
-   --profile-step 20 --checkpoint-format sharded --data $DATA --no-progress"
+   --profile-step 30 --checkpoint-format sharded --data $DATA --no-progress"
 # one failed recipe (say, out of memory) must not stop the others; the exit status says so
 rc=0
 run() {
