@@ -109,6 +109,18 @@ def section_quantize(rows):
         ms = bench(fn)
         out.append(dict(case=f"transpose bf16 {m}x{k} ({name})", ms=ms, gbs=copy_bytes / ms / 1e6,
                         of_copy=copy_bytes / ms / 1e6 / copy_gbs))
+    # what a bf16 GEMM on Hopper is fed: one quantize-dequantize pass against the two kernels
+    for rot in (None, "hadamard16"):
+        for axis in (-1, 0):
+            for name, fn in (
+                    ("quantize_dequantize", lambda: native.quantize_dequantize(
+                        src(), "e2m1", axis=axis, rotation=rot, scale_rule="even")),
+                    ("quantize + dequantize", lambda: native.dequantize(native.quantize(
+                        src(), "e2m1", axis=axis, rotation=rot, scale_rule="even"),
+                        torch.bfloat16))):
+                ms = bench(fn)
+                out.append(dict(case=f"{name} e2m1 -> bf16 axis={axis} rot={rot}", ms=ms,
+                                gbs=copy_bytes / ms / 1e6, of_copy=copy_bytes / ms / 1e6 / copy_gbs))
     mx = native.quantize(src(), "e2m1")
     ms = bench(lambda: native.dequantize(mx, torch.bfloat16))
     nbytes = m * k * 2 + m * k // 2 + m * k // 32

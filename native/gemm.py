@@ -108,7 +108,7 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
         out = torch.from_numpy(emulator.mx_matmul(ea, eb, model))
         return out.to(out_dtype).to(a.device)
     if method == "auto":
-        method = "dot_scaled" if (interpreting() or has_mx_units(a.device)) else "bf16"
+        method = auto_method(a.device)
     if method == "bf16":
         return _via_bf16(a, b, out_dtype)
     c = torch.empty((m, n), dtype=out_dtype, device=a.device)
@@ -130,11 +130,19 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
     return c
 
 
+def auto_method(device: torch.device) -> str:
+    """'dot_scaled' on MX units and under the interpreter, else 'bf16'."""
+    return "dot_scaled" if (interpreting() or has_mx_units(device)) else "bf16"
+
+
 def _via_bf16(a: MXTensor, b: MXTensor, out_dtype: torch.dtype) -> torch.Tensor:
     am = dequantize(a, torch.bfloat16)
     bm = dequantize(b, torch.bfloat16)
-    am = am if a.axis == 1 else am.t()
-    bm = bm if b.axis == 1 else bm.t()
+    return bf16_product(am if a.axis == 1 else am.t(), bm if b.axis == 1 else bm.t(), out_dtype)
+
+
+def bf16_product(am: torch.Tensor, bm: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """A Bᵀ of dequantized bf16 operands (M, K) and (N, K), fp32 accumulation (cuBLAS)."""
     if not am.is_cuda:  # bf16 operands, float32 products and sums
         return (am.float() @ bm.float().t()).to(out_dtype)
     if out_dtype == torch.float32:

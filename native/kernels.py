@@ -298,6 +298,24 @@ def nibbles_to_word(code):
 
 
 @triton.jit
+def store_qdq(out_ptr, blk, code, scale, part: tl.constexpr, valid, NB: tl.constexpr,
+              EVEN: tl.constexpr, BITS: tl.constexpr, EBITS: tl.constexpr, MBITS: tl.constexpr,
+              BIAS: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, SUBQ: tl.constexpr):
+    """Quarter ``part`` of 32-element blocks as bf16 values (the dequantize kernel's decode
+    and rounding), stored as int32 pairs [NB, 4] (``out_ptr``: bf16 data viewed as int32)."""
+    val = decode_values(code, scale.to(tl.int32)[:, None], False, BITS, EBITS, MBITS, BIAS,
+                        NANC, INFC, SUBQ)
+    b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
+    lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
+    word = lo | (hi << 16)
+    off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+    if EVEN:
+        tl.store(out_ptr + off, word)
+    else:
+        tl.store(out_ptr + off, word, mask=valid[:, None] & (off >= 0))
+
+
+@triton.jit
 def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr,
                 PACK: tl.constexpr, EVEN: tl.constexpr):
     """Store the codes [NB, 8] of quarter ``part`` of 32-element blocks ``blk``."""
@@ -322,12 +340,18 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_blocks, seed
                            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
                            NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
                            SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                           BIG: tl.constexpr, MAGIC: tl.constexpr, EVEN: tl.constexpr):
+                           BIG: tl.constexpr, MAGIC: tl.constexpr, EVEN: tl.constexpr,
+                           QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
+                           EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
     registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
-    bits as ``quantize_kernel`` (and the emulator)."""
+    bits as ``quantize_kernel`` (and the emulator).
+
+    QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
+    output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
+    without MX units this is what feeds a bf16 GEMM, without the packed round trip."""
     pid = tl.program_id(0)
     blk = pid * NB + tl.arange(0, NB)
     if BIG:
@@ -379,25 +403,61 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_blocks, seed
                 INFC, NEGMAX, SIGN, MAGIC)
     c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                 INFC, NEGMAX, SIGN, MAGIC)
-    if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
-        w01 = tl.join(nibbles_to_word(c0), nibbles_to_word(c1))
-        w23 = tl.join(nibbles_to_word(c2), nibbles_to_word(c3))
-        words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
-        woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
-        wptr = data_ptr.to(tl.pointer_type(tl.int32))
-        if EVEN:
-            tl.store(wptr + woff, words)
+    if QDQ:
+        store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+        store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+        store_qdq(data_ptr, blk, c2, scale, 2, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+        store_qdq(data_ptr, blk, c3, scale, 3, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+    else:
+        if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
+            w01 = tl.join(nibbles_to_word(c0), nibbles_to_word(c1))
+            w23 = tl.join(nibbles_to_word(c2), nibbles_to_word(c3))
+            words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
+            woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+            wptr = data_ptr.to(tl.pointer_type(tl.int32))
+            if EVEN:
+                tl.store(wptr + woff, words)
+            else:
+                tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
         else:
-            tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
+            store_codes(data_ptr, blk, c0, 0, valid, NB, PACK, EVEN)
+            store_codes(data_ptr, blk, c1, 1, valid, NB, PACK, EVEN)
+            store_codes(data_ptr, blk, c2, 2, valid, NB, PACK, EVEN)
+            store_codes(data_ptr, blk, c3, 3, valid, NB, PACK, EVEN)
+        if EVEN:
+            tl.store(scale_ptr + blk, scale.to(tl.uint8))
+        else:
+            tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=blk < n_blocks)
+
+
+@triton.jit
+def decode_values(code, sc, IS_INT: tl.constexpr, BITS: tl.constexpr, EBITS: tl.constexpr,
+                  MBITS: tl.constexpr, BIAS: tl.constexpr, NANC: tl.constexpr,
+                  INFC: tl.constexpr, SUBQ: tl.constexpr):
+    """float32 value(code) * 2^(sc - 127), one rounding; scale code 0xFF or a NaN code -> NaN.
+    Element values are built from the code's bits (the format table's parameters)."""
+    is_nan = code < 0  # no NaN code unless the format has one
+    if IS_INT:  # two's complement x 2^-MBITS
+        val = ((code << 24) >> 24).to(tl.float32) * SUBQ
     else:
-        store_codes(data_ptr, blk, c0, 0, valid, NB, PACK, EVEN)
-        store_codes(data_ptr, blk, c1, 1, valid, NB, PACK, EVEN)
-        store_codes(data_ptr, blk, c2, 2, valid, NB, PACK, EVEN)
-        store_codes(data_ptr, blk, c3, 3, valid, NB, PACK, EVEN)
-    if EVEN:
-        tl.store(scale_ptr + blk, scale.to(tl.uint8))
-    else:
-        tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=blk < n_blocks)
+        mag = code & ((1 << (BITS - 1)) - 1)
+        e = mag >> MBITS
+        mnt = mag & ((1 << MBITS) - 1)
+        normal = (((e - BIAS + 127) << 23) | (mnt << (23 - MBITS))).to(tl.float32, bitcast=True)
+        val = tl.where(e == 0, mnt.to(tl.float32) * SUBQ, normal)
+        if INFC >= 0:  # IEEE-like specials (e5m2): all-ones exponent
+            top = e == (1 << EBITS) - 1
+            val = tl.where(top, float("inf"), val)
+            is_nan = top & (mnt != 0)
+        elif NANC >= 0:  # e4m3: only S.1111.111 is NaN
+            is_nan = mag == NANC
+        # the sign goes in as a bit: a select of -val (seen on sm_90) can lose the sign of 0
+        val = (val.to(tl.int32, bitcast=True) | ((code >> (BITS - 1)) << 31)).to(
+            tl.float32, bitcast=True)
+    # 2^(sc - 127) as float32 bits; code 0 is the subnormal 2^-127
+    f = tl.where(sc == 0, 0x00400000, sc << 23).to(tl.float32, bitcast=True)
+    out = tl.where((sc == 255) | is_nan, float("nan"), val * f)
+    return out
 
 
 @triton.jit
@@ -426,29 +486,9 @@ def dequantize_kernel(data_ptr, scale_ptr, out_ptr, n_rows, K,
         code = (byte.to(tl.int32) >> ((cols % 2) * 4)[None, :]) & 0xF
     else:
         code = tl.load(data_ptr + rows[:, None] * K + cols[None, :], mask=mask).to(tl.int32)
-    is_nan = code < 0  # no NaN code unless the format has one
-    if IS_INT:  # two's complement x 2^-MBITS
-        val = ((code << 24) >> 24).to(tl.float32) * SUBQ
-    else:
-        mag = code & ((1 << (BITS - 1)) - 1)
-        e = mag >> MBITS
-        mnt = mag & ((1 << MBITS) - 1)
-        normal = (((e - BIAS + 127) << 23) | (mnt << (23 - MBITS))).to(tl.float32, bitcast=True)
-        val = tl.where(e == 0, mnt.to(tl.float32) * SUBQ, normal)
-        if INFC >= 0:  # IEEE-like specials (e5m2): all-ones exponent
-            top = e == (1 << EBITS) - 1
-            val = tl.where(top, float("inf"), val)
-            is_nan = top & (mnt != 0)
-        elif NANC >= 0:  # e4m3: only S.1111.111 is NaN
-            is_nan = mag == NANC
-        # the sign goes in as a bit: a select of -val (seen on sm_90) can lose the sign of 0
-        val = (val.to(tl.int32, bitcast=True) | ((code >> (BITS - 1)) << 31)).to(
-            tl.float32, bitcast=True)
     sc = tl.load(scale_ptr + rows[:, None] * (K // BS) + (cols // BS)[None, :], mask=mask)
     sc = sc.to(tl.int32)
-    # 2^(sc - 127) as float32 bits; code 0 is the subnormal 2^-127
-    f = tl.where(sc == 0, 0x00400000, sc << 23).to(tl.float32, bitcast=True)
-    out = tl.where((sc == 255) | is_nan, float("nan"), val * f)
+    out = decode_values(code, sc, IS_INT, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
     if OUT_BF16:  # out_ptr is the bf16 output viewed as int16
         out = f32_to_bf16_bits(out)
     tl.store(out_ptr + rows[:, None] * K + cols[None, :], out, mask=mask)

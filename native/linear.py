@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..emulator.rotation import Rotation
-from .gemm import bf16_matmul, fp8_matmul, mx_matmul
-from .quantize import dequantize, pick_backend, quantize
+from .gemm import auto_method, bf16_matmul, bf16_product, fp8_matmul, mx_matmul
+from .quantize import dequantize, pick_backend, quantize, quantize_dequantize
 from .recipes import FP8_ELEMENT, GEMMS, MX_ELEMENT, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe, get_recipe
 
 _MASK64 = (1 << 64) - 1
@@ -70,19 +70,28 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
     fmt = MX_ELEMENT[g.fmt]
     rot = gemm_rotation(g, ctx, gemm)
     backend = ctx["backend"]
-    q = []
+    on_emulator = pick_backend(a.device, backend) == "emulator"
+    method = ctx.get("method", "auto")
+    method = auto_method(a.device) if method == "auto" and not on_emulator else method
+    ops = []
     for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis))):
-        seed = mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
-                        GEMMS.index(gemm), j)
-        q.append(quantize(t, fmt, axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
-                          seed=seed, rotation=rot, backend=backend))
-    if pick_backend(a.device, backend) == "emulator":
-        da = dequantize(q[0], backend="emulator")
-        db = dequantize(q[1], backend="emulator")
+        kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
+                  seed=mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
+                                GEMMS.index(gemm), j), backend=backend)
+        # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the
+        # same bits as dequantize(quantize(.)), without the packed round trip)
+        ops.append(quantize_dequantize(t, fmt, **kw) if method == "bf16" and not on_emulator
+                   else quantize(t, fmt, **kw))
+    if on_emulator:
+        da = dequantize(ops[0], backend="emulator")
+        db = dequantize(ops[1], backend="emulator")
         da = da if a_axis == 1 else da.t()
         db = db if b_axis == 1 else db.t()
         return (da @ db.t()).to(out_dtype)
-    return mx_matmul(q[0], q[1], out_dtype=out_dtype, backend=backend)
+    if method == "bf16":
+        return bf16_product(ops[0] if a_axis == 1 else ops[0].t(),
+                            ops[1] if b_axis == 1 else ops[1].t(), out_dtype)
+    return mx_matmul(ops[0], ops[1], out_dtype=out_dtype, backend=backend, method=method)
 
 
 class _MXLinearFn(torch.autograd.Function):
@@ -130,18 +139,20 @@ class MXLinear(nn.Linear):
     """``nn.Linear`` whose three GEMMs follow ``recipe`` (a name from ``RECIPES`` or a Recipe).
 
     layer_id and seed key the random bits; ``backend`` None (GPU: Triton; CPU: emulator),
-    'emulator' or 'triton' (on CPU: the Triton interpreter). Weights are quantized afresh in
+    'emulator' or 'triton' (on CPU: the Triton interpreter). ``method``: how a Triton-backend MX
+    GEMM multiplies ('auto', 'dot_scaled', or 'bf16': quantize-dequantize each operand in one
+    pass, then a bf16 GEMM; see ``mx_matmul``). Weights are quantized afresh in
     every GEMM: no cache, because under FSDP2 an all-gathered weight keeps its storage and its
     version counter across optimizer steps, and a cache keyed on them served stale weights (found
     by the FSDP2 resume test)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe="bf16", layer_id: int = 0, seed: int = 0, backend: str | None = None,
-                 device=None, dtype=None):
+                 method: str = "auto", device=None, dtype=None):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
         check_mx_shapes(self.recipe, in_features, out_features)
-        self.layer_id, self.seed, self.backend = layer_id, seed, backend
+        self.layer_id, self.seed, self.backend, self.method = layer_id, seed, backend, method
         self.step, self.micro = 0, 0
 
     @classmethod
@@ -161,7 +172,7 @@ class MXLinear(nn.Linear):
                 raise ValueError(f"{self.recipe.name}: Wgrad contracts over tokens, and "
                                  f"{tokens} tokens are not divisible by the block size 32")
         ctx = dict(seed=self.seed, layer=self.layer_id, step=self.step, micro=self.micro,
-                   backend=self.backend)
+                   backend=self.backend, method=self.method)
         return _MXLinearFn.apply(x, self.weight, self.bias, self.recipe, ctx)
 
     def extra_repr(self) -> str:

@@ -148,40 +148,79 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
-        sign_seed = rot.sign_seed & 0xFFFFFFFFFFFFFFFF if rot and rot.sign_seed is not None else 0
-        nblk = k // block_size
-        xin = x.view(torch.int16) if x.dtype == torch.bfloat16 else x
-        consts = dict(
-            ROT=rot.size if rot else 0, SIGNS=rot is not None and rot.sign_seed is not None,
-            STOCH=round_id == 1, RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4],
-            EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10],
-            RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
-            BIG=x.numel() >= 2**31 - 2**20, MAGIC=2.0 ** (24 - fp[4] - fp[3]))
-        rot_scale = float(rot.scale) if rot else 1.0
+        consts, sign_seed, rot_scale = _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack)
         seed64 = seed & 0xFFFFFFFFFFFFFFFF
-        # Along the last axis (Fprop, Dgrad) the 32-block row kernel reads the input directly.
-        # Along another axis (Wgrad contracts over tokens) it reads a transposed copy, which
-        # costs one copy but avoids the strided tile kernel (measured 2-10x slower with a
-        # rotation on an H200 in the ablation); the bits are the same because the output
-        # layout is the moved-axis one either way. Stochastic rounding keys its random bits by
-        # the element's index in the input, so it keeps the tile kernel.
+        nblk = k // block_size
         if block_size == 32 and (inner == 1 or round_id == 0):
-            src = x if inner == 1 else move_axis_last(x, axis)
-            n_blocks = rows * nblk
-            nb, warps = rows32_tile()
-            kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
-                src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
-                sign_seed, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
-                num_warps=warps, **consts)
+            _rows32(x, axis, inner, data, scales, rows * nblk, sign_seed, seed64, rot_scale, consts)
         else:
             rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
             grid = (triton.cdiv(rows, rows_tile), triton.cdiv(nblk, kb))
             kernels.quantize_kernel[grid](
-                xin, data, scales, sign_seed, rows, k, inner, seed64, rot_scale, BS=block_size,
+                x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_seed,
+                rows, k, inner, seed64, rot_scale, BS=block_size,
                 ROWS=rows_tile, KB=kb, LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0,
                 INNER1=inner == 1, EVEN=rows % rows_tile == 0 and nblk % kb == 0,
                 num_warps=warps, **consts)
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
+
+
+def _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack):
+    """(constexprs, sign seed, rotation scale) shared by the quantize kernels."""
+    consts = dict(
+        ROT=rot.size if rot else 0, SIGNS=rot is not None and rot.sign_seed is not None,
+        STOCH=round_id == 1, RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4],
+        EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10],
+        RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
+        BIG=x.numel() >= 2**31 - 2**20, MAGIC=2.0 ** (24 - fp[4] - fp[3]))
+    sign_seed = rot.sign_seed & 0xFFFFFFFFFFFFFFFF if rot and rot.sign_seed is not None else 0
+    return consts, sign_seed, float(rot.scale) if rot else 1.0
+
+
+def _rows32(x, axis, inner, data, scales, n_blocks, sign_seed, seed64, rot_scale, consts, **qdq):
+    """The 32-block row kernel. Along the last axis (Fprop, Dgrad) it reads the input directly;
+    along another axis (Wgrad contracts over tokens) a transposed copy, which costs one copy
+    but avoids the strided tile kernel (2-10x slower with a rotation on an H200 in the
+    ablation). The bits are the same: the output layout is the moved-axis one either way.
+    Stochastic rounding keys its random bits by the element's index in the input, so off the
+    last axis it keeps the tile kernel (the caller decides)."""
+    src = x if inner == 1 else move_axis_last(x, axis)
+    nb, warps = rows32_tile()
+    kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
+        src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
+        sign_seed, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
+        num_warps=warps, **consts, **qdq)
+
+
+def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE,
+                        scale_rule: str = "floor", rounding: str = "rne", seed: int = 0,
+                        rotation=None, backend: str | None = None) -> torch.Tensor:
+    """``dequantize(quantize(x, ...), torch.bfloat16)``, bit for bit, in one pass where the
+    32-block row kernel applies (a float format, Triton backend, blocks of 32, RNE or the last
+    axis): the operand of a bf16 GEMM on chips without MX units, without writing and reading
+    back the packed codes. Elsewhere it is literally that composition. Returns the input's
+    shape (a view of a K-major buffer, as ``dequantize`` does)."""
+    fmt_r, rule_id, round_id = resolve(fmt, scale_rule, rounding)
+    rot = as_rotation(rotation)
+    ax = _check_input(x, fmt_r, axis, block_size, rot)
+    inner = int(np.prod(x.shape[ax + 1:], dtype=np.int64))
+    if (pick_backend(x.device, backend) == "emulator" or block_size != 32 or fmt_r.kind == "int"
+            or not (inner == 1 or round_id == 0) or x.numel() == 0):
+        mx = quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
+                      rounding=rounding, seed=seed, rotation=rotation, backend=backend)
+        return dequantize(mx, torch.bfloat16, backend=backend)
+    fp = [int(v) for v in format_params(fmt_r)]
+    x = x.detach().contiguous()
+    k = x.shape[ax]
+    moved = tuple(x.shape[:ax]) + tuple(x.shape[ax + 1:]) + (k,)
+    out = torch.empty(moved, dtype=torch.bfloat16, device=x.device)
+    consts, sign_seed, rot_scale = _kernel_args(x, fmt_r, fp, rot, rule_id, round_id,
+                                                pack_factor(fmt_r))
+    n_blocks = out.numel() // 32
+    _rows32(x, ax, inner, out.view(torch.int32), out, n_blocks, sign_seed,
+            seed & 0xFFFFFFFFFFFFFFFF, rot_scale, consts, QDQ=True, BITS=fmt_r.bits,
+            EBITS=fmt_r.ebits, SUBQ=2.0 ** (1 - fmt_r.bias - fmt_r.mbits))
+    return out.movedim(-1, ax)
 
 
 def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_min: int = -127,

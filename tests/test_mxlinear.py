@@ -10,7 +10,10 @@ from ocpmx.native.linear import gemm_rotation, mix_seed
 from ocpmx.native.recipes import FP8_ELEMENT, GEMMS, MX_ELEMENT, OPERANDS
 from native_util import devices
 
-BACKENDS = [(d, None) for d in devices()] + [("cpu", "emulator")]
+# (device, backend, GEMM method): Triton with tl.dot_scaled and with quantize-dequantize + a
+# bf16 GEMM (what chips without MX units run), and the emulator
+BACKENDS = [(d, None, m) for d in devices() for m in ("dot_scaled", "bf16")] + \
+    [("cpu", "emulator", "auto")]
 
 
 def ref_gemm(gemm, g, a, a_axis, b, b_axis, ctx):
@@ -45,13 +48,13 @@ def check(got, want, bound, out_rounding, what):
     assert ok.all(), f"{what}: {np.sum(~ok)} entries off, worst {np.max(err - bound)}"
 
 
-@pytest.mark.parametrize("device,backend", BACKENDS)
+@pytest.mark.parametrize("device,backend,method", BACKENDS)
 @pytest.mark.parametrize("recipe", list(native.RECIPES))
-def test_recipe_matches_reference(device, backend, recipe):
+def test_recipe_matches_reference(device, backend, method, recipe):
     torch.manual_seed(0)
     t, n_in, n_out = 64, 64, 96
     lin = native.MXLinear(n_in, n_out, recipe=recipe, layer_id=3, seed=11, backend=backend,
-                          device=device)
+                          method=method, device=device)
     native.set_step(lin, 7, micro=1)
     x = torch.randn(2, t // 2, n_in, dtype=torch.bfloat16, device=device, requires_grad=True)
     gy = torch.randn(2, t // 2, n_out, dtype=torch.bfloat16, device=device)

@@ -126,6 +126,37 @@ def test_any_axis_of_a_3d_tensor_and_block_sizes(device, rounding):
                 assert_same(mx, ref)
 
 
+def bf16_bits(t):
+    return t.contiguous().view(torch.int16).cpu().numpy()
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", ["e2m1", "e4m3", "e5m2", "e3m2"])
+def test_quantize_dequantize_is_the_composition(device, fmt):
+    """The one-pass quantize-dequantize gives the bf16 bits of dequantize(quantize(x)): every
+    bf16 value (NaN, Inf, subnormals) as 32-blocks under every scale rule; rotations along both
+    axes, RNE and stochastic (stochastic off the last axis is the composition itself), 3-D."""
+    allbf = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    allbf = allbf.reshape(-1, 64).to(device)
+    for rule in ("floor", "ceil", "rceil", "even"):
+        got = native.quantize_dequantize(allbf, fmt, scale_rule=rule)
+        want = native.dequantize(native.quantize(allbf, fmt, scale_rule=rule), torch.bfloat16)
+        assert got.shape == want.shape
+        assert np.array_equal(bf16_bits(got), bf16_bits(want)), rule
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy((rng.standard_normal((32, 32, 64)) *
+                          np.exp(rng.normal(0, 3, (32, 1, 64)))).astype(np.float32)).to(device)
+    for axis in (0, 1, 2):
+        for rot in (None, "hadamard16", Rotation(16, 2**63 + 9))[::1 if fmt == "e2m1" else 2]:
+            for rnd in ("rne", "stochastic")[:2 if fmt == "e2m1" else 1]:
+                kw = dict(axis=axis, rotation=rot, rounding=rnd, seed=4, scale_rule="even")
+                got = native.quantize_dequantize(x.bfloat16(), fmt, **kw)
+                want = native.dequantize(native.quantize(x.bfloat16(), fmt, **kw), torch.bfloat16)
+                assert np.array_equal(bf16_bits(got), bf16_bits(want)), (axis, rot, rnd)
+    with pytest.raises(ValueError, match="divisible"):
+        native.quantize_dequantize(x[:, :, :40], fmt)
+
+
 @pytest.mark.parametrize("device", devices())
 def test_move_axis_last_is_movedim(device):
     """The tiled transpose behind the non-last-axis path moves bits exactly like torch's
