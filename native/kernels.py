@@ -148,18 +148,16 @@ def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, I
 
 
 @triton.jit
-def rotation_signs(sign_seed, pos):
-    """+-1.0 for positions ``pos`` inside a rotation group: bit 0 of Philox(sign_seed, pos), the
-    emulator's ``Rotation.signs``. Drawn in the kernel, so a random-sign rotation needs no
-    host-to-device copy (one per call synchronized every training step under GPU sharing)."""
-    p = pos.to(tl.uint32)
-    z = p * 0
-    rb, _, _, _ = tl.philox(sign_seed, p, z, z, z)
-    return tl.where((rb & 1) == 1, -1.0, 1.0)
+def rotation_signs(sign_mask, pos):
+    """+-1.0 for positions ``pos`` inside a rotation group: bit ``pos`` of ``sign_mask`` (the
+    host packs the emulator's ``Rotation.signs``, one bit per position, into this integer
+    argument), so a random-sign rotation sends no tensor to the device: a host-to-device copy
+    per call made every training step wait under GPU sharing."""
+    return tl.where(((sign_mask >> pos) & 1) == 1, -1.0, 1.0)
 
 
 @triton.jit
-def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_rows, K, inner, seed, rot_scale,
+def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, seed, rot_scale,
                     BS: tl.constexpr, ROWS: tl.constexpr, KB: tl.constexpr, ROT: tl.constexpr,
                     LOG2_ROT: tl.constexpr, STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
                     MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
@@ -206,7 +204,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_rows, K, inner, see
     if ROT > 0:  # block Hadamard along the block, groups of ROT elements
         g = tl.reshape(x, (ROWS * KB * (BS // ROT), ROT))
         if SIGNS:
-            g = g * rotation_signs(sign_seed, tl.arange(0, ROT))[None, :]
+            g = g * rotation_signs(sign_mask, tl.arange(0, ROT))[None, :]
         for st in tl.static_range(LOG2_ROT):  # stages h = 2^st = 1, 2, ..., ROT / 2
             t = tl.reshape(g, (ROWS * KB * (BS // ROT), ROT >> (st + 1), 2, 1 << st))
             a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
@@ -333,7 +331,7 @@ def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr
 
 
 @triton.jit
-def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_blocks, seed, rot_scale,
+def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed, rot_scale,
                            NB: tl.constexpr, ROT: tl.constexpr, SIGNS: tl.constexpr,
                            STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
                            MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
@@ -365,10 +363,10 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_seed, n_blocks, seed
     q3 = load_f32(x_ptr, blk, 3, valid, NB, EVEN, IN_BF16)
     if ROT > 0:
         if SIGNS:  # signs by position inside the rotation group
-            q0 = q0 * rotation_signs(sign_seed, j)
-            q1 = q1 * rotation_signs(sign_seed, (8 % ROT) + j)
-            q2 = q2 * rotation_signs(sign_seed, (16 % ROT) + j)
-            q3 = q3 * rotation_signs(sign_seed, (24 % ROT) + j)
+            q0 = q0 * rotation_signs(sign_mask, j)
+            q1 = q1 * rotation_signs(sign_mask, (8 % ROT) + j)
+            q2 = q2 * rotation_signs(sign_mask, (16 % ROT) + j)
+            q3 = q3 * rotation_signs(sign_mask, (24 % ROT) + j)
         q0 = fwht8(q0, NB)
         q1 = fwht8(q1, NB)
         q2 = fwht8(q2, NB)

@@ -148,16 +148,16 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
-        consts, sign_seed, rot_scale = _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack)
+        consts, signs, rot_scale = _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack)
         seed64 = seed & 0xFFFFFFFFFFFFFFFF
         nblk = k // block_size
         if block_size == 32 and (inner == 1 or round_id == 0):
-            _rows32(x, axis, inner, data, scales, rows * nblk, sign_seed, seed64, rot_scale, consts)
+            _rows32(x, axis, inner, data, scales, rows * nblk, signs, seed64, rot_scale, consts)
         else:
             rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
             grid = (triton.cdiv(rows, rows_tile), triton.cdiv(nblk, kb))
             kernels.quantize_kernel[grid](
-                x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_seed,
+                x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, signs,
                 rows, k, inner, seed64, rot_scale, BS=block_size,
                 ROWS=rows_tile, KB=kb, LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0,
                 INNER1=inner == 1, EVEN=rows % rows_tile == 0 and nblk % kb == 0,
@@ -173,11 +173,17 @@ def _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack):
         EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10],
         RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
         BIG=x.numel() >= 2**31 - 2**20, MAGIC=2.0 ** (24 - fp[4] - fp[3]))
-    sign_seed = rot.sign_seed & 0xFFFFFFFFFFFFFFFF if rot and rot.sign_seed is not None else 0
-    return consts, sign_seed, float(rot.scale) if rot else 1.0
+    return consts, sign_mask(rot), float(rot.scale) if rot else 1.0
 
 
-def _rows32(x, axis, inner, data, scales, n_blocks, sign_seed, seed64, rot_scale, consts, **qdq):
+def sign_mask(rot: Rotation | None) -> int:
+    """The rotation's signs as bits (bit p set: position p negated), a kernel argument."""
+    if rot is None or rot.sign_seed is None:
+        return 0
+    return int(sum(1 << p for p, v in enumerate(rot.signs()) if v < 0))
+
+
+def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, consts, **qdq):
     """The 32-block row kernel. Along the last axis (Fprop, Dgrad) it reads the input directly;
     along another axis (Wgrad contracts over tokens) a transposed copy, which costs one copy
     but avoids the strided tile kernel (2-10x slower with a rotation on an H200 in the
@@ -188,7 +194,7 @@ def _rows32(x, axis, inner, data, scales, n_blocks, sign_seed, seed64, rot_scale
     nb, warps = rows32_tile()
     kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
         src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
-        sign_seed, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
+        signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
         num_warps=warps, **consts, **qdq)
 
 
@@ -214,10 +220,10 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     k = x.shape[ax]
     moved = tuple(x.shape[:ax]) + tuple(x.shape[ax + 1:]) + (k,)
     out = torch.empty(moved, dtype=torch.bfloat16, device=x.device)
-    consts, sign_seed, rot_scale = _kernel_args(x, fmt_r, fp, rot, rule_id, round_id,
+    consts, signs, rot_scale = _kernel_args(x, fmt_r, fp, rot, rule_id, round_id,
                                                 pack_factor(fmt_r))
     n_blocks = out.numel() // 32
-    _rows32(x, ax, inner, out.view(torch.int32), out, n_blocks, sign_seed,
+    _rows32(x, ax, inner, out.view(torch.int32), out, n_blocks, signs,
             seed & 0xFFFFFFFFFFFFFFFF, rot_scale, consts, QDQ=True, BITS=fmt_r.bits,
             EBITS=fmt_r.ebits, SUBQ=2.0 ** (1 - fmt_r.bias - fmt_r.mbits))
     return out.movedim(-1, ax)
