@@ -1,0 +1,73 @@
+"""Instruction counts of the 32-block quantize row kernel in sm_90a SASS, without a GPU.
+
+  python benchmarks/kernel_sass.py [--fmt e2m1] [--rotations 0 16 32] [--qdq]
+
+Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
+and counts the static SASS instructions. Each thread holds one 32-element block, so static
+instructions / 32 is the instruction cost per element of the straight-line path (the NaN/Inf
+branch included, which runs only in programs holding such a block). This is the figure behind
+the issue-bound analysis in results/native_gpu/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from ocpmx.emulator.params import format_params, resolve
+from ocpmx.native import kernels
+
+
+def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4):
+    fmt, rule, _ = resolve(fmt_name, "even", "rne")
+    fp = [int(v) for v in format_params(fmt)]
+    consts = dict(NB=nb, ROT=rot, SIGNS=signs, STOCH=False, RULE=rule, IS_INT=False, MBITS=fp[3],
+                  BIAS=fp[4], EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9],
+                  RNUM=fp[10], RSHIFT=fp[11], SIGN=1 << (fp[1] - 1),
+                  PACK=2 if fmt.bits == 4 else 1, IN_BF16=True, BIG=False,
+                  MAGIC=2.0 ** (24 - fp[4] - fp[3]), EVEN=True, QDQ=qdq, BITS=fmt.bits,
+                  EBITS=fmt.ebits, SUBQ=2.0 ** (1 - fmt.bias - fmt.mbits))
+    fn = kernels.quantize_rows32_kernel
+    sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",
+           "sign_mask": "i32", "n_blocks": "i32", "seed": "u64", "rot_scale": "fp32",
+           **{k: "constexpr" for k in consts}}
+    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in range(3)})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+
+
+def sass_opcodes(cubin: bytes) -> list[str]:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    return [m.split(".")[0] for m in
+            re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fmt", default="e2m1")
+    ap.add_argument("--rotations", nargs="+", type=int, default=[0, 16, 32])
+    ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
+    args = ap.parse_args()
+    for rot in args.rotations:
+        for signs in ((False, True) if rot else (False,)):
+            ops = sass_opcodes(compile_rows32(args.fmt, rot, signs, args.qdq).asm["cubin"])
+            top = ", ".join(f"{k} {v}" for k, v in collections.Counter(ops).most_common(8))
+            print(f"{args.fmt} rotation {rot:2d}{' random signs' if signs else '             '}"
+                  f"{' qdq' if args.qdq else ''}: {len(ops)} instructions, "
+                  f"{len(ops) / 32:.2f} per element ({top})")
+
+
+if __name__ == "__main__":
+    main()
