@@ -303,7 +303,10 @@ def store_qdq(out_ptr, blk, code, scale, part: tl.constexpr, valid, NB: tl.const
     and rounding), stored as int32 pairs [NB, 4] (``out_ptr``: bf16 data viewed as int32)."""
     val = decode_values(code, scale.to(tl.int32)[:, None], False, BITS, EBITS, MBITS, BIAS,
                         NANC, INFC, SUBQ)
-    b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
+    if BIAS + MBITS <= 7:  # every value times every scale is a bf16 (FP4, FP6): cut, no rounding
+        b = (val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
+    else:
+        b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
     lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
     word = lo | (hi << 16)
     off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
