@@ -114,15 +114,16 @@ def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, I
         # sign on their own; only NaN and Inf elements need the fix-up below.
         inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
         y = ab.to(tl.float32, bitcast=True) * inv
-        yb = y.to(tl.int32, bitcast=True)
-        # element-normal range: RNE on the bits, then rebias the exponent
-        # (the exponent rebias is folded into the rounding constant: one add fewer)
-        mag_n = (yb + (((1 << (22 - MBITS)) - 1) - ((127 - BIAS) << 23))
-                 + ((yb >> (23 - MBITS)) & 1)) >> (23 - MBITS)
-        # element-subnormal range: the float32 adder rounds at the element's quantum
-        z = y + MAGIC
-        mag_s = z.to(tl.int32, bitcast=True) - ((151 - BIAS - MBITS) << 23)
-        mag = tl.where(yb >= ((128 - BIAS) << 23), mag_n, mag_s)
+        # the float32 adder rounds y at the element quantum of its binade, 2^(E - MBITS), with
+        # E clamped below at the element-subnormal binade 1 - BIAS (field f = E + 127): adding
+        # 2^(E - MBITS + 23) leaves round(y / quantum) in the low bits, ties to even; the code
+        # is that count plus the codes below the binade (a carry into the next binade lands on
+        # its first code). f <= 231 keeps the magic number finite when y is huge (an element
+        # cast with scale 2^0): such a y lands far above the largest code and saturates.
+        f = tl.minimum(tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS), 231)
+        mb = (f + (23 - MBITS)) << 23
+        z = y + mb.to(tl.float32, bitcast=True)
+        mag = z.to(tl.int32, bitcast=True) - mb + ((f - (128 - BIAS)) << MBITS)
         sign = tl.where(neg, SIGN, 0)
         code = sign | tl.minimum(mag, MAXC)
     # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
@@ -296,6 +297,42 @@ def nibbles_to_word(code):
 
 
 @triton.jit
+def rounded_values(ab, neg, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                   MAXV: tl.constexpr):
+    """float32 values of the RNE-quantized elements, ``decode(encode(.)) * 2^s`` without the
+    codes: |v| / 2^s is rounded to the element grid by the float32 adder with a magic number
+    whose exponent follows the element's binade (quantum 2^(E - MBITS), E clamped below at the
+    element-subnormal binade 1 - BIAS), so ties go to the even grid point as in ``encode``;
+    then saturation at the largest normal, 2^s (exact: at most MBITS + 1 significant bits), the
+    sign as a bit, NaN for a NaN/Inf block."""
+    inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
+    y = ab.to(tl.float32, bitcast=True) * inv
+    f = tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS)
+    magic = ((f + (23 - MBITS)) << 23).to(tl.float32, bitcast=True)
+    r = tl.minimum((y + magic) - magic, MAXV)
+    two_s = tl.where(sb == -127, 0x00400000, (sb + 127) << 23).to(tl.float32, bitcast=True)
+    val = (r * two_s).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
+    return tl.where(special, float("nan"), val.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def store_bf16_pairs(out_ptr, blk, val, part: tl.constexpr, valid, NB: tl.constexpr,
+                     EVEN: tl.constexpr, EXACT: tl.constexpr):
+    """Quarter ``part`` [NB, 8] of float32 values as bf16 (cut when EXACT: every value is a
+    bf16 number; else rounded to nearest even), stored as int32 pairs [NB, 4]."""
+    if EXACT:
+        b = (val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
+    else:
+        b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
+    lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
+    off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+    if EVEN:
+        tl.store(out_ptr + off, lo | (hi << 16))
+    else:
+        tl.store(out_ptr + off, lo | (hi << 16), mask=valid[:, None] & (off >= 0))
+
+
+@triton.jit
 def store_qdq(out_ptr, blk, code, scale, part: tl.constexpr, valid, NB: tl.constexpr,
               EVEN: tl.constexpr, BITS: tl.constexpr, EBITS: tl.constexpr, MBITS: tl.constexpr,
               BIAS: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, SUBQ: tl.constexpr):
@@ -303,17 +340,7 @@ def store_qdq(out_ptr, blk, code, scale, part: tl.constexpr, valid, NB: tl.const
     and rounding), stored as int32 pairs [NB, 4] (``out_ptr``: bf16 data viewed as int32)."""
     val = decode_values(code, scale.to(tl.int32)[:, None], False, BITS, EBITS, MBITS, BIAS,
                         NANC, INFC, SUBQ)
-    if BIAS + MBITS <= 7:  # every value times every scale is a bf16 (FP4, FP6): cut, no rounding
-        b = (val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
-    else:
-        b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
-    lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
-    word = lo | (hi << 16)
-    off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
-    if EVEN:
-        tl.store(out_ptr + off, word)
-    else:
-        tl.store(out_ptr + off, word, mask=valid[:, None] & (off >= 0))
+    store_bf16_pairs(out_ptr, blk, val, part, valid, NB, EVEN, BIAS + MBITS <= 7)
 
 
 @triton.jit
@@ -343,7 +370,8 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                            BIG: tl.constexpr, MAGIC: tl.constexpr, EVEN: tl.constexpr,
                            QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
-                           EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0):
+                           EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0,
+                           MAXV: tl.constexpr = 0.0):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
@@ -396,39 +424,50 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     sb = s[:, None]
     sp = special[:, None]
     any_special = tl.max(special.to(tl.int32), axis=0) > 0
-    c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
-                NEGMAX, SIGN, MAGIC)
-    c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                INFC, NEGMAX, SIGN, MAGIC)
-    c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                INFC, NEGMAX, SIGN, MAGIC)
-    c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                INFC, NEGMAX, SIGN, MAGIC)
-    if QDQ:
-        store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
-        store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
-        store_qdq(data_ptr, blk, c2, scale, 2, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
-        store_qdq(data_ptr, blk, c3, scale, 3, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+    if QDQ and not STOCH:  # RNE values straight from the rounded magnitudes: no codes
+        ex = BIAS + MBITS <= 7
+        store_bf16_pairs(data_ptr, blk, rounded_values(a0, u0 < 0, sb, sp, MBITS, BIAS, MAXV), 0,
+                         valid, NB, EVEN, ex)
+        store_bf16_pairs(data_ptr, blk, rounded_values(a1, u1 < 0, sb, sp, MBITS, BIAS, MAXV), 1,
+                         valid, NB, EVEN, ex)
+        store_bf16_pairs(data_ptr, blk, rounded_values(a2, u2 < 0, sb, sp, MBITS, BIAS, MAXV), 2,
+                         valid, NB, EVEN, ex)
+        store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, MBITS, BIAS, MAXV), 3,
+                         valid, NB, EVEN, ex)
     else:
-        if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
-            w01 = tl.join(nibbles_to_word(c0), nibbles_to_word(c1))
-            w23 = tl.join(nibbles_to_word(c2), nibbles_to_word(c3))
-            words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
-            woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
-            wptr = data_ptr.to(tl.pointer_type(tl.int32))
-            if EVEN:
-                tl.store(wptr + woff, words)
+        c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
+                    NEGMAX, SIGN, MAGIC)
+        c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                    INFC, NEGMAX, SIGN, MAGIC)
+        c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                    INFC, NEGMAX, SIGN, MAGIC)
+        c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                    INFC, NEGMAX, SIGN, MAGIC)
+        if QDQ:
+            store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+            store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+            store_qdq(data_ptr, blk, c2, scale, 2, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+            store_qdq(data_ptr, blk, c3, scale, 3, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
+        else:
+            if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
+                w01 = tl.join(nibbles_to_word(c0), nibbles_to_word(c1))
+                w23 = tl.join(nibbles_to_word(c2), nibbles_to_word(c3))
+                words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
+                woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+                wptr = data_ptr.to(tl.pointer_type(tl.int32))
+                if EVEN:
+                    tl.store(wptr + woff, words)
+                else:
+                    tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
             else:
-                tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
-        else:
-            store_codes(data_ptr, blk, c0, 0, valid, NB, PACK, EVEN)
-            store_codes(data_ptr, blk, c1, 1, valid, NB, PACK, EVEN)
-            store_codes(data_ptr, blk, c2, 2, valid, NB, PACK, EVEN)
-            store_codes(data_ptr, blk, c3, 3, valid, NB, PACK, EVEN)
-        if EVEN:
-            tl.store(scale_ptr + blk, scale.to(tl.uint8))
-        else:
-            tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=blk < n_blocks)
+                store_codes(data_ptr, blk, c0, 0, valid, NB, PACK, EVEN)
+                store_codes(data_ptr, blk, c1, 1, valid, NB, PACK, EVEN)
+                store_codes(data_ptr, blk, c2, 2, valid, NB, PACK, EVEN)
+                store_codes(data_ptr, blk, c3, 3, valid, NB, PACK, EVEN)
+            if EVEN:
+                tl.store(scale_ptr + blk, scale.to(tl.uint8))
+            else:
+                tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=blk < n_blocks)
 
 
 @triton.jit

@@ -225,7 +225,8 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     n_blocks = out.numel() // 32
     _rows32(x, ax, inner, out.view(torch.int32), out, n_blocks, signs,
             seed & 0xFFFFFFFFFFFFFFFF, rot_scale, consts, QDQ=True, BITS=fmt_r.bits,
-            EBITS=fmt_r.ebits, SUBQ=2.0 ** (1 - fmt_r.bias - fmt_r.mbits))
+            EBITS=fmt_r.ebits, SUBQ=2.0 ** (1 - fmt_r.bias - fmt_r.mbits),
+            MAXV=float(fmt_r.max_normal))
     return out.movedim(-1, ax)
 
 
