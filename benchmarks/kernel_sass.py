@@ -32,7 +32,7 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 12
                   BIAS=fp[4], EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9],
                   RNUM=fp[10], RSHIFT=fp[11], SIGN=1 << (fp[1] - 1),
                   PACK=2 if fmt.bits == 4 else 1, IN_BF16=True, BIG=False,
-                  MAGIC=2.0 ** (24 - fp[4] - fp[3]), EVEN=True, QDQ=qdq, BITS=fmt.bits,
+                  EVEN=True, QDQ=qdq, BITS=fmt.bits,
                   EBITS=fmt.ebits, SUBQ=2.0 ** (1 - fmt.bias - fmt.mbits), MAXV=float(fmt.max_normal))
     fn = kernels.quantize_rows32_kernel
     sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",

@@ -61,9 +61,27 @@ def block_scale(amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl.constexp
 
 
 @triton.jit
+def round_on_grid(ab, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr):
+    """RNE of y = |v| / 2^s (``ab``: |v|'s float32 bits) on the element grid by the float32
+    adder: (f, magic bits, z = y + magic). f is y's exponent field clamped below at the
+    element-subnormal binade (E = 1 - BIAS) and above at 231, so that magic = 2^(E - MBITS + 23)
+    is finite; z's low bits hold round(y / 2^(E - MBITS)), ties to even. A huge y (an element
+    cast with scale 2^0) lands far above the largest code and saturates.
+
+    y = |v| / 2^s is exact wherever it can round to a nonzero value (2^-s is a normal float32:
+    s <= 126 for every float format); an FMA with the add changes nothing. In a NaN/Inf block
+    2^-s is replaced by 0, so finite elements become zeros of their sign on their own."""
+    inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
+    y = ab.to(tl.float32, bitcast=True) * inv
+    f = tl.minimum(tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS), 231)
+    magic = (f + (23 - MBITS)) << 23
+    return f, magic, y + magic.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, NEGMAX: tl.constexpr,
-           SIGN: tl.constexpr, MAGIC: tl.constexpr):
+           SIGN: tl.constexpr):
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
     shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
     indices (the stochastic-rounding counters)."""
@@ -108,22 +126,11 @@ def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, I
             mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
             code = sign | mag
     else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
-        # y = |v| / 2^s is exact wherever it can round to a nonzero code (2^-s is a normal
-        # float32: s <= 126 for every float format); an FMA with the add below changes nothing.
-        # In a NaN/Inf block 2^-s is replaced by 0, so finite elements become zeros of their
-        # sign on their own; only NaN and Inf elements need the fix-up below.
-        inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
-        y = ab.to(tl.float32, bitcast=True) * inv
-        # the float32 adder rounds y at the element quantum of its binade, 2^(E - MBITS), with
-        # E clamped below at the element-subnormal binade 1 - BIAS (field f = E + 127): adding
-        # 2^(E - MBITS + 23) leaves round(y / quantum) in the low bits, ties to even; the code
-        # is that count plus the codes below the binade (a carry into the next binade lands on
-        # its first code). f <= 231 keeps the magic number finite when y is huge (an element
-        # cast with scale 2^0): such a y lands far above the largest code and saturates.
-        f = tl.minimum(tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS), 231)
-        mb = (f + (23 - MBITS)) << 23
-        z = y + mb.to(tl.float32, bitcast=True)
-        mag = z.to(tl.int32, bitcast=True) - mb + ((f - (128 - BIAS)) << MBITS)
+        # (only NaN and Inf elements need the fix-up below)
+        f, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS)
+        # the code: the count of quanta in z's low bits plus the codes below the binade (a
+        # carry into the next binade lands on its first code)
+        mag = z.to(tl.int32, bitcast=True) - magic + ((f - (128 - BIAS)) << MBITS)
         sign = tl.where(neg, SIGN, 0)
         code = sign | tl.minimum(mag, MAXC)
     # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
@@ -165,7 +172,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
                     MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
                     NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
                     SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                    INNER1: tl.constexpr, BIG: tl.constexpr, MAGIC: tl.constexpr,
+                    INNER1: tl.constexpr, BIG: tl.constexpr,
                     EVEN: tl.constexpr, SIGNS: tl.constexpr, CAST: tl.constexpr = False):
     """Quantize ROWS rows x KB blocks of BS elements of x (CAST: convert each element with
     scale 2^0 instead; no scales are stored).
@@ -229,7 +236,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
     code = encode(ab, neg, s[:, None], special[:, None], any_special,
                   tl.reshape(flat, (ROWS * KB, BS)), seed,
                   STOCH,
-                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN, MAGIC)
+                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN)
 
     # ---- store: codes (packed for FP4) and scales ----
     code = tl.reshape(code, (ROWS, KB * BS))
@@ -300,16 +307,11 @@ def nibbles_to_word(code):
 def rounded_values(ab, neg, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
                    MAXV: tl.constexpr):
     """float32 values of the RNE-quantized elements, ``decode(encode(.)) * 2^s`` without the
-    codes: |v| / 2^s is rounded to the element grid by the float32 adder with a magic number
-    whose exponent follows the element's binade (quantum 2^(E - MBITS), E clamped below at the
-    element-subnormal binade 1 - BIAS), so ties go to the even grid point as in ``encode``;
-    then saturation at the largest normal, 2^s (exact: at most MBITS + 1 significant bits), the
-    sign as a bit, NaN for a NaN/Inf block."""
-    inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
-    y = ab.to(tl.float32, bitcast=True) * inv
-    f = tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS)
-    magic = ((f + (23 - MBITS)) << 23).to(tl.float32, bitcast=True)
-    r = tl.minimum((y + magic) - magic, MAXV)
+    codes: the rounding ``encode`` uses (``round_on_grid``), then saturation at the largest
+    normal, 2^s (exact: at most MBITS + 1 significant bits), the sign as a bit, NaN for a
+    NaN/Inf block."""
+    _, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS)
+    r = tl.minimum(z - magic.to(tl.float32, bitcast=True), MAXV)
     two_s = tl.where(sb == -127, 0x00400000, (sb + 127) << 23).to(tl.float32, bitcast=True)
     val = (r * two_s).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
     return tl.where(special, float("nan"), val.to(tl.float32, bitcast=True))
@@ -368,7 +370,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
                            NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
                            SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                           BIG: tl.constexpr, MAGIC: tl.constexpr, EVEN: tl.constexpr,
+                           BIG: tl.constexpr, EVEN: tl.constexpr,
                            QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
                            EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0,
                            MAXV: tl.constexpr = 0.0):
@@ -436,13 +438,13 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                          valid, NB, EVEN, ex)
     else:
         c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
-                    NEGMAX, SIGN, MAGIC)
+                    NEGMAX, SIGN)
         c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, MAGIC)
+                    INFC, NEGMAX, SIGN)
         c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, MAGIC)
+                    INFC, NEGMAX, SIGN)
         c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, MAGIC)
+                    INFC, NEGMAX, SIGN)
         if QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
             store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)

@@ -151,7 +151,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
         consts, signs, rot_scale = _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack)
         seed64 = seed & 0xFFFFFFFFFFFFFFFF
         nblk = k // block_size
-        if block_size == 32 and (inner == 1 or round_id == 0):
+        if rows32_applies(block_size, inner, round_id):
             _rows32(x, axis, inner, data, scales, rows * nblk, signs, seed64, rot_scale, consts)
         else:
             rows_tile, kb, warps = quantize_tile(inner, block_size, nblk)
@@ -166,13 +166,13 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
 
 
 def _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack):
-    """(constexprs, sign seed, rotation scale) shared by the quantize kernels."""
+    """(constexprs, sign mask, rotation scale) shared by the quantize kernels."""
     consts = dict(
         ROT=rot.size if rot else 0, SIGNS=rot is not None and rot.sign_seed is not None,
         STOCH=round_id == 1, RULE=rule_id, IS_INT=fp[0] == 1, MBITS=fp[3], BIAS=fp[4],
         EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9], RNUM=fp[10],
         RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=pack, IN_BF16=x.dtype == torch.bfloat16,
-        BIG=x.numel() >= 2**31 - 2**20, MAGIC=2.0 ** (24 - fp[4] - fp[3]))
+        BIG=x.numel() >= 2**31 - 2**20)
     return consts, sign_mask(rot), float(rot.scale) if rot else 1.0
 
 
@@ -183,13 +183,19 @@ def sign_mask(rot: Rotation | None) -> int:
     return int(sum(1 << p for p, v in enumerate(rot.signs()) if v < 0))
 
 
+def rows32_applies(block_size: int, inner: int, round_id: int) -> bool:
+    """Whether the 32-block row kernel serves: blocks of 32, along the last axis, or along
+    another one with RNE (see ``_rows32``)."""
+    return block_size == 32 and (inner == 1 or round_id == 0)
+
+
 def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, consts, **qdq):
     """The 32-block row kernel. Along the last axis (Fprop, Dgrad) it reads the input directly;
     along another axis (Wgrad contracts over tokens) a transposed copy, which costs one copy
     but avoids the strided tile kernel (2-10x slower with a rotation on an H200 in the
     ablation). The bits are the same: the output layout is the moved-axis one either way.
     Stochastic rounding keys its random bits by the element's index in the input, so off the
-    last axis it keeps the tile kernel (the caller decides)."""
+    last axis it keeps the tile kernel (``rows32_applies``)."""
     src = x if inner == 1 else move_axis_last(x, axis)
     nb, warps = rows32_tile()
     kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
@@ -210,8 +216,8 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     rot = as_rotation(rotation)
     ax = _check_input(x, fmt_r, axis, block_size, rot)
     inner = int(np.prod(x.shape[ax + 1:], dtype=np.int64))
-    if (pick_backend(x.device, backend) == "emulator" or block_size != 32 or fmt_r.kind == "int"
-            or not (inner == 1 or round_id == 0) or x.numel() == 0):
+    if (pick_backend(x.device, backend) == "emulator" or fmt_r.kind == "int" or x.numel() == 0
+            or not rows32_applies(block_size, inner, round_id)):
         mx = quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
                       rounding=rounding, seed=seed, rotation=rotation, backend=backend)
         return dequantize(mx, torch.bfloat16, backend=backend)
@@ -259,7 +265,7 @@ def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_m
             MBITS=fp[3], BIAS=fp[4], EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8],
             NEGMAX=fp[9], RNUM=fp[10], RSHIFT=fp[11], SIGN=1 << (fp[1] - 1), PACK=1,
             IN_BF16=flat.dtype == torch.bfloat16, BIG=padded >= 2**31 - 2**20,
-            MAGIC=2.0 ** (24 - fp[4] - fp[3]), INNER1=True,
+            INNER1=True,
             EVEN=rows % rows_tile == 0 and width % kb == 0, CAST=True, num_warps=warps)
     return out[:n].reshape(x.shape)
 
