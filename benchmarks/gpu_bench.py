@@ -16,6 +16,7 @@ the memory-bound kernels so that L2 cannot hold them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import json
 import platform
@@ -30,7 +31,7 @@ from triton.testing import do_bench
 
 from ocpmx import emulator, native
 from ocpmx.emulator import Rotation
-from ocpmx.native import quantize as nq
+nq = importlib.import_module("ocpmx.native.quantize")  # the module (native.quantize is also a function)
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 6144)]  # (K = in, N = out)
 TOKENS = 8192

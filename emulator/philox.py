@@ -46,9 +46,22 @@ def _philox_array(seed, offsets, out):
         out[i] = philox_word(seed, offsets[i])
 
 
+@nb.njit(cache=True)
+def _philox_array_serial(seed, offsets, out):
+    for i in range(offsets.size):
+        out[i] = philox_word(seed, offsets[i])
+
+
+# Below this many words one thread is faster than waking Numba's pool: a random-sign rotation
+# draws 16 words per GEMM operand, and a parallel launch per draw cost ~1 ms on a 16-core host
+# (and far more with several training processes competing for the cores).
+SERIAL_BELOW = 1 << 14
+
+
 def random_bits(seed: int, offsets) -> np.ndarray:
     """uint32 words for each offset (any integer array); equal to ``tl.randint(seed, offsets)``."""
     offs = np.ascontiguousarray(np.asarray(offsets).astype(np.uint64)).ravel()
     out = np.empty(offs.size, np.uint64)
-    _philox_array(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), offs, out)
+    fill = _philox_array_serial if offs.size < SERIAL_BELOW else _philox_array
+    fill(np.uint64(seed & 0xFFFFFFFFFFFFFFFF), offs, out)
     return out.astype(np.uint32).reshape(np.shape(offsets))

@@ -80,6 +80,7 @@ def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
                    "--recipe", arm, "--seed", str(seed), "--out", str(d), "--resume"]
             env = dict(os.environ)
             env.setdefault("OMP_NUM_THREADS", threads)  # share the host's cores among the runs
+            env.setdefault("NUMBA_NUM_THREADS", threads)  # Numba's pool too (Philox draws)
             if slots[i] != "cpu":
                 env["CUDA_VISIBLE_DEVICES"] = slots[i]
             log = open(d / "log.txt", "a")

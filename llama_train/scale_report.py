@@ -45,7 +45,10 @@ def run_row(d: Path, warmup: int = 10) -> dict:
         "tokens_per_s_per_gpu": med("tokens_per_s") / world, "mfu": med("mfu"),
         "step_s": (cfg.get("batch_size", 1) * cfg.get("grad_accum", 1) * cfg.get("seq_len", 0)
                    * world / med("tokens_per_s")) if rows else float("nan"),
-        "peak_memory_gb": mem, "max_peak_memory_gb": max(mem) if mem else None,
+        # memory.json: {"allocated_gb": [per rank], "reserved_gb": [per rank]} (train._peak_memory)
+        "peak_memory_gb": mem,
+        "max_allocated_gb": max(mem["allocated_gb"]) if mem else None,
+        "max_reserved_gb": max(mem["reserved_gb"]) if mem else None,
         "gpu_ms_per_step": brk["gpu_ms_per_step"] if brk else None,
         "loss_first": train_rows[0]["loss"] if train_rows else None,
         "loss_last": train_rows[-1]["loss"] if train_rows else None,
@@ -74,12 +77,13 @@ def markdown(rows: list[dict], warmup: int = 10) -> str:
              "a resume; medians. GPU ms per step by kernel category from the profiled steps "
              "(rank 0; communication overlaps compute, so the categories can add up to more "
              "than the step).", "",
-             "| run | GPUs | tokens/s/GPU | MFU | step s | peak GB (max over GPUs) | "
+             "| run | GPUs | tokens/s/GPU | MFU | step s | peak GiB allocated / reserved (max over GPUs) | "
              + " | ".join(f"{c} ms" for c in cats) + " | loss first → last |",
              "|---" * (7 + len(cats)) + "|"]
     for r in rows:
         ms = r["gpu_ms_per_step"] or {}
-        mem = f"{r['max_peak_memory_gb']:.1f}" if r["max_peak_memory_gb"] is not None else "—"
+        mem = (f"{r['max_allocated_gb']:.1f} / {r['max_reserved_gb']:.1f}"
+               if r["max_allocated_gb"] is not None else "—")
         lines.append(
             f"| {r['run']} | {r['world']} | {r['tokens_per_s_per_gpu']:,.0f} | {r['mfu']:.1%} | "
             f"{r['step_s']:.2f} | {mem} | "

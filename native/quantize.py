@@ -9,6 +9,8 @@ The default is 'triton' for GPU tensors and under the interpreter, else 'emulato
 """
 from __future__ import annotations
 
+import functools
+
 import os
 from dataclasses import dataclass
 
@@ -180,7 +182,13 @@ def sign_mask(rot: Rotation | None) -> int:
     """The rotation's signs as bits (bit p set: position p negated), a kernel argument."""
     if rot is None or rot.sign_seed is None:
         return 0
-    return int(sum(1 << p for p, v in enumerate(rot.signs()) if v < 0))
+    return _sign_mask(rot.size, rot.sign_seed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sign_mask(size: int, sign_seed: int) -> int:
+    # cached: a fixed-sign recipe asks for the same mask in every GEMM of every step
+    return int(sum(1 << p for p, v in enumerate(Rotation(size, sign_seed).signs()) if v < 0))
 
 
 def rows32_applies(block_size: int, inner: int, round_id: int) -> bool:

@@ -329,14 +329,15 @@ def test_scale_report_times_the_right_steps(corpus, tmp_path):
     (root / "a" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     cfgj = json.loads((root / "a" / "config.json").read_text())
     (root / "a" / "config.json").write_text(json.dumps({**cfgj, "world": 2}))
-    (root / "a" / "memory.json").write_text(json.dumps([3.5, 4.25]))
+    (root / "a" / "memory.json").write_text(json.dumps({"allocated_gb": [3.5, 4.25],
+                                                       "reserved_gb": [5.0, 4.5]}))
     rows = S.summarize(root, tmp_path / "rep", warmup=2)
     r = rows[0]
     assert r["run"] == "a" and r["world"] == 2 and r["timed_steps"] == 3
     assert r["tokens_per_s_per_gpu"] == 4000.0 / 2  # median of 3000, 4000, 8000 over 2 GPUs
-    assert r["mfu"] == 0.03 and r["max_peak_memory_gb"] == 4.25
+    assert r["mfu"] == 0.03 and r["max_allocated_gb"] == 4.25 and r["max_reserved_gb"] == 5.0
     assert r["step_s"] == 2 * 32 * 2 / 4000.0
     assert r["gpu_ms_per_step"] == {}  # the CPU profiler finds no GPU kernels
     md = (tmp_path / "rep" / "scale.md").read_text()
-    assert "| a | 2 | 2,000 | 3.0% |" in md and (tmp_path / "rep" / "loss.png").is_file()
+    assert "| a | 2 | 2,000 | 3.0% | 0.03 | 4.2 / 5.0 |" in md and (tmp_path / "rep" / "loss.png").is_file()
     assert json.loads((tmp_path / "rep" / "scale.json").read_text())[0]["run"] == "a"
