@@ -21,6 +21,20 @@ def test_numba_philox_matches_reference():
         assert list(got) == want
 
 
+def test_philox_one_thread_and_thread_pool_give_the_same_words():
+    """Short draws (random signs) run on one thread, long ones on Numba's pool: the words must
+    not depend on which, on either side of the threshold (checked against the reference)."""
+    from ocpmx.emulator import philox
+    n = philox.SERIAL_BELOW
+    seed = 0x1234_5678_9ABC
+    long = random_bits(seed, np.arange(n + 3))  # the pool
+    short = np.concatenate([random_bits(seed, np.arange(i, min(i + 1000, n + 3)))
+                            for i in range(0, n + 3, 1000)])  # one thread each
+    assert np.array_equal(long, short)
+    for o in (0, n - 1, n, n + 2):
+        assert int(long[o]) == philox_ref(seed, [o, 0, 0, 0])[0]
+
+
 def test_sr_bits_match_reference():
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((3, 64)) * 3).astype(np.float32)
