@@ -21,20 +21,25 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+import torch
+
 from ocpmx.emulator.params import format_params, resolve
+from ocpmx.emulator.rotation import Rotation
 from ocpmx.native import kernels
+from ocpmx.native.quantize import kernel_args, pack_factor, qdq_args
 
 
 def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4):
-    fmt, rule, _ = resolve(fmt_name, "even", "rne")
+    """The row kernel with the constexprs ``native.quantize`` passes (bf16 input, RNE)."""
+    fmt, rule, round_id = resolve(fmt_name, "even", "rne")
     fp = [int(v) for v in format_params(fmt)]
-    consts = dict(NB=nb, ROT=rot, SIGNS=signs, STOCH=False, RULE=rule, IS_INT=False, MBITS=fp[3],
-                  BIAS=fp[4], EMAX=fp[5], MAXC=fp[6], NANC=fp[7], INFC=fp[8], NEGMAX=fp[9],
-                  RNUM=fp[10], RSHIFT=fp[11], SIGN=1 << (fp[1] - 1),
-                  PACK=2 if fmt.bits == 4 else 1, IN_BF16=True, BIG=False,
-                  EVEN=True, QDQ=qdq, BITS=fmt.bits,
-                  EBITS=fmt.ebits, SUBQ=2.0 ** (1 - fmt.bias - fmt.mbits), MAXV=float(fmt.max_normal))
+    rotation = Rotation(rot, 7 if signs else None) if rot else None
+    x = torch.empty(0, dtype=torch.bfloat16, device="meta")  # its dtype and size are what count
+    consts, _, _ = kernel_args(x, fmt, fp, rotation, rule, round_id, pack_factor(fmt))
+    consts.update(NB=nb, EVEN=True, **(qdq_args(fmt) if qdq else {}))
     fn = kernels.quantize_rows32_kernel
+    # a launch fills in the defaults of constexprs left out; a direct compile needs them named
+    consts = {**{q.name: q.default for q in fn.params if q.is_constexpr and q.has_default}, **consts}
     sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",
            "sign_mask": "i32", "n_blocks": "i32", "seed": "u64", "rot_scale": "fp32",
            **{k: "constexpr" for k in consts}}

@@ -10,7 +10,6 @@ The default is 'triton' for GPU tensors and under the interpreter, else 'emulato
 from __future__ import annotations
 
 import functools
-
 import os
 from dataclasses import dataclass
 
@@ -150,7 +149,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
-        consts, signs, rot_scale = _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack)
+        consts, signs, rot_scale = kernel_args(x, fmt, fp, rot, rule_id, round_id, pack)
         seed64 = seed & 0xFFFFFFFFFFFFFFFF
         nblk = k // block_size
         if rows32_applies(block_size, inner, round_id):
@@ -167,7 +166,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
 
 
-def _kernel_args(x, fmt, fp, rot, rule_id, round_id, pack):
+def kernel_args(x, fmt, fp, rot, rule_id, round_id, pack):
     """(constexprs, sign mask, rotation scale) shared by the quantize kernels."""
     consts = dict(
         ROT=rot.size if rot else 0, SIGNS=rot is not None and rot.sign_seed is not None,
@@ -234,14 +233,18 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     k = x.shape[ax]
     moved = tuple(x.shape[:ax]) + tuple(x.shape[ax + 1:]) + (k,)
     out = torch.empty(moved, dtype=torch.bfloat16, device=x.device)
-    consts, signs, rot_scale = _kernel_args(x, fmt_r, fp, rot, rule_id, round_id,
+    consts, signs, rot_scale = kernel_args(x, fmt_r, fp, rot, rule_id, round_id,
                                                 pack_factor(fmt_r))
     n_blocks = out.numel() // 32
     _rows32(x, ax, inner, out.view(torch.int32), out, n_blocks, signs,
-            seed & 0xFFFFFFFFFFFFFFFF, rot_scale, consts, QDQ=True, BITS=fmt_r.bits,
-            EBITS=fmt_r.ebits, SUBQ=2.0 ** (1 - fmt_r.bias - fmt_r.mbits),
-            MAXV=float(fmt_r.max_normal))
+            seed & 0xFFFFFFFFFFFFFFFF, rot_scale, consts, **qdq_args(fmt_r))
     return out.movedim(-1, ax)
+
+
+def qdq_args(fmt: ElementFormat) -> dict:
+    """The row kernel's constexprs for its quantize-dequantize mode (a float format)."""
+    return dict(QDQ=True, BITS=fmt.bits, EBITS=fmt.ebits, SUBQ=2.0 ** (1 - fmt.bias - fmt.mbits),
+                MAXV=float(fmt.max_normal))
 
 
 def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_min: int = -127,
@@ -318,9 +321,9 @@ def move_axis_last(x: torch.Tensor, axis: int) -> torch.Tensor:
     k = x.shape[axis]
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     outer = x.numel() // max(1, k * inner)
-    out = torch.empty(x.shape[:axis] + x.shape[axis + 1:] + (k,), dtype=x.dtype, device=x.device)
     if outer > 65535:  # the grid's third dimension
         return x.movedim(axis, -1).contiguous()
+    out = torch.empty(x.shape[:axis] + x.shape[axis + 1:] + (k,), dtype=x.dtype, device=x.device)
     if x.numel():
         bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
         bk, bi = (64, 64) if not interpreting() else (128, 128)
