@@ -61,30 +61,37 @@ def block_scale(amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl.constexp
 
 
 @triton.jit
-def round_on_grid(ab, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr):
+def round_on_grid(ab, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                  CAST: tl.constexpr):
     """RNE of y = |v| / 2^s (``ab``: |v|'s float32 bits) on the element grid by the float32
     adder: (f, magic bits, z = y + magic). f is y's exponent field clamped below at the
-    element-subnormal binade (E = 1 - BIAS) and above at 231, so that magic = 2^(E - MBITS + 23)
-    is finite; z's low bits hold round(y / 2^(E - MBITS)), ties to even. A huge y (an element
-    cast with scale 2^0) lands far above the largest code and saturates.
+    element-subnormal binade (E = 1 - BIAS), so that z's low bits hold
+    round(y / 2^(E - MBITS)), ties to even, with magic = 2^(E - MBITS + 23). Under a block
+    scale y < 2^(emax + 1), so magic is finite; an element cast (CAST: scale 2^0) can bring a
+    huge y, for which f is also clamped above at 231: it lands far above the largest code and
+    saturates. (In a NaN/Inf block y is 0 or NaN; the NaN/Inf elements' codes are replaced
+    afterwards, so what the arithmetic gives them does not matter.)
 
     y = |v| / 2^s is exact wherever it can round to a nonzero value (2^-s is a normal float32:
     s <= 126 for every float format); an FMA with the add changes nothing. In a NaN/Inf block
     2^-s is replaced by 0, so finite elements become zeros of their sign on their own."""
     inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
     y = ab.to(tl.float32, bitcast=True) * inv
-    f = tl.minimum(tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS), 231)
+    f = tl.maximum(y.to(tl.int32, bitcast=True) >> 23, 128 - BIAS)
+    if CAST:
+        f = tl.minimum(f, 231)
     magic = (f + (23 - MBITS)) << 23
     return f, magic, y + magic.to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr,
+           IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, NEGMAX: tl.constexpr,
-           SIGN: tl.constexpr):
+           SIGN: tl.constexpr, CAST: tl.constexpr = False):
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
     shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
-    indices (the stochastic-rounding counters)."""
+    indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block)."""
     if IS_INT or STOCH:  # exact integer path (emulator: encode)
         ef = ab >> 23
         mf = ab & 0x7FFFFF
@@ -127,7 +134,7 @@ def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, I
             code = sign | mag
     else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
         # (only NaN and Inf elements need the fix-up below)
-        f, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS)
+        f, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS, CAST)
         # the code: the count of quanta in z's low bits plus the codes below the binade (a
         # carry into the next binade lands on its first code)
         mag = z.to(tl.int32, bitcast=True) - magic + ((f - (128 - BIAS)) << MBITS)
@@ -150,8 +157,9 @@ def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr, I
         code = tl.where((ab == 0) | special, sign, code)
     # not from the arithmetic above: the bits of Inf * 0 differ between x86 and GPUs. Only
     # blocks whose scale is NaN hold NaN or Inf, so the selects run only where one exists.
-    if any_special:
-        code = tl.where(ab >= 0x7F800000, tl.where(ab > 0x7F800000, nan_code, inf_code), code)
+    if any_special:  # tested on the float |v| (a compare with |.| needs no abs instruction)
+        mag_f = ab.to(tl.float32, bitcast=True)
+        code = tl.where(mag_f == float("inf"), inf_code, tl.where(mag_f != mag_f, nan_code, code))
     return code
 
 
@@ -236,7 +244,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
     code = encode(ab, neg, s[:, None], special[:, None], any_special,
                   tl.reshape(flat, (ROWS * KB, BS)), seed,
                   STOCH,
-                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN)
+                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN, CAST)
 
     # ---- store: codes (packed for FP4) and scales ----
     code = tl.reshape(code, (ROWS, KB * BS))
@@ -273,26 +281,33 @@ def fwht8(g, N: tl.constexpr):
 
 
 @triton.jit
-def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.constexpr,
-             IN_BF16: tl.constexpr):
-    """Quarter ``part`` (8 elements) of 32-element blocks ``blk`` as float32 [NB, 8]. bf16
-    input is read as int32 pairs (``ptr`` is the bf16 data viewed as int32): one shift or mask
-    per element makes the float32 bits."""
+def load_quarter(ptr, blk, part: tl.constexpr, valid, EVEN: tl.constexpr,
+                 IN_BF16: tl.constexpr):
+    """Quarter ``part`` (8 elements) of 32-element blocks ``blk``, as loaded: bf16 input as
+    int32 pairs [NB, 4] (``ptr`` is the bf16 data viewed as int32), float32 as [NB, 8]; one
+    16-byte load per block (``quarter_f32`` makes float32 of it)."""
     if IN_BF16:
         off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
-        if EVEN:
-            w = tl.load(ptr + off)
-        else:
-            w = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0)
+        other = 0
+    else:
+        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+        other = 0.0
+    if EVEN:
+        w = tl.load(ptr + off)
+    else:
+        w = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=other)
+    return w
+
+
+@triton.jit
+def quarter_f32(w, NB: tl.constexpr, IN_BF16: tl.constexpr):
+    """A loaded quarter as float32 [NB, 8]: for bf16, one shift or mask per element."""
+    if IN_BF16:
         lo = (w << 16).to(tl.float32, bitcast=True)  # element 2i: the low half
         hi = (w & -65536).to(tl.float32, bitcast=True)  # element 2i + 1
         x = tl.reshape(tl.join(lo, hi), (NB, 8))
     else:
-        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
-        if EVEN:
-            x = tl.load(ptr + off)
-        else:
-            x = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0.0)
+        x = w
     return x
 
 
@@ -310,7 +325,7 @@ def rounded_values(ab, neg, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr
     codes: the rounding ``encode`` uses (``round_on_grid``), then saturation at the largest
     normal, 2^s (exact: at most MBITS + 1 significant bits), the sign as a bit, NaN for a
     NaN/Inf block."""
-    _, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS)
+    _, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS, False)
     r = tl.minimum(z - magic.to(tl.float32, bitcast=True), MAXV)
     two_s = tl.where(sb == -127, 0x00400000, (sb + 127) << 23).to(tl.float32, bitcast=True)
     val = (r * two_s).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
@@ -373,12 +388,17 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            BIG: tl.constexpr, EVEN: tl.constexpr,
                            QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
                            EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0,
-                           MAXV: tl.constexpr = 0.0):
+                           MAXV: tl.constexpr = 0.0, PERSIST: tl.constexpr = False):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
     registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
     bits as ``quantize_kernel`` (and the emulator).
+
+    PERSIST: each program walks tiles of NB blocks pid, pid + P, pid + 2P, ... (P programs)
+    and loads the next tile before it works on the current one, so a thread always has its
+    next 64 input bytes in flight while it computes (an unrolled-by-hand software pipeline).
+    Otherwise one tile per program.
 
     QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
     output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
@@ -387,13 +407,57 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     blk = pid * NB + tl.arange(0, NB)
     if BIG:
         blk = blk.to(tl.int64)
+    if PERSIST:  # masked throughout: the prefetch runs past the last tile
+        stride = tl.num_programs(0) * NB
+        valid = blk < n_blocks
+        w0 = load_quarter(x_ptr, blk, 0, valid, False, IN_BF16)
+        w1 = load_quarter(x_ptr, blk, 1, valid, False, IN_BF16)
+        w2 = load_quarter(x_ptr, blk, 2, valid, False, IN_BF16)
+        w3 = load_quarter(x_ptr, blk, 3, valid, False, IN_BF16)
+        for _ in range(pid, tl.cdiv(n_blocks, NB), tl.num_programs(0)):
+            nxt = blk + stride
+            nvalid = nxt < n_blocks
+            n0 = load_quarter(x_ptr, nxt, 0, nvalid, False, IN_BF16)
+            n1 = load_quarter(x_ptr, nxt, 1, nvalid, False, IN_BF16)
+            n2 = load_quarter(x_ptr, nxt, 2, nvalid, False, IN_BF16)
+            n3 = load_quarter(x_ptr, nxt, 3, nvalid, False, IN_BF16)
+            rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, seed,
+                          rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
+                          MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, False,
+                          QDQ, BITS, EBITS, SUBQ, MAXV)
+            w0, w1, w2, w3 = n0, n1, n2, n3
+            blk = nxt
+            valid = nvalid
+    else:
+        valid = blk < n_blocks
+        rows32_blocks(load_quarter(x_ptr, blk, 0, valid, EVEN, IN_BF16),
+                      load_quarter(x_ptr, blk, 1, valid, EVEN, IN_BF16),
+                      load_quarter(x_ptr, blk, 2, valid, EVEN, IN_BF16),
+                      load_quarter(x_ptr, blk, 3, valid, EVEN, IN_BF16),
+                      blk, valid, data_ptr, scale_ptr, sign_mask, seed,
+                      rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
+                      MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, EVEN,
+                      QDQ, BITS, EBITS, SUBQ, MAXV)
+
+
+@triton.jit
+def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, seed, rot_scale,
+                  NB: tl.constexpr, ROT: tl.constexpr, SIGNS: tl.constexpr,
+                  STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
+                  MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
+                  MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
+                  NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
+                  SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                  EVEN: tl.constexpr, QDQ: tl.constexpr, BITS: tl.constexpr,
+                  EBITS: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr):
+    """The work of ``quantize_rows32_kernel`` on NB blocks ``blk`` whose four loaded quarters
+    are w0..w3 (``load_quarter``): rotate, scale, encode, store."""
     j = tl.arange(0, 8)[None, :]
     base = blk[:, None] * 32 + j  # flat index of each element of quarter 0
-    valid = blk < n_blocks
-    q0 = load_f32(x_ptr, blk, 0, valid, NB, EVEN, IN_BF16)
-    q1 = load_f32(x_ptr, blk, 1, valid, NB, EVEN, IN_BF16)
-    q2 = load_f32(x_ptr, blk, 2, valid, NB, EVEN, IN_BF16)
-    q3 = load_f32(x_ptr, blk, 3, valid, NB, EVEN, IN_BF16)
+    q0 = quarter_f32(w0, NB, IN_BF16)
+    q1 = quarter_f32(w1, NB, IN_BF16)
+    q2 = quarter_f32(w2, NB, IN_BF16)
+    q3 = quarter_f32(w3, NB, IN_BF16)
     if ROT > 0:
         if SIGNS:  # signs by position inside the rotation group
             q0 = q0 * rotation_signs(sign_mask, j)
@@ -421,7 +485,15 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     a1 = u1 & 0x7FFFFFFF
     a2 = u2 & 0x7FFFFFFF
     a3 = u3 & 0x7FFFFFFF
-    amax = tl.max(tl.maximum(tl.maximum(a0, a1), tl.maximum(a2, a3)), axis=1)
+    # amax of the magnitudes without a per-element abs: as signed int32 the largest bits of a
+    # non-negative value win, as uint32 those of a negative one (sign bit set); the larger of
+    # the two, sign cleared, is the largest |v| (NaN included: its bits exceed Inf's)
+    smax = tl.max(tl.maximum(tl.maximum(u0, u1), tl.maximum(u2, u3)), axis=1)
+    umax = tl.max(tl.maximum(tl.maximum(u0.to(tl.uint32, bitcast=True),
+                                        u1.to(tl.uint32, bitcast=True)),
+                             tl.maximum(u2.to(tl.uint32, bitcast=True),
+                                        u3.to(tl.uint32, bitcast=True))), axis=1)
+    amax = tl.maximum(smax, (umax & 0x7FFFFFFF).to(tl.int32, bitcast=True))
     s, special, scale = block_scale(amax, RULE, EMAX, MBITS, RNUM, RSHIFT)
     sb = s[:, None]
     sp = special[:, None]
@@ -469,7 +541,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
             if EVEN:
                 tl.store(scale_ptr + blk, scale.to(tl.uint8))
             else:
-                tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=blk < n_blocks)
+                tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=valid)
 
 
 @triton.jit

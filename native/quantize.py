@@ -204,11 +204,13 @@ def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, co
     Stochastic rounding keys its random bits by the element's index in the input, so off the
     last axis it keeps the tile kernel (``rows32_applies``)."""
     src = x if inner == 1 else move_axis_last(x, axis)
-    nb, warps = rows32_tile()
-    kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
+    nb, warps, per_sm = rows32_tile()
+    tiles = triton.cdiv(n_blocks, nb)
+    grid = min(tiles, per_sm * sm_count(x.device)) if per_sm else tiles
+    kernels.quantize_rows32_kernel[(grid,)](
         src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
         signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
-        num_warps=warps, **consts, **qdq)
+        PERSIST=per_sm > 0, num_warps=warps, **consts, **qdq)
 
 
 def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE,
@@ -353,11 +355,25 @@ def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int
     return rows, kb, warps
 
 
-def rows32_tile() -> tuple[int, int]:
-    """(blocks per program, warps) of the 32-block row kernel."""
-    if interpreting():
-        return 512, 4
-    return (TILE_OVERRIDE or {}).get("rows32") or (128, 4)
+def rows32_tile() -> tuple[int, int, int]:
+    """(blocks per tile, warps, programs per SM) of the 32-block row kernel; programs per SM
+    0: one program per tile, else that many programs per SM walk the tiles (``PERSIST``)."""
+    tile = (TILE_OVERRIDE or {}).get("rows32")
+    if tile is None:
+        tile = (512, 4) if interpreting() else (128, 4)
+    return (*tile, 0) if len(tile) == 2 else tuple(tile)
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors (compute units) of a GPU; 1 for the CPU interpreter."""
+    if device.type == "cpu":
+        return 1
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _pow2_floor(n: int) -> int:

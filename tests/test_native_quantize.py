@@ -2,6 +2,8 @@
 
 Runs on the GPU when there is one, else on the CPU through the Triton interpreter.
 """
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -155,6 +157,39 @@ def test_quantize_dequantize_is_the_composition(device, fmt):
                 assert np.array_equal(bf16_bits(got), bf16_bits(want)), (axis, rot, rnd)
     with pytest.raises(ValueError, match="divisible"):
         native.quantize_dequantize(x[:, :, :40], fmt)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("tile", [(32, 1, 3), (64, 2, 2)], ids=str)
+def test_persistent_row_kernel_walks_every_tile(device, tile, monkeypatch):
+    """The row kernel's persistent form (programs walk the tiles, loading the next one while
+    they work on the current one) gives the emulator's bits: three or more tiles per program, a
+    last tile cut short (masked loads and stores, a prefetch past the end), NaN/Inf and zero
+    blocks in tiles that are not the first; codes, scales and the quantize-dequantize output."""
+    nq = importlib.import_module("ocpmx.native.quantize")  # the module, not the function
+    monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": tile})
+    nb, _, per_sm = tile
+    programs = per_sm * nq.sm_count(torch.device(device))
+    n_blocks = 3 * programs * nb + 17
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((n_blocks, 32)) *
+         np.exp2(rng.integers(-30, 30, (n_blocks, 1)))).astype(np.float32)
+    x[-1, 3] = np.nan  # in the cut-short last tile
+    x[programs * nb + 1, 7] = -np.inf  # second round of tiles
+    x[2 * programs * nb + 5] = 0.0
+    for dtype in (torch.float32, torch.bfloat16):
+        xt = torch.from_numpy(x).to(device=device, dtype=dtype)
+        xn = xt.float().cpu().numpy()
+        for fmt in ("e2m1", "e4m3"):
+            for rot in (None, "hadamard16", Rotation(32, 3)):
+                mx = native.quantize(xt, fmt, rotation=rot, scale_rule="even")
+                assert_same(mx, emulator.quantize(xn, fmt, rotation=rot, scale_rule="even"))
+                got = native.quantize_dequantize(xt, fmt, rotation=rot, scale_rule="even")
+                monkeypatch.setattr(nq, "TILE_OVERRIDE", None)
+                want = native.dequantize(native.quantize(xt, fmt, rotation=rot,
+                                                         scale_rule="even"), torch.bfloat16)
+                monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": tile})
+                assert np.array_equal(bf16_bits(got), bf16_bits(want)), (dtype, fmt, rot)
 
 
 @pytest.mark.parametrize("device", devices())
