@@ -306,8 +306,8 @@ def quarter_f32(w, NB: tl.constexpr, IN_BF16: tl.constexpr):
         lo = (w << 16).to(tl.float32, bitcast=True)  # element 2i: the low half
         hi = (w & -65536).to(tl.float32, bitcast=True)  # element 2i + 1
         x = tl.reshape(tl.join(lo, hi), (NB, 8))
-    else:
-        x = w
+    else:  # float32, or float16 (converted exactly)
+        x = w.to(tl.float32)
     return x
 
 
