@@ -26,7 +26,7 @@ import torch
 from ocpmx.emulator.params import format_params, resolve
 from ocpmx.emulator.rotation import Rotation
 from ocpmx.native import kernels
-from ocpmx.native.quantize import kernel_args, pack_factor, qdq_args
+from ocpmx.native.quantize import kernel_args, pack_factor, fold_applies, qdq_args
 
 
 def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4):
@@ -36,7 +36,8 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 12
     rotation = Rotation(rot, 7 if signs else None) if rot else None
     x = torch.empty(0, dtype=torch.bfloat16, device="meta")  # its dtype and size are what count
     consts, _, _ = kernel_args(x, fmt, fp, rotation, rule, round_id, pack_factor(fmt))
-    consts.update(NB=nb, EVEN=True, **(qdq_args(fmt) if qdq else {}))
+    consts.update(NB=nb, EVEN=True, FOLD=fold_applies(consts, x.dtype),
+                  **(qdq_args(fmt) if qdq else {}))
     fn = kernels.quantize_rows32_kernel
     # a launch fills in the defaults of constexprs left out; a direct compile needs them named
     consts = {**{q.name: q.default for q in fn.params if q.is_constexpr and q.has_default}, **consts}

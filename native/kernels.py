@@ -85,13 +85,15 @@ def round_on_grid(ab, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
 
 
 @triton.jit
-def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr,
+def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constexpr,
            IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, NEGMAX: tl.constexpr,
            SIGN: tl.constexpr, CAST: tl.constexpr = False):
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
     shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
-    indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block)."""
+    indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block).
+    ``off``: the RNE float path divides |v| by 2^(s + off) (``fold_quarter``); the others
+    need off = 0."""
     if IS_INT or STOCH:  # exact integer path (emulator: encode)
         ef = ab >> 23
         mf = ab & 0x7FFFFF
@@ -134,7 +136,7 @@ def encode(ab, neg, sb, special, any_special, flat, seed, STOCH: tl.constexpr,
             code = sign | mag
     else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
         # (only NaN and Inf elements need the fix-up below)
-        f, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS, CAST)
+        f, magic, z = round_on_grid(ab, sb + off, special, MBITS, BIAS, CAST)
         # the code: the count of quanta in z's low bits plus the codes below the binade (a
         # carry into the next binade lands on its first code)
         mag = z.to(tl.int32, bitcast=True) - magic + ((f - (128 - BIAS)) << MBITS)
@@ -242,7 +244,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
         s, special, scale = block_scale(tl.max(ab, axis=1), RULE, EMAX, MBITS, RNUM, RSHIFT)
         any_special = tl.max(special.to(tl.int32), axis=0) > 0
     code = encode(ab, neg, s[:, None], special[:, None], any_special,
-                  tl.reshape(flat, (ROWS * KB, BS)), seed,
+                  tl.reshape(flat, (ROWS * KB, BS)), seed, 0,
                   STOCH,
                   IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN, CAST)
 
@@ -319,13 +321,13 @@ def nibbles_to_word(code):
 
 
 @triton.jit
-def rounded_values(ab, neg, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
+def rounded_values(ab, neg, sb, special, off, MBITS: tl.constexpr, BIAS: tl.constexpr,
                    MAXV: tl.constexpr):
     """float32 values of the RNE-quantized elements, ``decode(encode(.)) * 2^s`` without the
     codes: the rounding ``encode`` uses (``round_on_grid``), then saturation at the largest
     normal, 2^s (exact: at most MBITS + 1 significant bits), the sign as a bit, NaN for a
     NaN/Inf block."""
-    _, magic, z = round_on_grid(ab, sb, special, MBITS, BIAS, False)
+    _, magic, z = round_on_grid(ab, sb + off, special, MBITS, BIAS, False)
     r = tl.minimum(z - magic.to(tl.float32, bitcast=True), MAXV)
     two_s = tl.where(sb == -127, 0x00400000, (sb + 127) << 23).to(tl.float32, bitcast=True)
     val = (r * two_s).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
@@ -378,6 +380,65 @@ def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr
 
 
 @triton.jit
+def rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT: tl.constexpr,
+                    SIGNS: tl.constexpr, SCALE: tl.constexpr):
+    """The block rotation of 32-element blocks held as quarters [NB, 8], in the emulator's
+    order: signs, butterfly stages h = 1, 2, 4 inside a quarter, h = 8 and 16 between
+    quarters, then (SCALE) the multiply by ``rot_scale``."""
+    j = tl.arange(0, 8)[None, :]
+    if SIGNS:  # signs by position inside the rotation group
+        q0 = q0 * rotation_signs(sign_mask, j)
+        q1 = q1 * rotation_signs(sign_mask, (8 % ROT) + j)
+        q2 = q2 * rotation_signs(sign_mask, (16 % ROT) + j)
+        q3 = q3 * rotation_signs(sign_mask, (24 % ROT) + j)
+    q0 = fwht8(q0, q0.shape[0])
+    q1 = fwht8(q1, q1.shape[0])
+    q2 = fwht8(q2, q2.shape[0])
+    q3 = fwht8(q3, q3.shape[0])
+    q0, q1 = q0 + q1, q0 - q1  # h = 8
+    q2, q3 = q2 + q3, q2 - q3
+    if ROT == 32:  # h = 16
+        q0, q2 = q0 + q2, q0 - q2
+        q1, q3 = q1 + q3, q1 - q3
+    if SCALE:
+        q0 = q0 * rot_scale
+        q1 = q1 * rot_scale
+        q2 = q2 * rot_scale
+        q3 = q3 * rot_scale
+    return q0, q1, q2, q3
+
+
+def fold_quarter():
+    """Why the row kernel may fold H16's 1/4 into the block scale (``FOLD``; documentation,
+    not called).
+
+    The emulator rotates as signs, butterfly stages, then v = fl(T * 1/4). On bf16 or float16
+    input every x is a multiple of 2^-133 (resp. 2^-24), so every butterfly intermediate and
+    T are multiples of it too, and T/4 is a float32 number: v = T / 4 exactly, unless T
+    overflowed. Then max|v| = max|T| / 4 (one multiply per block), and the elements' RNE input
+    y = |v| * 2^-s = |T| * 2^-(s + 2), the same real number rounded once either way (2^-(s+2)
+    is a float32 number: s <= 121 here). So the kernel skips the per-element multiply.
+
+    Overflow: an intermediate of stage k has |.| <= 2^(k/2) ||x||_2 <= ||T||_2 <= 4 max|T|, so
+    none overflows while max|T| < 2^125 in every block of the tile; otherwise (which includes
+    NaN and Inf) the tile multiplies by 1/4 the emulator's way and takes the usual path."""
+
+
+@triton.jit
+def block_amax(u0, u1, u2, u3):
+    """float32 bits of max |v| over each block held as quarters of int32 bits [NB, 8], without
+    a per-element abs: as signed int32 the largest bits of a non-negative value win, as uint32
+    those of a negative one (sign bit set); the larger of the two, sign cleared, is the
+    largest |v| (NaN included: its bits exceed Inf's)."""
+    smax = tl.max(tl.maximum(tl.maximum(u0, u1), tl.maximum(u2, u3)), axis=1)
+    umax = tl.max(tl.maximum(tl.maximum(u0.to(tl.uint32, bitcast=True),
+                                        u1.to(tl.uint32, bitcast=True)),
+                             tl.maximum(u2.to(tl.uint32, bitcast=True),
+                                        u3.to(tl.uint32, bitcast=True))), axis=1)
+    return tl.maximum(smax, (umax & 0x7FFFFFFF).to(tl.int32, bitcast=True))
+
+
+@triton.jit
 def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed, rot_scale,
                            NB: tl.constexpr, ROT: tl.constexpr, SIGNS: tl.constexpr,
                            STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
@@ -388,12 +449,15 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            BIG: tl.constexpr, EVEN: tl.constexpr,
                            QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
                            EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0,
-                           MAXV: tl.constexpr = 0.0, PERSIST: tl.constexpr = False):
+                           MAXV: tl.constexpr = 0.0, PERSIST: tl.constexpr = False,
+                           FOLD: tl.constexpr = False):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
     registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
     bits as ``quantize_kernel`` (and the emulator).
+
+    FOLD: H16 whose 1/4 is folded into the block's 2^-s (``fold_quarter``).
 
     PERSIST: each program walks tiles of NB blocks pid, pid + P, pid + 2P, ... (P programs)
     and loads the next tile before it works on the current one, so a thread always has its
@@ -424,7 +488,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
             rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, seed,
                           rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
                           MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, False,
-                          QDQ, BITS, EBITS, SUBQ, MAXV)
+                          QDQ, BITS, EBITS, SUBQ, MAXV, FOLD)
             w0, w1, w2, w3 = n0, n1, n2, n3
             blk = nxt
             valid = nvalid
@@ -437,7 +501,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                       blk, valid, data_ptr, scale_ptr, sign_mask, seed,
                       rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
                       MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, EVEN,
-                      QDQ, BITS, EBITS, SUBQ, MAXV)
+                      QDQ, BITS, EBITS, SUBQ, MAXV, FOLD)
 
 
 @triton.jit
@@ -449,7 +513,8 @@ def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, se
                   NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
                   SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                   EVEN: tl.constexpr, QDQ: tl.constexpr, BITS: tl.constexpr,
-                  EBITS: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr):
+                  EBITS: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                  FOLD: tl.constexpr):
     """The work of ``quantize_rows32_kernel`` on NB blocks ``blk`` whose four loaded quarters
     are w0..w3 (``load_quarter``): rotate, scale, encode, store."""
     j = tl.arange(0, 8)[None, :]
@@ -459,63 +524,54 @@ def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, se
     q2 = quarter_f32(w2, NB, IN_BF16)
     q3 = quarter_f32(w3, NB, IN_BF16)
     if ROT > 0:
-        if SIGNS:  # signs by position inside the rotation group
-            q0 = q0 * rotation_signs(sign_mask, j)
-            q1 = q1 * rotation_signs(sign_mask, (8 % ROT) + j)
-            q2 = q2 * rotation_signs(sign_mask, (16 % ROT) + j)
-            q3 = q3 * rotation_signs(sign_mask, (24 % ROT) + j)
-        q0 = fwht8(q0, NB)
-        q1 = fwht8(q1, NB)
-        q2 = fwht8(q2, NB)
-        q3 = fwht8(q3, NB)
-        q0, q1 = q0 + q1, q0 - q1  # h = 8
-        q2, q3 = q2 + q3, q2 - q3
-        if ROT == 32:  # h = 16
-            q0, q2 = q0 + q2, q0 - q2
-            q1, q3 = q1 + q3, q1 - q3
-        q0 = q0 * rot_scale
-        q1 = q1 * rot_scale
-        q2 = q2 * rot_scale
-        q3 = q3 * rot_scale
-    u0 = q0.to(tl.int32, bitcast=True)
-    u1 = q1.to(tl.int32, bitcast=True)
-    u2 = q2.to(tl.int32, bitcast=True)
-    u3 = q3.to(tl.int32, bitcast=True)
+        r0, r1, r2, r3 = rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT, SIGNS,
+                                         not FOLD)
+    else:
+        r0, r1, r2, r3 = q0, q1, q2, q3
+    amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
+                      r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
+    off = 0  # the elements are scaled by 2^-(s + off)
+    if FOLD:  # r holds the rotation without its 1/4: see fold_quarter
+        if tl.max(amax, axis=0) < (252 << 23):
+            off = 2
+            amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
+        else:
+            r0 = r0 * rot_scale
+            r1 = r1 * rot_scale
+            r2 = r2 * rot_scale
+            r3 = r3 * rot_scale
+            amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
+                              r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
+    u0 = r0.to(tl.int32, bitcast=True)
+    u1 = r1.to(tl.int32, bitcast=True)
+    u2 = r2.to(tl.int32, bitcast=True)
+    u3 = r3.to(tl.int32, bitcast=True)
     a0 = u0 & 0x7FFFFFFF
     a1 = u1 & 0x7FFFFFFF
     a2 = u2 & 0x7FFFFFFF
     a3 = u3 & 0x7FFFFFFF
-    # amax of the magnitudes without a per-element abs: as signed int32 the largest bits of a
-    # non-negative value win, as uint32 those of a negative one (sign bit set); the larger of
-    # the two, sign cleared, is the largest |v| (NaN included: its bits exceed Inf's)
-    smax = tl.max(tl.maximum(tl.maximum(u0, u1), tl.maximum(u2, u3)), axis=1)
-    umax = tl.max(tl.maximum(tl.maximum(u0.to(tl.uint32, bitcast=True),
-                                        u1.to(tl.uint32, bitcast=True)),
-                             tl.maximum(u2.to(tl.uint32, bitcast=True),
-                                        u3.to(tl.uint32, bitcast=True))), axis=1)
-    amax = tl.maximum(smax, (umax & 0x7FFFFFFF).to(tl.int32, bitcast=True))
     s, special, scale = block_scale(amax, RULE, EMAX, MBITS, RNUM, RSHIFT)
     sb = s[:, None]
     sp = special[:, None]
     any_special = tl.max(special.to(tl.int32), axis=0) > 0
     if QDQ and not STOCH:  # RNE values straight from the rounded magnitudes: no codes
         ex = BIAS + MBITS <= 7
-        store_bf16_pairs(data_ptr, blk, rounded_values(a0, u0 < 0, sb, sp, MBITS, BIAS, MAXV), 0,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a0, u0 < 0, sb, sp, off, MBITS, BIAS, MAXV), 0,
                          valid, NB, EVEN, ex)
-        store_bf16_pairs(data_ptr, blk, rounded_values(a1, u1 < 0, sb, sp, MBITS, BIAS, MAXV), 1,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a1, u1 < 0, sb, sp, off, MBITS, BIAS, MAXV), 1,
                          valid, NB, EVEN, ex)
-        store_bf16_pairs(data_ptr, blk, rounded_values(a2, u2 < 0, sb, sp, MBITS, BIAS, MAXV), 2,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a2, u2 < 0, sb, sp, off, MBITS, BIAS, MAXV), 2,
                          valid, NB, EVEN, ex)
-        store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, MBITS, BIAS, MAXV), 3,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, off, MBITS, BIAS, MAXV), 3,
                          valid, NB, EVEN, ex)
     else:
-        c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
+        c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
                     NEGMAX, SIGN)
-        c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+        c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                     INFC, NEGMAX, SIGN)
-        c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+        c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                     INFC, NEGMAX, SIGN)
-        c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+        c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
                     INFC, NEGMAX, SIGN)
         if QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)

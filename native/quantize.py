@@ -210,7 +210,15 @@ def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, co
     kernels.quantize_rows32_kernel[(grid,)](
         src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
         signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
-        PERSIST=per_sm > 0, num_warps=warps, **consts, **qdq)
+        PERSIST=per_sm > 0, FOLD=fold_applies(consts, x.dtype),
+        num_warps=warps, **consts, **qdq)
+
+
+def fold_applies(consts: dict, dtype: torch.dtype) -> bool:
+    """Whether the row kernel may fold H16's 1/4 into the block scale (``FOLD``, see
+    ``kernels.fold_quarter``): H16 on bf16 or float16 input (x/4 exact), a float format, RNE."""
+    return (consts["ROT"] == 16 and dtype in (torch.bfloat16, torch.float16)
+            and not consts["IS_INT"] and not consts["STOCH"])
 
 
 def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE,

@@ -163,6 +163,32 @@ def test_quantize_dequantize_is_the_composition(device, fmt):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", ["e2m1", "e4m3"])
+def test_h16_on_every_bf16_value(device, fmt, monkeypatch):
+    """H16 on bf16 input folds its 1/4 into the block scale (kernels.fold_quarter) wherever no
+    intermediate can overflow, and otherwise rotates the emulator's way: every bf16 value in
+    32-blocks (shuffled, and in order, so that tiles of subnormals, of values just below the
+    overflow bound and of values above it each occur), one 32-block tile per program, every
+    scale rule, deterministic and random signs, codes, scales and quantize-dequantize."""
+    nq = importlib.import_module("ocpmx.native.quantize")
+    monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": (32, 1)})
+    x = all_bf16_blocks(1)
+    x = x[x.shape[0] // 2 - 64:]  # 64 shuffled blocks (NaN, Inf in every tile), all in order
+    hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    xt = torch.from_numpy(hi).view(torch.bfloat16).to(device)
+    big = np.abs(x[64:]).max(axis=1)
+    assert (big >= 2.0**125).any() and ((big < 2.0**125) & (big > 2.0**120)).any()
+    for rot in ("hadamard16", Rotation(16, 12)):
+        for rule in RULES:
+            mx = native.quantize(xt, fmt, scale_rule=rule, rotation=rot)
+            ref = emulator.quantize(x, fmt, scale_rule=rule, rotation=rot)
+            assert_same(mx, ref)
+            got = native.quantize_dequantize(xt, fmt, scale_rule=rule, rotation=rot)
+            want = emulator.dequantize(ref).astype(ml_dtypes.bfloat16).view(np.int16)
+            assert np.array_equal(bf16_bits(got), want), (rot, rule)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("tile", [(32, 1, 3), (64, 2, 2)], ids=str)
 def test_persistent_row_kernel_walks_every_tile(device, tile, monkeypatch):
     """The row kernel's persistent form (programs walk the tiles, loading the next one while
