@@ -414,14 +414,11 @@ def fold_quarter():
 
     The emulator rotates as signs, butterfly stages, then v = fl(T * 1/4). On bf16 or float16
     input every x is a multiple of 2^-133 (resp. 2^-24), so every butterfly intermediate and
-    T are multiples of it too, and T/4 is a float32 number: v = T / 4 exactly, unless T
-    overflowed. Then max|v| = max|T| / 4 (one multiply per block), and the elements' RNE input
-    y = |v| * 2^-s = |T| * 2^-(s + 2), the same real number rounded once either way (2^-(s+2)
-    is a float32 number: s <= 121 here). So the kernel skips the per-element multiply.
-
-    Overflow: an intermediate of stage k has |.| <= 2^(k/2) ||x||_2 <= ||T||_2 <= 4 max|T|, so
-    none overflows while max|T| < 2^125 in every block of the tile; otherwise (which includes
-    NaN and Inf) the tile multiplies by 1/4 the emulator's way and takes the usual path."""
+    T are multiples of it too, and T/4 is a float32 number: v = T / 4 exactly (Inf and NaN
+    stay what they are). So max|v| = max|T| / 4 (one multiply per block, exact), and the
+    elements' RNE input y = |v| * 2^-s = |T| * 2^-(s + 2): the same real number, rounded once
+    either way, 2^-(s + 2) being a float32 number (|v| < 2^126 gives s <= 124 for every float
+    format). The kernel skips the per-element multiply; the bits are the emulator's."""
 
 
 @triton.jit
@@ -530,18 +527,11 @@ def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, se
         r0, r1, r2, r3 = q0, q1, q2, q3
     amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
                       r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
-    off = 0  # the elements are scaled by 2^-(s + off)
-    if FOLD:  # r holds the rotation without its 1/4: see fold_quarter
-        if tl.max(amax, axis=0) < (252 << 23):
-            off = 2
-            amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
-        else:
-            r0 = r0 * rot_scale
-            r1 = r1 * rot_scale
-            r2 = r2 * rot_scale
-            r3 = r3 * rot_scale
-            amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
-                              r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
+    if FOLD:  # r holds the rotation without its 1/4, which goes into the scale: fold_quarter
+        amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
+        off = 2
+    else:
+        off = 0  # the elements are divided by 2^(s + off)
     u0 = r0.to(tl.int32, bitcast=True)
     u1 = r1.to(tl.int32, bitcast=True)
     u2 = r2.to(tl.int32, bitcast=True)
