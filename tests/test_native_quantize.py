@@ -176,7 +176,7 @@ def test_h16_on_every_bf16_value(device, fmt, monkeypatch):
     hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
     xt = torch.from_numpy(hi).view(torch.bfloat16).to(device)
     big = np.abs(x[64:]).max(axis=1)
-    assert (big < 2.0**-126).sum() > 10 and (big > 2.0**125).sum() > 10
+    assert (big < 2.0**-126).sum() >= 2 and (big > 2.0**125).sum() > 10
     for rot in ("hadamard16", Rotation(16, 12)):
         for rule in RULES:
             mx = native.quantize(xt, fmt, scale_rule=rule, rotation=rot)
