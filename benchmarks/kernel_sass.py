@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import os
 import re
 import subprocess
@@ -28,15 +29,18 @@ from ocpmx.emulator.rotation import Rotation
 from ocpmx.native import kernels
 from ocpmx.native.quantize import kernel_args, pack_factor, fold_applies, qdq_args
 
+nq = importlib.import_module("ocpmx.native.quantize")  # the module (native.quantize is a function)
 
-def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4):
+
+def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4,
+                   persist: bool = False):
     """The row kernel with the constexprs ``native.quantize`` passes (bf16 input, RNE)."""
     fmt, rule, round_id = resolve(fmt_name, "even", "rne")
     fp = [int(v) for v in format_params(fmt)]
     rotation = Rotation(rot, 7 if signs else None) if rot else None
     x = torch.empty(0, dtype=torch.bfloat16, device="meta")  # its dtype and size are what count
     consts, _, _ = kernel_args(x, fmt, fp, rotation, rule, round_id, pack_factor(fmt))
-    consts.update(NB=nb, EVEN=True, FOLD=fold_applies(consts, x.dtype),
+    consts.update(NB=nb, EVEN=True, FOLD=fold_applies(consts, x.dtype), PERSIST=persist,
                   **(qdq_args(fmt) if qdq else {}))
     fn = kernels.quantize_rows32_kernel
     # a launch fills in the defaults of constexprs left out; a direct compile needs them named
@@ -49,14 +53,24 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 12
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
 
 
-def sass_instructions(cubin: bytes) -> list[tuple[int, str, str, str]]:
-    """(address, predicate, opcode, operands) of each SASS instruction, up to EXIT's padding."""
+def disassemble(cubin: bytes) -> str:
+    """cuobjdump -res-usage -sass of a cubin (the tool ships in the Triton wheel)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run([tool, "-res-usage", "-sass", f.name], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def registers(cubin: bytes) -> int:
+    """Registers per thread (they bound how many warps an SM holds)."""
+    return int(re.search(r"REG:(\d+)", disassemble(cubin)).group(1))
+
+
+def sass_instructions(cubin: bytes) -> list[tuple[int, str, str, str]]:
+    """(address, predicate, opcode, operands) of each SASS instruction, up to EXIT's padding."""
+    sass = disassemble(cubin)
     out = []
     for addr, pred, op, rest in re.findall(
             r"/\*([0-9a-f]{4})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);", sass):
@@ -88,16 +102,25 @@ def main():
     ap.add_argument("--fmt", default="e2m1")
     ap.add_argument("--rotations", nargs="+", type=int, default=[0, 16, 32])
     ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
+    ap.add_argument("--tile", nargs=2, type=int, metavar=("BLOCKS", "WARPS"),
+                    help="blocks per tile and warps (default: the kernel's GPU default)")
     args = ap.parse_args()
+    nb, warps = args.tile or nq.rows32_tile(qdq=args.qdq)[:2]
+    print(f"tile: {nb} blocks, {warps} warps")
     for rot in args.rotations:
         for signs in ((False, True) if rot else (False,)):
-            ins = sass_instructions(compile_rows32(args.fmt, rot, signs, args.qdq).asm["cubin"])
+            ck = compile_rows32(args.fmt, rot, signs, args.qdq, nb, warps)
+            ins = sass_instructions(ck.asm["cubin"])
             ops = common_path(ins)
+            regs = registers(ck.asm["cubin"])
+            regs_p = registers(compile_rows32(args.fmt, rot, signs, args.qdq, nb, warps,
+                                              persist=True).asm["cubin"])
             top = ", ".join(f"{k} {v}" for k, v in collections.Counter(ops).most_common(8))
             print(f"{args.fmt} rotation {rot:2d}{' random signs' if signs else '             '}"
                   f"{' qdq' if args.qdq else ''}: {len(ins)} instructions "
                   f"({len(ins) / 32:.2f} per element); without NaN/Inf {len(ops)} "
-                  f"({len(ops) / 32:.2f} per element: {top})")
+                  f"({len(ops) / 32:.2f} per element: {top}); registers {regs} "
+                  f"({regs_p} persistent)")
 
 if __name__ == "__main__":
     main()

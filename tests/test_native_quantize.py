@@ -170,7 +170,7 @@ def test_h16_on_every_bf16_value(device, fmt, monkeypatch):
     subnormals, of huge values whose sums overflow), one 32-block tile per program, every
     scale rule, deterministic and random signs, codes, scales and quantize-dequantize."""
     nq = importlib.import_module("ocpmx.native.quantize")
-    monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": (32, 1)})
+    monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": (32, 1), "rows32_qdq": (32, 1)})
     x = all_bf16_blocks(1)
     x = x[x.shape[0] // 2 - 64:]  # 64 shuffled blocks (NaN, Inf in every tile), all in order
     hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
@@ -214,7 +214,8 @@ def test_persistent_row_kernel_walks_every_tile(device, tile, monkeypatch):
     last tile cut short (masked loads and stores, a prefetch past the end), NaN/Inf and zero
     blocks in tiles that are not the first; codes, scales and the quantize-dequantize output."""
     nq = importlib.import_module("ocpmx.native.quantize")  # the module, not the function
-    monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": tile})
+    tiles = {"rows32": tile, "rows32_qdq": tile}
+    monkeypatch.setattr(nq, "TILE_OVERRIDE", tiles)
     nb, _, per_sm = tile
     programs = per_sm * nq.sm_count(torch.device(device))
     n_blocks = 3 * programs * nb + 17
@@ -235,7 +236,7 @@ def test_persistent_row_kernel_walks_every_tile(device, tile, monkeypatch):
                 monkeypatch.setattr(nq, "TILE_OVERRIDE", None)
                 want = native.dequantize(native.quantize(xt, fmt, rotation=rot,
                                                          scale_rule="even"), torch.bfloat16)
-                monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": tile})
+                monkeypatch.setattr(nq, "TILE_OVERRIDE", tiles)
                 assert np.array_equal(bf16_bits(got), bf16_bits(want)), (dtype, fmt, rot)
 
 
