@@ -10,7 +10,10 @@ Defined order of operations, so that a kernel can match it bit for bit:
      (exact);
   2. butterfly stages h = 1, 2, 4, ..., n/2: for each pair (i, i + h) inside each 2h-chunk,
      (a, b) <- (a + b, a - b), each a float32 add (round to nearest even);
-  3. one float32 multiply by float32(1 / sqrt(n)) (0.25 for n = 16, exact).
+  3. one float32 multiply by float32(1 / sqrt(n)) (0.25 for n = 16, exact);
+  4. every NaN becomes +qNaN (0x7FC00000): IEEE 754 leaves a NaN result's sign open (x86
+     gives Inf - Inf a negative NaN, GPUs a positive canonical one), and formats with a NaN
+     code (E4M3, E5M2) would otherwise encode that sign.
 """
 from __future__ import annotations
 
@@ -87,7 +90,10 @@ def _fwht_rows(x, n, signs, scale):
                     x[base + j + h] = np.float32(a - b)
             h *= 2
         for j in range(n):
-            x[base + j] = np.float32(x[base + j] * scale)
+            v = np.float32(x[base + j] * scale)
+            # a NaN's sign after arithmetic is not IEEE-defined (x86 makes Inf - Inf negative,
+            # GPUs return a positive canonical NaN): the rotation's NaN is +qNaN everywhere
+            x[base + j] = v if v == v else np.float32(np.nan)
 
 
 def rotate_last_axis(x: np.ndarray, rotation: Rotation) -> np.ndarray:

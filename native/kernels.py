@@ -88,12 +88,13 @@ def round_on_grid(ab, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
 def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constexpr,
            IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, NEGMAX: tl.constexpr,
-           SIGN: tl.constexpr, CAST: tl.constexpr = False):
+           SIGN: tl.constexpr, CAST: tl.constexpr = False, NAN_POS: tl.constexpr = False):
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
     shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
     indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block).
     ``off``: the RNE float path divides |v| by 2^(s + off) (``fold_quarter``); the others
-    need off = 0."""
+    need off = 0. NAN_POS: NaN gets the positive NaN code (after a rotation, whose NaN is
+    +qNaN: ``ocpmx.emulator.rotation``)."""
     if IS_INT or STOCH:  # exact integer path (emulator: encode)
         ef = ab >> 23
         mf = ab & 0x7FFFFF
@@ -143,7 +144,9 @@ def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constex
         sign = tl.where(neg, SIGN, 0)
         code = sign | tl.minimum(mag, MAXC)
     # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
-    if NANC >= 0:
+    if NANC >= 0 and NAN_POS:
+        nan_code = tl.zeros_like(code) + NANC
+    elif NANC >= 0:
         nan_code = sign | NANC
     else:
         nan_code = tl.zeros_like(code)
@@ -246,7 +249,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
     code = encode(ab, neg, s[:, None], special[:, None], any_special,
                   tl.reshape(flat, (ROWS * KB, BS)), seed, 0,
                   STOCH,
-                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN, CAST)
+                  IS_INT, MBITS, BIAS, MAXC, NANC, INFC, NEGMAX, SIGN, CAST, ROT > 0)
 
     # ---- store: codes (packed for FP4) and scales ----
     code = tl.reshape(code, (ROWS, KB * BS))
@@ -556,13 +559,13 @@ def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, se
                          valid, NB, EVEN, ex)
     else:
         c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
-                    NEGMAX, SIGN)
+                    NEGMAX, SIGN, False, ROT > 0)
         c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN)
+                    INFC, NEGMAX, SIGN, False, ROT > 0)
         c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN)
+                    INFC, NEGMAX, SIGN, False, ROT > 0)
         c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN)
+                    INFC, NEGMAX, SIGN, False, ROT > 0)
         if QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
             store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
