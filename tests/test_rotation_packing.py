@@ -33,6 +33,21 @@ def test_rotation_bit_exact_and_orthonormal(rot):
     assert np.max(np.abs(y - ref)) < 1e-5 * np.max(np.abs(x))
 
 
+def test_rotation_nan_is_positive_quiet():
+    """Step 4 of the documented order: NaN out of a rotation is +qNaN whatever its source (a
+    negative NaN input, Inf - Inf, which x86 makes negative); Inf keeps its sign."""
+    x = np.zeros((3, 16), np.float32)
+    x[0, 2] = -np.nan
+    x[1, 0], x[1, 1] = np.inf, np.inf  # stage 1: Inf + Inf, Inf - Inf
+    x[2, 1] = -np.inf  # column 1 of H16 alternates: -Inf, +Inf, ...
+    y = rotate(x, "hadamard16")
+    bits = y.view(np.uint32)
+    assert np.all(bits[0] == 0x7FC00000)
+    assert np.isnan(y[1]).sum() == 8 and np.all(bits[1][np.isnan(y[1])] == 0x7FC00000)
+    assert set(bits[2].tolist()) == {0x7F800000, 0xFF800000}
+    assert quantize(x, "e4m3", block_size=16, rotation="hadamard16").codes[0, 0] == 0x7F
+
+
 def test_hadamard16_matrix_is_sylvester():
     m = Rotation(16).matrix() * 4
     assert np.array_equal(m[0], np.ones(16)) and np.array_equal(m[1], np.tile([1, -1], 8))
