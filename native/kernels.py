@@ -3,10 +3,12 @@
 The quantize kernel is a transcription of the emulator's integer algorithm
 (``ocpmx.emulator.kernels``): the scale exponent and every element code are computed from the
 float32 bits with integer arithmetic, so the kernel is bit-exact to the golden model by
-construction, and the tests check that it is. Floating-point arithmetic appears only in the
-rotation, whose order of operations (signs, butterfly stages h = 1, 2, ..., one multiply by
-float32(1/sqrt(n))) is the emulator's, each step a single IEEE float32 add or multiply (no
-product is ever added, so no FMA contraction can change a bit).
+construction, and the tests check that it is. Floating-point arithmetic appears in two places:
+the rotation, whose order of operations (signs, butterfly stages h = 1, 2, ..., one multiply by
+float32(1/sqrt(n))) is the emulator's, each step a single IEEE float32 add or multiply (for
+H16 on bf16 or float16 input the multiply by 1/4 is exact and goes into the block scale
+instead: ``fold_quarter``); and the RNE path's scaling and rounding by the float32 adder
+(``round_on_grid``), where an FMA contraction changes nothing either.
 
 Layout of the quantized output ("K-major"): the quantized axis is the last one; FP4 codes are
 packed two per byte along it, element 0 in the low nibble, other formats one code per byte;
@@ -450,7 +452,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
                            EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0,
                            MAXV: tl.constexpr = 0.0, PERSIST: tl.constexpr = False,
-                           FOLD: tl.constexpr = False, STAGES: tl.constexpr = 0):
+                           FOLD: tl.constexpr = False):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
@@ -461,9 +463,9 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
 
     PERSIST: each program walks tiles of NB blocks pid, pid + P, pid + 2P, ... (P programs)
     and loads the next tile before it works on the current one, so a thread always has its
-    next 64 input bytes in flight while it computes (an unrolled-by-hand software pipeline);
-    with STAGES > 0, Triton's pipeliner stages the loads instead (through shared memory).
-    Otherwise one tile per program.
+    next 64 input bytes in flight while it computes (an unrolled-by-hand software pipeline;
+    Triton's own pipeliner, staging the loads through shared memory, ran 40% slower on an
+    H200). Otherwise one tile per program.
 
     QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
     output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
@@ -472,21 +474,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     blk = pid * NB + tl.arange(0, NB)
     if BIG:
         blk = blk.to(tl.int64)
-    if PERSIST and STAGES > 0:  # Triton's software pipeliner stages the loads
-        for t in tl.range(pid, tl.cdiv(n_blocks, NB), tl.num_programs(0), num_stages=STAGES):
-            b = t * NB + tl.arange(0, NB)
-            if BIG:
-                b = b.to(tl.int64)
-            ok = b < n_blocks
-            rows32_blocks(load_quarter(x_ptr, b, 0, ok, False, IN_BF16),
-                          load_quarter(x_ptr, b, 1, ok, False, IN_BF16),
-                          load_quarter(x_ptr, b, 2, ok, False, IN_BF16),
-                          load_quarter(x_ptr, b, 3, ok, False, IN_BF16),
-                          b, ok, data_ptr, scale_ptr, sign_mask, seed,
-                          rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
-                          MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, False,
-                          QDQ, BITS, EBITS, SUBQ, MAXV, FOLD)
-    elif PERSIST:  # masked throughout: the prefetch runs past the last tile
+    if PERSIST:  # masked throughout: the prefetch runs past the last tile
         stride = tl.num_programs(0) * NB
         valid = blk < n_blocks
         w0 = load_quarter(x_ptr, blk, 0, valid, False, IN_BF16)

@@ -204,14 +204,14 @@ def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, co
     Stochastic rounding keys its random bits by the element's index in the input, so off the
     last axis it keeps the tile kernel (``rows32_applies``)."""
     src = x if inner == 1 else move_axis_last(x, axis)
-    nb, warps, per_sm, maxnreg, stages = rows32_tile(qdq=bool(qdq))
+    nb, warps, per_sm = rows32_tile(qdq=bool(qdq))
     tiles = triton.cdiv(n_blocks, nb)
     grid = min(tiles, per_sm * sm_count(x.device)) if per_sm else tiles
     kernels.quantize_rows32_kernel[(grid,)](
         src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
         signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
-        PERSIST=per_sm > 0, STAGES=stages, FOLD=fold_applies(consts, x.dtype),
-        num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}), **consts, **qdq)
+        PERSIST=per_sm > 0, FOLD=fold_applies(consts, x.dtype), num_warps=warps, **consts,
+        **qdq)
 
 
 def fold_applies(consts: dict, dtype: torch.dtype) -> bool:
@@ -363,16 +363,16 @@ def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int
     return rows, kb, warps
 
 
-def rows32_tile(qdq: bool = False) -> tuple[int, int, int, int, int]:
-    """(blocks per tile, warps, programs per SM, register cap, stages) of the 32-block row
-    kernel (``qdq``: its quantize-dequantize form, key 'rows32_qdq'). Programs per SM 0: one
-    program per tile, else that many programs per SM walk the tiles (``PERSIST``); register
-    cap 0: the compiler's choice; stages 0: the kernel's own one-tile prefetch, else Triton's
-    pipeliner with that many stages."""
+def rows32_tile(qdq: bool = False) -> tuple[int, int, int]:
+    """(blocks per tile, warps, programs per SM) of the 32-block row kernel (``qdq``: its
+    quantize-dequantize form, key 'rows32_qdq'). Programs per SM 0: one program per tile,
+    else that many programs per SM walk the tiles (``PERSIST``). The default, 32 blocks on one
+    warp, was the fastest or within noise of it on an H200 for both forms
+    (results/native_gpu); one warp also keeps the tile's NaN/Inf vote inside the warp."""
     tile = (TILE_OVERRIDE or {}).get("rows32_qdq" if qdq else "rows32")
     if tile is None:
-        tile = (512, 4) if interpreting() else (128, 4)
-    return tuple(tile) + (0,) * (5 - len(tile))
+        tile = (512, 4) if interpreting() else (32, 1)
+    return tuple(tile) + (0,) * (3 - len(tile))
 
 
 def sm_count(device: torch.device) -> int:
