@@ -75,9 +75,8 @@ def section_quantize(rows):
     out.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
     nbytes4 = m * k * 2 + m * k // 2 + m * k // 32
     best = {}
-    # rows32 tiles: (blocks per tile, warps) one program per tile, or (..., programs per SM)
-    # for the persistent form that prefetches the next tile
-    row_tiles = [(32, 1), (64, 2), (128, 4), (32, 1, 16), (32, 1, 24), (32, 1, 32), (64, 2, 16)]
+    # rows32 tiles: (blocks per program, warps)
+    row_tiles = [(32, 1), (64, 2), (128, 4)]
     for key, tiles, axis in (("rows32", row_tiles, -1), ("rows32_qdq", row_tiles, -1),
                              ("cols", [(64, 64, 4), (128, 32, 4), (32, 128, 4)], 0)):
         for tile in tiles:  # tile shapes change speed only; the tests pin the bits
@@ -92,11 +91,7 @@ def section_quantize(rows):
                 fn, nb, what = (lambda: native.quantize(
                     src(), "e2m1", axis=axis, rotation="hadamard16", scale_rule="even",
                     rounding=rnd)), nbytes4, rnd
-            try:
-                ms = bench(fn)
-            except Exception as e:  # a tile the compiler or the chip refuses
-                out.append(dict(case=f"tile sweep {key} {tile}: {type(e).__name__}: {e}"[:200]))
-                continue
+            ms = bench(fn)
             gbs = nb / ms / 1e6
             out.append(dict(case=f"tile sweep {key} {tile} e2m1 H16 {what}", ms=ms, gbs=gbs,
                             of_copy=gbs / copy_gbs))

@@ -32,15 +32,14 @@ from ocpmx.native.quantize import kernel_args, pack_factor, fold_applies, qdq_ar
 nq = importlib.import_module("ocpmx.native.quantize")  # the module (native.quantize is a function)
 
 
-def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4,
-                   persist: bool = False):
+def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4):
     """The row kernel with the constexprs ``native.quantize`` passes (bf16 input, RNE)."""
     fmt, rule, round_id = resolve(fmt_name, "even", "rne")
     fp = [int(v) for v in format_params(fmt)]
     rotation = Rotation(rot, 7 if signs else None) if rot else None
     x = torch.empty(0, dtype=torch.bfloat16, device="meta")  # its dtype and size are what count
     consts, _, _ = kernel_args(x, fmt, fp, rotation, rule, round_id, pack_factor(fmt))
-    consts.update(NB=nb, EVEN=True, FOLD=fold_applies(consts, x.dtype), PERSIST=persist,
+    consts.update(NB=nb, EVEN=True, FOLD=fold_applies(consts, x.dtype),
                   **(qdq_args(fmt) if qdq else {}))
     fn = kernels.quantize_rows32_kernel
     # a launch fills in the defaults of constexprs left out; a direct compile needs them named
@@ -105,7 +104,7 @@ def main():
     ap.add_argument("--tile", nargs=2, type=int, metavar=("BLOCKS", "WARPS"),
                     help="blocks per tile and warps (default: the kernel's GPU default)")
     args = ap.parse_args()
-    nb, warps = args.tile or nq.rows32_tile(qdq=args.qdq)[:2]
+    nb, warps = args.tile or nq.rows32_tile(qdq=args.qdq)
     print(f"tile: {nb} blocks, {warps} warps")
     for rot in args.rotations:
         for signs in ((False, True) if rot else (False,)):
@@ -113,14 +112,11 @@ def main():
             ins = sass_instructions(ck.asm["cubin"])
             ops = common_path(ins)
             regs = registers(ck.asm["cubin"])
-            regs_p = registers(compile_rows32(args.fmt, rot, signs, args.qdq, nb, warps,
-                                              persist=True).asm["cubin"])
             top = ", ".join(f"{k} {v}" for k, v in collections.Counter(ops).most_common(8))
             print(f"{args.fmt} rotation {rot:2d}{' random signs' if signs else '             '}"
                   f"{' qdq' if args.qdq else ''}: {len(ins)} instructions "
                   f"({len(ins) / 32:.2f} per element); without NaN/Inf {len(ops)} "
-                  f"({len(ops) / 32:.2f} per element: {top}); registers {regs} "
-                  f"({regs_p} persistent)")
+                  f"({len(ops) / 32:.2f} per element: {top}); registers {regs}")
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ construction, and the tests check that it is. Floating-point arithmetic appears 
 the rotation, whose order of operations (signs, butterfly stages h = 1, 2, ..., one multiply by
 float32(1/sqrt(n))) is the emulator's, each step a single IEEE float32 add or multiply (for
 H16 on bf16 or float16 input the multiply by 1/4 is exact and goes into the block scale
-instead: ``fold_quarter``); and the RNE path's scaling and rounding by the float32 adder
+instead: FOLD in ``quantize_rows32_kernel``); and the RNE path's scaling and rounding by the float32 adder
 (``round_on_grid``), where an FMA contraction changes nothing either.
 
 Layout of the quantized output ("K-major"): the quantized axis is the last one; FP4 codes are
@@ -94,7 +94,7 @@ def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constex
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
     shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
     indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block).
-    ``off``: the RNE float path divides |v| by 2^(s + off) (``fold_quarter``); the others
+    ``off``: the RNE float path divides |v| by 2^(s + off) (FOLD in ``quantize_rows32_kernel``); the others
     need off = 0. NAN_POS: NaN gets the positive NaN code (after a rotation, whose NaN is
     +qNaN: ``ocpmx.emulator.rotation``)."""
     if IS_INT or STOCH:  # exact integer path (emulator: encode)
@@ -288,33 +288,28 @@ def fwht8(g, N: tl.constexpr):
 
 
 @triton.jit
-def load_quarter(ptr, blk, part: tl.constexpr, valid, EVEN: tl.constexpr,
-                 IN_BF16: tl.constexpr):
-    """Quarter ``part`` (8 elements) of 32-element blocks ``blk``, as loaded: bf16 input as
-    int32 pairs [NB, 4] (``ptr`` is the bf16 data viewed as int32), float32 as [NB, 8]; one
-    16-byte load per block (``quarter_f32`` makes float32 of it)."""
+def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.constexpr,
+             IN_BF16: tl.constexpr):
+    """Quarter ``part`` (8 elements) of 32-element blocks ``blk`` as float32 [NB, 8], one
+    16-byte load per block. bf16 input is read as int32 pairs (``ptr`` is the bf16 data viewed
+    as int32): one shift or mask per element makes the float32 bits; float16 is converted
+    exactly."""
     if IN_BF16:
         off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
-        other = 0
-    else:
-        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
-        other = 0.0
-    if EVEN:
-        w = tl.load(ptr + off)
-    else:
-        w = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=other)
-    return w
-
-
-@triton.jit
-def quarter_f32(w, NB: tl.constexpr, IN_BF16: tl.constexpr):
-    """A loaded quarter as float32 [NB, 8]: for bf16, one shift or mask per element."""
-    if IN_BF16:
+        if EVEN:
+            w = tl.load(ptr + off)
+        else:
+            w = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0)
         lo = (w << 16).to(tl.float32, bitcast=True)  # element 2i: the low half
         hi = (w & -65536).to(tl.float32, bitcast=True)  # element 2i + 1
         x = tl.reshape(tl.join(lo, hi), (NB, 8))
-    else:  # float32, or float16 (converted exactly)
-        x = w.to(tl.float32)
+    else:
+        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+        if EVEN:
+            x = tl.load(ptr + off)
+        else:
+            x = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0.0)
+        x = x.to(tl.float32)
     return x
 
 
@@ -413,19 +408,6 @@ def rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT: tl.constexpr,
     return q0, q1, q2, q3
 
 
-def fold_quarter():
-    """Why the row kernel may fold H16's 1/4 into the block scale (``FOLD``; documentation,
-    not called).
-
-    The emulator rotates as signs, butterfly stages, then v = fl(T * 1/4). On bf16 or float16
-    input every x is a multiple of 2^-133 (resp. 2^-24), so every butterfly intermediate and
-    T are multiples of it too, and T/4 is a float32 number: v = T / 4 exactly (Inf and NaN
-    stay what they are). So max|v| = max|T| / 4 (one multiply per block, exact), and the
-    elements' RNE input y = |v| * 2^-s = |T| * 2^-(s + 2): the same real number, rounded once
-    either way, 2^-(s + 2) being a float32 number (|v| < 2^126 gives s <= 124 for every float
-    format). The kernel skips the per-element multiply; the bits are the emulator's."""
-
-
 @triton.jit
 def block_amax(u0, u1, u2, u3):
     """float32 bits of max |v| over each block held as quarters of int32 bits [NB, 8], without
@@ -451,21 +433,21 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            BIG: tl.constexpr, EVEN: tl.constexpr,
                            QDQ: tl.constexpr = False, BITS: tl.constexpr = 0,
                            EBITS: tl.constexpr = 0, SUBQ: tl.constexpr = 0.0,
-                           MAXV: tl.constexpr = 0.0, PERSIST: tl.constexpr = False,
-                           FOLD: tl.constexpr = False):
+                           MAXV: tl.constexpr = 0.0, FOLD: tl.constexpr = False):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
     registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
     bits as ``quantize_kernel`` (and the emulator).
 
-    FOLD: H16 whose 1/4 is folded into the block's 2^-s (``fold_quarter``).
-
-    PERSIST: each program walks tiles of NB blocks pid, pid + P, pid + 2P, ... (P programs)
-    and loads the next tile before it works on the current one, so a thread always has its
-    next 64 input bytes in flight while it computes (an unrolled-by-hand software pipeline;
-    Triton's own pipeliner, staging the loads through shared memory, ran 40% slower on an
-    H200). Otherwise one tile per program.
+    FOLD (H16 on bf16 or float16 input, a float format, RNE): the rotation's 1/4 goes into the
+    block scale instead of a multiply per element. The emulator rotates as signs, butterfly
+    stages, then v = fl(T * 1/4). On bf16 or float16 input every x is a multiple of 2^-133
+    (resp. 2^-24), so every butterfly intermediate and T are multiples of it too, and T/4 is a
+    float32 number: v = T / 4 exactly (Inf and NaN stay what they are). So max|v| = max|T| / 4
+    (one multiply per block, exact), and the elements' RNE input y = |v| * 2^-s =
+    |T| * 2^-(s + 2): the same real number, rounded once either way, 2^-(s + 2) being a float32
+    number (|v| < 2^126 gives s <= 124 for every float format). Same bits as the emulator.
 
     QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
     output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
@@ -474,58 +456,13 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     blk = pid * NB + tl.arange(0, NB)
     if BIG:
         blk = blk.to(tl.int64)
-    if PERSIST:  # masked throughout: the prefetch runs past the last tile
-        stride = tl.num_programs(0) * NB
-        valid = blk < n_blocks
-        w0 = load_quarter(x_ptr, blk, 0, valid, False, IN_BF16)
-        w1 = load_quarter(x_ptr, blk, 1, valid, False, IN_BF16)
-        w2 = load_quarter(x_ptr, blk, 2, valid, False, IN_BF16)
-        w3 = load_quarter(x_ptr, blk, 3, valid, False, IN_BF16)
-        for _ in range(pid, tl.cdiv(n_blocks, NB), tl.num_programs(0)):
-            nxt = blk + stride
-            nvalid = nxt < n_blocks
-            n0 = load_quarter(x_ptr, nxt, 0, nvalid, False, IN_BF16)
-            n1 = load_quarter(x_ptr, nxt, 1, nvalid, False, IN_BF16)
-            n2 = load_quarter(x_ptr, nxt, 2, nvalid, False, IN_BF16)
-            n3 = load_quarter(x_ptr, nxt, 3, nvalid, False, IN_BF16)
-            rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, seed,
-                          rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
-                          MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, False,
-                          QDQ, BITS, EBITS, SUBQ, MAXV, FOLD)
-            w0, w1, w2, w3 = n0, n1, n2, n3
-            blk = nxt
-            valid = nvalid
-    else:
-        valid = blk < n_blocks
-        rows32_blocks(load_quarter(x_ptr, blk, 0, valid, EVEN, IN_BF16),
-                      load_quarter(x_ptr, blk, 1, valid, EVEN, IN_BF16),
-                      load_quarter(x_ptr, blk, 2, valid, EVEN, IN_BF16),
-                      load_quarter(x_ptr, blk, 3, valid, EVEN, IN_BF16),
-                      blk, valid, data_ptr, scale_ptr, sign_mask, seed,
-                      rot_scale, NB, ROT, SIGNS, STOCH, RULE, IS_INT, MBITS, BIAS, EMAX,
-                      MAXC, NANC, INFC, NEGMAX, RNUM, RSHIFT, SIGN, PACK, IN_BF16, EVEN,
-                      QDQ, BITS, EBITS, SUBQ, MAXV, FOLD)
-
-
-@triton.jit
-def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, seed, rot_scale,
-                  NB: tl.constexpr, ROT: tl.constexpr, SIGNS: tl.constexpr,
-                  STOCH: tl.constexpr, RULE: tl.constexpr, IS_INT: tl.constexpr,
-                  MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
-                  MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
-                  NEGMAX: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
-                  SIGN: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                  EVEN: tl.constexpr, QDQ: tl.constexpr, BITS: tl.constexpr,
-                  EBITS: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
-                  FOLD: tl.constexpr):
-    """The work of ``quantize_rows32_kernel`` on NB blocks ``blk`` whose four loaded quarters
-    are w0..w3 (``load_quarter``): rotate, scale, encode, store."""
+    valid = blk < n_blocks
     j = tl.arange(0, 8)[None, :]
     base = blk[:, None] * 32 + j  # flat index of each element of quarter 0
-    q0 = quarter_f32(w0, NB, IN_BF16)
-    q1 = quarter_f32(w1, NB, IN_BF16)
-    q2 = quarter_f32(w2, NB, IN_BF16)
-    q3 = quarter_f32(w3, NB, IN_BF16)
+    q0 = load_f32(x_ptr, blk, 0, valid, NB, EVEN, IN_BF16)
+    q1 = load_f32(x_ptr, blk, 1, valid, NB, EVEN, IN_BF16)
+    q2 = load_f32(x_ptr, blk, 2, valid, NB, EVEN, IN_BF16)
+    q3 = load_f32(x_ptr, blk, 3, valid, NB, EVEN, IN_BF16)
     if ROT > 0:
         r0, r1, r2, r3 = rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT, SIGNS,
                                          not FOLD)
@@ -533,11 +470,12 @@ def rows32_blocks(w0, w1, w2, w3, blk, valid, data_ptr, scale_ptr, sign_mask, se
         r0, r1, r2, r3 = q0, q1, q2, q3
     amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
                       r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
-    if FOLD:  # r holds the rotation without its 1/4, which goes into the scale: fold_quarter
+    # the elements are divided by 2^(s + off)
+    if FOLD:  # r holds the rotation without its 1/4, which goes into the scale (see above)
         amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
         off = 2
     else:
-        off = 0  # the elements are divided by 2^(s + off)
+        off = 0
     u0 = r0.to(tl.int32, bitcast=True)
     u1 = r1.to(tl.int32, bitcast=True)
     u2 = r2.to(tl.int32, bitcast=True)

@@ -204,19 +204,17 @@ def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, co
     Stochastic rounding keys its random bits by the element's index in the input, so off the
     last axis it keeps the tile kernel (``rows32_applies``)."""
     src = x if inner == 1 else move_axis_last(x, axis)
-    nb, warps, per_sm = rows32_tile(qdq=bool(qdq))
-    tiles = triton.cdiv(n_blocks, nb)
-    grid = min(tiles, per_sm * sm_count(x.device)) if per_sm else tiles
-    kernels.quantize_rows32_kernel[(grid,)](
+    nb, warps = rows32_tile(qdq=bool(qdq))
+    kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
         src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
         signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
-        PERSIST=per_sm > 0, FOLD=fold_applies(consts, x.dtype), num_warps=warps, **consts,
-        **qdq)
+        FOLD=fold_applies(consts, x.dtype), num_warps=warps, **consts, **qdq)
 
 
 def fold_applies(consts: dict, dtype: torch.dtype) -> bool:
     """Whether the row kernel may fold H16's 1/4 into the block scale (``FOLD``, see
-    ``kernels.fold_quarter``): H16 on bf16 or float16 input (x/4 exact), a float format, RNE."""
+    ``kernels.quantize_rows32_kernel``): H16 on bf16 or float16 input (x/4 exact), a float
+    format, RNE."""
     return (consts["ROT"] == 16 and dtype in (torch.bfloat16, torch.float16)
             and not consts["IS_INT"] and not consts["STOCH"])
 
@@ -363,28 +361,15 @@ def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int
     return rows, kb, warps
 
 
-def rows32_tile(qdq: bool = False) -> tuple[int, int, int]:
-    """(blocks per tile, warps, programs per SM) of the 32-block row kernel (``qdq``: its
-    quantize-dequantize form, key 'rows32_qdq'). Programs per SM 0: one program per tile,
-    else that many programs per SM walk the tiles (``PERSIST``). The default, 32 blocks on one
-    warp, was the fastest or within noise of it on an H200 for both forms
-    (results/native_gpu); one warp also keeps the tile's NaN/Inf vote inside the warp."""
+def rows32_tile(qdq: bool = False) -> tuple[int, int]:
+    """(blocks per program, warps) of the 32-block row kernel (``qdq``: its
+    quantize-dequantize form, key 'rows32_qdq'). The default, 32 blocks on one warp, was the
+    fastest or within noise of it on an H200 for both forms (results/native_gpu); one warp
+    also keeps the tile's NaN/Inf vote inside the warp."""
     tile = (TILE_OVERRIDE or {}).get("rows32_qdq" if qdq else "rows32")
     if tile is None:
         tile = (512, 4) if interpreting() else (32, 1)
-    return tuple(tile) + (0,) * (3 - len(tile))
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors (compute units) of a GPU; 1 for the CPU interpreter."""
-    if device.type == "cpu":
-        return 1
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return tuple(tile)
 
 
 def _pow2_floor(n: int) -> int:

@@ -165,7 +165,7 @@ def test_quantize_dequantize_is_the_composition(device, fmt):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fmt", ["e2m1", "e4m3"])
 def test_h16_on_every_bf16_value(device, fmt, monkeypatch):
-    """H16 on bf16 input folds its 1/4 into the block scale (kernels.fold_quarter): every bf16
+    """H16 on bf16 input folds its 1/4 into the block scale (FOLD in quantize_rows32_kernel): every bf16
     value in 32-blocks, shuffled (NaN and Inf in most blocks) and in order (blocks of
     subnormals, of huge values whose sums overflow), one 32-block tile per program, every
     scale rule, deterministic and random signs, codes, scales and quantize-dequantize."""
@@ -207,26 +207,25 @@ def test_h16_where_the_quarter_is_inexact(device):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("tile", [(32, 1, 3), (64, 2, 2)], ids=str)
-def test_persistent_row_kernel_walks_every_tile(device, tile, monkeypatch):
-    """The row kernel's persistent form (programs walk the tiles, loading the next one while
-    they work on the current one) gives the emulator's bits: three or more tiles per program, a
-    last tile cut short (masked loads and stores, a prefetch past the end), NaN/Inf and zero
-    blocks in tiles that are not the first; codes, scales and the quantize-dequantize output."""
+@pytest.mark.parametrize("tile", [(32, 1), (64, 2)], ids=str)
+def test_row_kernel_tiles_and_a_ragged_last_one(device, tile, monkeypatch):
+    """The row kernel at the GPU's tile shapes gives the emulator's bits: nine full tiles and a
+    last one cut short (masked loads and stores), NaN/Inf and zero blocks in tiles that are not
+    the first, a negative NaN and Inf - Inf under rotations; codes, scales and the
+    quantize-dequantize output."""
     nq = importlib.import_module("ocpmx.native.quantize")  # the module, not the function
     tiles = {"rows32": tile, "rows32_qdq": tile}
     monkeypatch.setattr(nq, "TILE_OVERRIDE", tiles)
-    nb, _, per_sm = tile
-    programs = per_sm * nq.sm_count(torch.device(device))
-    n_blocks = 3 * programs * nb + 17
+    nb = tile[0]
+    n_blocks = 9 * nb + 17
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((n_blocks, 32)) *
          np.exp2(rng.integers(-30, 30, (n_blocks, 1)))).astype(np.float32)
     x[-1, 3] = np.nan  # in the cut-short last tile
     x[-2, 9] = -np.nan  # a negative NaN: after a rotation every NaN is +qNaN
-    x[programs * nb + 1, 7] = -np.inf  # second round of tiles
-    x[programs * nb + 1, 6] = np.inf  # Inf - Inf in the rotation (x86 makes it a negative NaN)
-    x[2 * programs * nb + 5] = 0.0
+    x[nb + 1, 7] = -np.inf  # second tile
+    x[nb + 1, 6] = np.inf  # Inf - Inf in the rotation (x86 makes it a negative NaN)
+    x[2 * nb + 5] = 0.0
     for dtype in (torch.float32, torch.bfloat16):
         xt = torch.from_numpy(x).to(device=device, dtype=dtype)
         xn = xt.float().cpu().numpy()
