@@ -87,16 +87,66 @@ def round_on_grid(ab, sb, special, MBITS: tl.constexpr, BIAS: tl.constexpr,
 
 
 @triton.jit
-def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constexpr,
+def envelope_code(ab, sb, special, MBITS: tl.constexpr, MAXC: tl.constexpr, OFF: tl.constexpr,
+                  SAT: tl.constexpr):
+    """RNE magnitude codes of y = |v| / 2^(s + OFF) for a float format with two exponent bits
+    (E2M1, E2M3: bias 1, binades [0, 2), [2, 4), [4, 8) with quanta q_j = 2^(j - MBITS)),
+    plus 2^23's float32 bits (0x4B000000): the caller masks them off or subtracts them once
+    per packed word.
+
+    The code as a function of the real y, before rounding, is piecewise linear: y / q_j +
+    j 2^MBITS on binade j (the subnormals share binade 0's quantum). It is continuous and its
+    slope halves at each binade, so it is concave: the minimum of its three lines. RNE is
+    monotone, so it commutes with that minimum, and so does adding an even integer:
+    code = min_j (rne(y / q_j) + j 2^MBITS). Each term is one float32 add to 2^23 + j 2^MBITS
+    (the adder rounds at 1 there), so the three results' bits, read as integers, hold the
+    terms: one three-way integer min gives the code. No per-element exponent or magic number
+    (``round_on_grid`` needs 5 integer instructions per element, this 1).
+
+    Saturation at MAXC (SAT) is needed only where y can reach the top code's rounding
+    boundary: the floor scale rule and element casts. ceil, rceil and even choose s so that
+    the block's largest y rounds to at most the largest normal.
+
+    Exactness: y / q_j is exact wherever it can round to a nonzero value (as in
+    ``round_on_grid``; an FMA contraction changes nothing). When OFF >= MBITS the factors
+    2^(MBITS - j - s - OFF) are finite float32 numbers (s >= -127), one per block, and each
+    term is a single multiply-add of |v|; otherwise y is formed first (y < 2^3: no overflow).
+    In a NaN/Inf block 2^-s is replaced by 0."""
+    inv = tl.where(special, 0, (127 - OFF - sb) << 23).to(tl.float32, bitcast=True)
+    x = ab.to(tl.float32, bitcast=True)
+    if OFF >= MBITS:  # one factor per block and term
+        k0 = inv * (1 << MBITS)
+        k1 = inv * ((1 << MBITS) * 0.5)
+        k2 = inv * ((1 << MBITS) * 0.25)
+    else:
+        x = x * inv
+        k0: tl.constexpr = (1 << MBITS) * 1.0
+        k1: tl.constexpr = (1 << MBITS) * 0.5
+        k2: tl.constexpr = (1 << MBITS) * 0.25
+    a0 = (x * k0 + 8388608.0).to(tl.int32, bitcast=True)
+    a1 = (x * k1 + (8388608.0 + (1 << MBITS))).to(tl.int32, bitcast=True)
+    a2 = (x * k2 + (8388608.0 + (2 << MBITS))).to(tl.int32, bitcast=True)
+    m = tl.minimum(tl.minimum(a0, a1), a2)
+    if SAT:
+        m = tl.minimum(m, 0x4B000000 + MAXC)
+    return m
+
+
+@triton.jit
+def encode(ab, neg, sb, special, any_special, flat, seed, OFF: tl.constexpr, STOCH: tl.constexpr,
            IS_INT: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
            MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, NEGMAX: tl.constexpr,
-           SIGN: tl.constexpr, CAST: tl.constexpr = False, NAN_POS: tl.constexpr = False):
+           SIGN: tl.constexpr, CAST: tl.constexpr = False, NAN_POS: tl.constexpr = False,
+           SAT: tl.constexpr = True, RAW: tl.constexpr = False):
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
     shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
     indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block).
-    ``off``: the RNE float path divides |v| by 2^(s + off) (FOLD in ``quantize_rows32_kernel``); the others
-    need off = 0. NAN_POS: NaN gets the positive NaN code (after a rotation, whose NaN is
-    +qNaN: ``ocpmx.emulator.rotation``)."""
+    ``OFF``: the RNE float path divides |v| by 2^(s + OFF) (FOLD in
+    ``quantize_rows32_kernel``); the others need OFF = 0. NAN_POS: NaN gets the positive NaN
+    code (after a rotation, whose NaN is +qNaN: ``ocpmx.emulator.rotation``). SAT = False: the
+    scale rule keeps every code at most MAXC (not floor; see ``envelope_code``). RAW (formats
+    with two exponent bits, RNE): the codes plus 0x4B000000, for a caller that packs them and
+    subtracts the sum once per word (``RAW_BIAS_WORD``)."""
     if IS_INT or STOCH:  # exact integer path (emulator: encode)
         ef = ab >> 23
         mf = ab & 0x7FFFFF
@@ -137,9 +187,16 @@ def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constex
             sign = tl.where(neg, SIGN, 0)
             mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
             code = sign | mag
+    elif BIAS == 1:  # two exponent bits (E2M1, E2M3), RNE: the code is a concave envelope
+        m = envelope_code(ab, sb, special, MBITS, MAXC, OFF, SAT or CAST)
+        sign = tl.where(neg, SIGN, 0)
+        if RAW:
+            code = m | sign  # m's bit SIGN is clear: the code is below it
+        else:
+            code = sign | (m & (SIGN - 1))
     else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
         # (only NaN and Inf elements need the fix-up below)
-        f, magic, z = round_on_grid(ab, sb + off, special, MBITS, BIAS, CAST)
+        f, magic, z = round_on_grid(ab, sb + OFF, special, MBITS, BIAS, CAST)
         # the code: the count of quanta in z's low bits plus the codes below the binade (a
         # carry into the next binade lands on its first code)
         mag = z.to(tl.int32, bitcast=True) - magic + ((f - (128 - BIAS)) << MBITS)
@@ -158,6 +215,9 @@ def encode(ab, neg, sb, special, any_special, flat, seed, off, STOCH: tl.constex
         inf_code = sign | INFC
     else:
         inf_code = sign | MAXC
+    if RAW:
+        nan_code = nan_code | 0x4B000000
+        inf_code = inf_code | 0x4B000000
     if IS_INT or STOCH:
         # zeros, and finite values in a NaN/Inf block, become zeros of their sign (the fast
         # path gets both from 2^-s = 0 in such blocks)
@@ -313,11 +373,20 @@ def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.con
     return x
 
 
+# the sum over j of 0x4B000000 << 4j, modulo 2^32 (as int32): what RAW codes add to a word
+RAW_BIAS_WORD = tl.constexpr(-0x05000000)
+
+
 @triton.jit
-def nibbles_to_word(code):
+def nibbles_to_word(code, RAW: tl.constexpr = False):
     """[N, 8] 4-bit codes -> [N] int32, element j in bits 4j..4j+3: the packed bytes of the 8
-    codes read as a little-endian word (element 0 in the low nibble of byte 0)."""
-    return tl.sum(code << (tl.arange(0, 8)[None, :] * 4), axis=1)
+    codes read as a little-endian word (element 0 in the low nibble of byte 0). RAW: each code
+    carries 0x4B000000 (``encode``), removed here for the whole word: the word is a sum, so
+    the bias terms add up to a constant modulo 2^32."""
+    w = tl.sum(code << (tl.arange(0, 8)[None, :] * 4), axis=1)
+    if RAW:
+        w = w - RAW_BIAS_WORD
+    return w
 
 
 @triton.jit
@@ -471,11 +540,11 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
                       r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
     # the elements are divided by 2^(s + off)
+    OFF: tl.constexpr = 2 if FOLD else 0
+    # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
+    RAW: tl.constexpr = PACK == 2 and not QDQ and not STOCH and not IS_INT and BIAS == 1
     if FOLD:  # r holds the rotation without its 1/4, which goes into the scale (see above)
         amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
-        off = 2
-    else:
-        off = 0
     u0 = r0.to(tl.int32, bitcast=True)
     u1 = r1.to(tl.int32, bitcast=True)
     u2 = r2.to(tl.int32, bitcast=True)
@@ -490,23 +559,23 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     any_special = tl.max(special.to(tl.int32), axis=0) > 0
     if QDQ and not STOCH:  # RNE values straight from the rounded magnitudes: no codes
         ex = BIAS + MBITS <= 7
-        store_bf16_pairs(data_ptr, blk, rounded_values(a0, u0 < 0, sb, sp, off, MBITS, BIAS, MAXV), 0,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a0, u0 < 0, sb, sp, OFF, MBITS, BIAS, MAXV), 0,
                          valid, NB, EVEN, ex)
-        store_bf16_pairs(data_ptr, blk, rounded_values(a1, u1 < 0, sb, sp, off, MBITS, BIAS, MAXV), 1,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a1, u1 < 0, sb, sp, OFF, MBITS, BIAS, MAXV), 1,
                          valid, NB, EVEN, ex)
-        store_bf16_pairs(data_ptr, blk, rounded_values(a2, u2 < 0, sb, sp, off, MBITS, BIAS, MAXV), 2,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a2, u2 < 0, sb, sp, OFF, MBITS, BIAS, MAXV), 2,
                          valid, NB, EVEN, ex)
-        store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, off, MBITS, BIAS, MAXV), 3,
+        store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, OFF, MBITS, BIAS, MAXV), 3,
                          valid, NB, EVEN, ex)
     else:
-        c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
-                    NEGMAX, SIGN, False, ROT > 0)
-        c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, False, ROT > 0)
-        c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, False, ROT > 0)
-        c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, off, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, False, ROT > 0)
+        c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
+                    NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+        c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+        c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+        c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
+                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
         if QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
             store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
@@ -514,8 +583,8 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
             store_qdq(data_ptr, blk, c3, scale, 3, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
         else:
             if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
-                w01 = tl.join(nibbles_to_word(c0), nibbles_to_word(c1))
-                w23 = tl.join(nibbles_to_word(c2), nibbles_to_word(c3))
+                w01 = tl.join(nibbles_to_word(c0, RAW), nibbles_to_word(c1, RAW))
+                w23 = tl.join(nibbles_to_word(c2, RAW), nibbles_to_word(c3, RAW))
                 words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
                 woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
                 wptr = data_ptr.to(tl.pointer_type(tl.int32))
