@@ -32,7 +32,8 @@ from ocpmx.native.quantize import kernel_args, pack_factor, fold_applies, qdq_ar
 nq = importlib.import_module("ocpmx.native.quantize")  # the module (native.quantize is a function)
 
 
-def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4):
+def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4,
+                   maxnreg: int | None = None):
     """The row kernel with the constexprs ``native.quantize`` passes (bf16 input, RNE)."""
     fmt, rule, round_id = resolve(fmt_name, "even", "rne")
     fp = [int(v) for v in format_params(fmt)]
@@ -49,7 +50,8 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 12
            **{k: "constexpr" for k in consts}}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
                     attrs={(i,): [["tt.divisibility", 16]] for i in range(3)})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
 def disassemble(cubin: bytes) -> str:
@@ -104,11 +106,11 @@ def main():
     ap.add_argument("--tile", nargs=2, type=int, metavar=("BLOCKS", "WARPS"),
                     help="blocks per tile and warps (default: the kernel's GPU default)")
     args = ap.parse_args()
-    nb, warps = args.tile or nq.rows32_tile(qdq=args.qdq)
-    print(f"tile: {nb} blocks, {warps} warps")
+    nb, warps, cap = (*args.tile, None) if args.tile else nq.rows32_tile(qdq=args.qdq)
+    print(f"tile: {nb} blocks, {warps} warps, register cap {cap}")
     for rot in args.rotations:
         for signs in ((False, True) if rot else (False,)):
-            ck = compile_rows32(args.fmt, rot, signs, args.qdq, nb, warps)
+            ck = compile_rows32(args.fmt, rot, signs, args.qdq, nb, warps, cap)
             ins = sass_instructions(ck.asm["cubin"])
             ops = common_path(ins)
             regs = registers(ck.asm["cubin"])

@@ -190,8 +190,8 @@ def encode(ab, neg, sb, special, any_special, flat, seed, OFF: tl.constexpr, STO
     elif BIAS == 1:  # two exponent bits (E2M1, E2M3), RNE: the code is a concave envelope
         m = envelope_code(ab, sb, special, MBITS, MAXC, OFF, SAT or CAST)
         sign = tl.where(neg, SIGN, 0)
-        if RAW:
-            code = m | sign  # m's bit SIGN is clear: the code is below it
+        if RAW:  # no sign: the caller puts the signs in per word (``sign_nibbles``)
+            code = m
         else:
             code = sign | (m & (SIGN - 1))
     else:  # float formats, RNE: the emulator's fast path (quantize_rows_f32_rne), same bits
@@ -215,9 +215,10 @@ def encode(ab, neg, sb, special, any_special, flat, seed, OFF: tl.constexpr, STO
         inf_code = sign | INFC
     else:
         inf_code = sign | MAXC
-    if RAW:
-        nan_code = nan_code | 0x4B000000
-        inf_code = inf_code | 0x4B000000
+    if RAW:  # E2M1: no NaN code (0, no sign: its sign bit, added later, is taken off here),
+        # Inf saturates (its sign added later)
+        nan_code = 0x4B000000 - sign
+        inf_code = tl.zeros_like(code) + (0x4B000000 + MAXC)
     if IS_INT or STOCH:
         # zeros, and finite values in a NaN/Inf block, become zeros of their sign (the fast
         # path gets both from 2^-s = 0 in such blocks)
@@ -375,6 +376,29 @@ def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.con
 
 # the sum over j of 0x4B000000 << 4j, modulo 2^32 (as int32): what RAW codes add to a word
 RAW_BIAS_WORD = tl.constexpr(-0x05000000)
+
+
+@triton.jit
+def sign_nibbles(u, NB: tl.constexpr):
+    """[NB, 8] int32 (float32 bits) -> [NB] int32 whose bit 4j + 3 is element j's sign bit;
+    the other bits hold the top of each element's exponent field (mask with 0x88888888). Each
+    element costs one funnel shift: S = (S << 4) | (u_j >> 28), from element 7 down to 0."""
+    ev, od = tl.split(tl.reshape(u.to(tl.uint32, bitcast=True), (NB, 4, 2)))  # 0 2 4 6 | 1 3 5 7
+    e04, e26 = tl.split(tl.reshape(ev, (NB, 2, 2)))
+    o15, o37 = tl.split(tl.reshape(od, (NB, 2, 2)))
+    u0, u4 = tl.split(e04)
+    u2, u6 = tl.split(e26)
+    u1, u5 = tl.split(o15)
+    u3, u7 = tl.split(o37)
+    w = u7 >> 28
+    w = (w << 4) | (u6 >> 28)
+    w = (w << 4) | (u5 >> 28)
+    w = (w << 4) | (u4 >> 28)
+    w = (w << 4) | (u3 >> 28)
+    w = (w << 4) | (u2 >> 28)
+    w = (w << 4) | (u1 >> 28)
+    w = (w << 4) | (u0 >> 28)
+    return w.to(tl.int32, bitcast=True)
 
 
 @triton.jit
@@ -567,6 +591,13 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                          valid, NB, EVEN, ex)
         store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, OFF, MBITS, BIAS, MAXV), 3,
                          valid, NB, EVEN, ex)
+    elif RAW:  # packed E2M1 from the envelope: each quarter's word, signs added per word
+        w0 = raw_word(a0, u0, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
+        w1 = raw_word(a1, u1, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
+        w2 = raw_word(a2, u2, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
+        w3 = raw_word(a3, u3, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
+        store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB, EVEN)
+        store_scales(scale_ptr, blk, scale, valid, EVEN)
     else:
         c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
                     NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
@@ -583,24 +614,45 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
             store_qdq(data_ptr, blk, c3, scale, 3, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
         else:
             if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store per block
-                w01 = tl.join(nibbles_to_word(c0, RAW), nibbles_to_word(c1, RAW))
-                w23 = tl.join(nibbles_to_word(c2, RAW), nibbles_to_word(c3, RAW))
-                words = tl.reshape(tl.permute(tl.join(w01, w23), (0, 2, 1)), (NB, 4))
-                woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
-                wptr = data_ptr.to(tl.pointer_type(tl.int32))
-                if EVEN:
-                    tl.store(wptr + woff, words)
-                else:
-                    tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
+                store_words(data_ptr, blk, nibbles_to_word(c0), nibbles_to_word(c1),
+                            nibbles_to_word(c2), nibbles_to_word(c3), valid, NB, EVEN)
             else:
                 store_codes(data_ptr, blk, c0, 0, valid, NB, PACK, EVEN)
                 store_codes(data_ptr, blk, c1, 1, valid, NB, PACK, EVEN)
                 store_codes(data_ptr, blk, c2, 2, valid, NB, PACK, EVEN)
                 store_codes(data_ptr, blk, c3, 3, valid, NB, PACK, EVEN)
-            if EVEN:
-                tl.store(scale_ptr + blk, scale.to(tl.uint8))
-            else:
-                tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=valid)
+            store_scales(scale_ptr, blk, scale, valid, EVEN)
+
+
+@triton.jit
+def raw_word(ab, u, sb, special, any_special, OFF: tl.constexpr, MBITS: tl.constexpr,
+             MAXC: tl.constexpr, SIGN: tl.constexpr, SAT: tl.constexpr, NB: tl.constexpr):
+    """One quarter [NB, 8] of E2M1 blocks (RNE) as packed code words [NB]: the magnitudes from
+    ``encode``'s RAW envelope codes, their bias removed once per word, then the signs from
+    ``sign_nibbles`` added (the nibbles' sign bits are clear before)."""
+    c = encode(ab, u < 0, sb, special, any_special, 0, 0, OFF, False, False, MBITS, 1, MAXC,
+               -1, -1, 0, SIGN, False, False, SAT, True)
+    return nibbles_to_word(c, True) + (sign_nibbles(u, NB) & -0x77777778)
+
+
+@triton.jit
+def store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB: tl.constexpr, EVEN: tl.constexpr):
+    """The four code words [NB] of each block (quarters 0-3): one 16-byte store per block."""
+    words = tl.reshape(tl.permute(tl.join(tl.join(w0, w1), tl.join(w2, w3)), (0, 2, 1)), (NB, 4))
+    woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+    wptr = data_ptr.to(tl.pointer_type(tl.int32))
+    if EVEN:
+        tl.store(wptr + woff, words)
+    else:
+        tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
+
+
+@triton.jit
+def store_scales(scale_ptr, blk, scale, valid, EVEN: tl.constexpr):
+    if EVEN:
+        tl.store(scale_ptr + blk, scale.to(tl.uint8))
+    else:
+        tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=valid)
 
 
 @triton.jit

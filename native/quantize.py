@@ -204,11 +204,13 @@ def _rows32(x, axis, inner, data, scales, n_blocks, signs, seed64, rot_scale, co
     Stochastic rounding keys its random bits by the element's index in the input, so off the
     last axis it keeps the tile kernel (``rows32_applies``)."""
     src = x if inner == 1 else move_axis_last(x, axis)
-    nb, warps = rows32_tile(qdq=bool(qdq))
+    nb, warps, maxnreg = rows32_tile(qdq=bool(qdq))
+    opts = {"maxnreg": maxnreg} if maxnreg and x.device.type == "cuda" and not torch.version.hip \
+        and not interpreting() else {}
     kernels.quantize_rows32_kernel[(triton.cdiv(n_blocks, nb),)](
         src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
         signs, n_blocks, seed64, rot_scale, NB=nb, EVEN=n_blocks % nb == 0,
-        FOLD=fold_applies(consts, x.dtype), num_warps=warps, **consts, **qdq)
+        FOLD=fold_applies(consts, x.dtype), num_warps=warps, **opts, **consts, **qdq)
 
 
 def fold_applies(consts: dict, dtype: torch.dtype) -> bool:
@@ -361,15 +363,17 @@ def quantize_tile(inner: int, block_size: int, nblk: int) -> tuple[int, int, int
     return rows, kb, warps
 
 
-def rows32_tile(qdq: bool = False) -> tuple[int, int]:
-    """(blocks per program, warps) of the 32-block row kernel (``qdq``: its
-    quantize-dequantize form, key 'rows32_qdq'). The default, 32 blocks on one warp, was the
-    fastest or within noise of it on an H200 for both forms (results/native_gpu); one warp
-    also keeps the tile's NaN/Inf vote inside the warp."""
+def rows32_tile(qdq: bool = False) -> tuple[int, int, int | None]:
+    """(blocks per program, warps, register cap or None) of the 32-block row kernel (``qdq``:
+    its quantize-dequantize form, key 'rows32_qdq'). The default, 32 blocks on one warp, was
+    the fastest or within noise of it on an H200 for both forms (results/native_gpu); one warp
+    also keeps the tile's NaN/Inf vote inside the warp. The packed-code form is capped at 72
+    registers on NVIDIA GPUs (ptxas otherwise takes 80, which holds fewer warps per SM; 72 was
+    3% faster on an H200, 64 spills); a cap changes speed, never bits."""
     tile = (TILE_OVERRIDE or {}).get("rows32_qdq" if qdq else "rows32")
     if tile is None:
-        tile = (512, 4) if interpreting() else (32, 1)
-    return tuple(tile)
+        tile = (512, 4) if interpreting() else ((32, 1) if qdq else (32, 1, 72))
+    return (tuple(tile) + (None,))[:3]
 
 
 def _pow2_floor(n: int) -> int:
