@@ -135,6 +135,27 @@ def section_quantize(rows):
             name = "random_sign" if isinstance(rot, Rotation) else rot
             out.append(dict(case=f"ablation Wgrad operand 32768x{width} axis=0 rot={name}",
                             ms=ms, gbs=32768 * width * 2.5 / ms / 1e6))
+    # host time per call (a tiny tensor: the GPU time is negligible). plain timings above put
+    # the kernel right after do_bench's 256 MB L2 flush; a host slower than that flush (~60 us
+    # on an H200) shows up in them as a launch gap, which the CUDA-graph rows do not have
+    tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    tiny_dst = torch.empty_like(tiny)
+    for name, fn in (("copy_", lambda: tiny_dst.copy_(tiny)),
+                     ("quantize e2m1 H16", lambda: native.quantize(
+                         tiny, "e2m1", rotation="hadamard16", scale_rule="even")),
+                     ("quantize e2m1", lambda: native.quantize(tiny, "e2m1", scale_rule="even"))):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        per_call = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(500):
+                fn()
+            per_call.append((time.perf_counter() - t0) / 500 * 1e6)
+            torch.cuda.synchronize()
+        out.append(dict(case=f"host time per call, {name} (us, best of 5 x 500)",
+                        us=min(per_call)))
     # the transpose behind the columns path: Triton tiled kernel against torch's strided copy
     for name, fn in (("triton move_axis_last", lambda: nq.move_axis_last(src(), 0)),
                      ("torch movedim().contiguous()",

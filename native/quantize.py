@@ -10,6 +10,7 @@ The default is 'triton' for GPU tensors and under the interpreter, else 'emulato
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 
@@ -142,10 +143,10 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
                         fmt, axis, tuple(x.shape), block_size, rot)
     if block_size & (block_size - 1) or (pack == 2 and block_size < 2):
         raise ValueError(f"the Triton kernel needs a power-of-two block size, got {block_size}")
-    fp = [int(v) for v in format_params(fmt, int8_min)]
+    fp = _params(fmt, int8_min)
     x = x.detach().contiguous()
-    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-    rows = int(np.prod(moved_shape[:-1], dtype=np.int64))
+    inner = math.prod(x.shape[axis + 1:])
+    rows = math.prod(moved_shape[:-1])
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
@@ -164,6 +165,12 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
                 INNER1=inner == 1, EVEN=rows % rows_tile == 0 and nblk % kb == 0,
                 num_warps=warps, **consts)
     return MXTensor(data, scales, fmt, axis, tuple(x.shape), block_size, rot)
+
+
+@functools.lru_cache(maxsize=256)
+def _params(fmt, int8_min: int = -127) -> tuple[int, ...]:
+    """The format table's parameters as Python ints (cached: this runs on every call)."""
+    return tuple(int(v) for v in format_params(fmt, int8_min))
 
 
 def kernel_args(x, fmt, fp, rot, rule_id, round_id, pack):
@@ -232,13 +239,13 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     fmt_r, rule_id, round_id = resolve(fmt, scale_rule, rounding)
     rot = as_rotation(rotation)
     ax = _check_input(x, fmt_r, axis, block_size, rot)
-    inner = int(np.prod(x.shape[ax + 1:], dtype=np.int64))
+    inner = math.prod(x.shape[ax + 1:])
     if (pick_backend(x.device, backend) == "emulator" or fmt_r.kind == "int" or x.numel() == 0
             or not rows32_applies(block_size, inner, round_id)):
         mx = quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
                       rounding=rounding, seed=seed, rotation=rotation, backend=backend)
         return dequantize(mx, torch.bfloat16, backend=backend)
-    fp = [int(v) for v in format_params(fmt_r)]
+    fp = _params(fmt_r)
     x = x.detach().contiguous()
     k = x.shape[ax]
     moved = tuple(x.shape[:ax]) + tuple(x.shape[ax + 1:]) + (k,)
@@ -277,7 +284,7 @@ def encode(x: torch.Tensor, fmt, *, rounding: str = "rne", seed: int = 0, int8_m
     rows = padded // width
     out = torch.empty(padded, dtype=torch.uint8, device=x.device)
     if n:
-        fp = [int(v) for v in format_params(fmt, int8_min)]
+        fp = _params(fmt, int8_min)
         rows_tile, kb, warps = quantize_tile(1, 1, width)
         kernels.quantize_kernel[(triton.cdiv(rows, rows_tile), triton.cdiv(width, kb))](
             flat.view(torch.int16) if flat.dtype == torch.bfloat16 else flat, out, out, 0,
@@ -303,7 +310,7 @@ def dequantize(mx: MXTensor, dtype: torch.dtype = torch.float32, *,
         return out.to(dtype).to(mx.device)
     k = mx.shape[mx.axis]
     moved = mx.data.shape[:-1] + (k,)
-    rows = int(np.prod(moved[:-1], dtype=np.int64))
+    rows = math.prod(moved[:-1])
     out = torch.empty(moved, dtype=dtype, device=mx.device)
     if out.numel():
         bs = mx.block_size
@@ -329,7 +336,7 @@ def move_axis_last(x: torch.Tensor, axis: int) -> torch.Tensor:
     transpose: torch's strided copy of a transposed bf16 8192 x 14336 ran at ~15% of copy
     bandwidth on an H200 (results/native_gpu)."""
     k = x.shape[axis]
-    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    inner = math.prod(x.shape[axis + 1:])
     outer = x.numel() // max(1, k * inner)
     if outer > 65535:  # the grid's third dimension
         return x.movedim(axis, -1).contiguous()
