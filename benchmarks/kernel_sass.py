@@ -24,7 +24,7 @@ from triton.compiler import ASTSource
 
 import torch
 
-from ocpmx.emulator.params import format_params, resolve
+from ocpmx.emulator.params import resolve
 from ocpmx.emulator.rotation import Rotation
 from ocpmx.native import kernels
 from ocpmx.native.quantize import kernel_args, pack_factor, fold_applies, qdq_args
@@ -36,7 +36,7 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 12
                    maxnreg: int | None = None):
     """The row kernel with the constexprs ``native.quantize`` passes (bf16 input, RNE)."""
     fmt, rule, round_id = resolve(fmt_name, "even", "rne")
-    fp = [int(v) for v in format_params(fmt)]
+    fp = nq._params(fmt)
     rotation = Rotation(rot, 7 if signs else None) if rot else None
     x = torch.empty(0, dtype=torch.bfloat16, device="meta")  # its dtype and size are what count
     consts, _, _ = kernel_args(x, fmt, fp, rotation, rule, round_id, pack_factor(fmt))

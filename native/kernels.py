@@ -205,22 +205,24 @@ def encode(ab, neg, sb, special, any_special, flat, seed, OFF: tl.constexpr, STO
         sign = tl.where(neg, SIGN, 0)
         code = sign | tl.minimum(mag, MAXC)
     # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
-    if NANC >= 0 and NAN_POS:
-        nan_code = tl.zeros_like(code) + NANC
-    elif NANC >= 0:
-        nan_code = sign | NANC
-    else:
-        nan_code = tl.zeros_like(code)
-    if IS_INT:
-        inf_code = tl.where(neg, (-NEGMAX) & 0xFF, MAXC)
-    elif INFC >= 0:
-        inf_code = sign | INFC
-    else:
-        inf_code = sign | MAXC
-    if RAW:  # E2M1: no NaN code (0, no sign: its sign bit, added later, is taken off here),
-        # Inf saturates (its sign added later)
+    if RAW:  # no NaN code (0, no sign: its sign bit, added later, is taken off here), Inf
+        # saturates (its sign added later)
+        tl.static_assert(NANC < 0 and INFC < 0, "RAW codes are for formats without NaN or Inf codes")
         nan_code = 0x4B000000 - sign
         inf_code = tl.zeros_like(code) + (0x4B000000 + MAXC)
+    else:
+        if NANC >= 0 and NAN_POS:
+            nan_code = tl.zeros_like(code) + NANC
+        elif NANC >= 0:
+            nan_code = sign | NANC
+        else:
+            nan_code = tl.zeros_like(code)
+        if IS_INT:
+            inf_code = tl.where(neg, (-NEGMAX) & 0xFF, MAXC)
+        elif INFC >= 0:
+            inf_code = sign | INFC
+        else:
+            inf_code = sign | MAXC
     if IS_INT or STOCH:
         # zeros, and finite values in a NaN/Inf block, become zeros of their sign (the fast
         # path gets both from 2^-s = 0 in such blocks)
@@ -565,7 +567,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
         r0, r1, r2, r3 = q0, q1, q2, q3
     amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
                       r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
-    # the elements are divided by 2^(s + off)
+    # the elements are divided by 2^(s + OFF)
     OFF: tl.constexpr = 2 if FOLD else 0
     # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
     RAW: tl.constexpr = PACK == 2 and not QDQ and not STOCH and not IS_INT and BIAS == 1
@@ -597,21 +599,25 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
         store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, OFF, MBITS, BIAS, MAXV), 3,
                          valid, NB, EVEN, ex)
     elif RAW:  # packed E2M1 from the envelope: each quarter's word, signs added per word
-        w0 = raw_word(a0, u0, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
-        w1 = raw_word(a1, u1, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
-        w2 = raw_word(a2, u2, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
-        w3 = raw_word(a3, u3, sb, sp, any_special, OFF, MBITS, MAXC, SIGN, RULE == 0, NB)
+        w0 = raw_word(a0, u0, sb, sp, any_special, OFF, MBITS, MAXC, NANC, INFC, SIGN, RULE == 0,
+                      NB)
+        w1 = raw_word(a1, u1, sb, sp, any_special, OFF, MBITS, MAXC, NANC, INFC, SIGN, RULE == 0,
+                      NB)
+        w2 = raw_word(a2, u2, sb, sp, any_special, OFF, MBITS, MAXC, NANC, INFC, SIGN, RULE == 0,
+                      NB)
+        w3 = raw_word(a3, u3, sb, sp, any_special, OFF, MBITS, MAXC, NANC, INFC, SIGN, RULE == 0,
+                      NB)
         store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB, EVEN)
         store_scales(scale_ptr, blk, scale, valid, EVEN)
     else:
         c0 = encode(a0, u0 < 0, sb, sp, any_special, base, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC, INFC,
-                    NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+                    NEGMAX, SIGN, False, ROT > 0, RULE == 0)
         c1 = encode(a1, u1 < 0, sb, sp, any_special, base + 8, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0)
         c2 = encode(a2, u2 < 0, sb, sp, any_special, base + 16, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0)
         c3 = encode(a3, u3 < 0, sb, sp, any_special, base + 24, seed, OFF, STOCH, IS_INT, MBITS, BIAS, MAXC, NANC,
-                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0, RAW)
+                    INFC, NEGMAX, SIGN, False, ROT > 0, RULE == 0)
         if QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
             store_qdq(data_ptr, blk, c1, scale, 1, valid, NB, EVEN, BITS, EBITS, MBITS, BIAS, NANC, INFC, SUBQ)
@@ -631,12 +637,13 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
 
 @triton.jit
 def raw_word(ab, u, sb, special, any_special, OFF: tl.constexpr, MBITS: tl.constexpr,
-             MAXC: tl.constexpr, SIGN: tl.constexpr, SAT: tl.constexpr, NB: tl.constexpr):
+             MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, SIGN: tl.constexpr,
+             SAT: tl.constexpr, NB: tl.constexpr):
     """One quarter [NB, 8] of E2M1 blocks (RNE) as packed code words [NB]: the magnitudes from
     ``encode``'s RAW envelope codes, their bias removed once per word, then the signs from
     ``sign_nibbles`` added (the nibbles' sign bits are clear before)."""
     c = encode(ab, u < 0, sb, special, any_special, 0, 0, OFF, False, False, MBITS, 1, MAXC,
-               -1, -1, 0, SIGN, False, False, SAT, True)
+               NANC, INFC, 0, SIGN, False, False, SAT, True)
     return nibbles_to_word(c, True) + (sign_nibbles(u, NB) & -0x77777778)
 
 
