@@ -11,18 +11,11 @@ import numpy as np
 
 
 def _parse_rotation(text: str | None):
-    from .emulator import Rotation
-    if text in (None, "none"):
-        return None
-    if text in ("hadamard16", "hadamard32"):
-        return text
-    if text.startswith("random_sign"):
-        # random_sign16:SEED or random_sign32:SEED
-        head, _, seed = text.partition(":")
-        size = int(head[len("random_sign"):] or 16)
-        return Rotation(size, int(seed or 0))
-    raise argparse.ArgumentTypeError(
-        f"unknown rotation {text!r}: use none, hadamard16, hadamard32 or random_sign16:SEED")
+    from .spec import parse_rotation
+    try:
+        return parse_rotation(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def load_tensor(path: Path, key: str | None) -> tuple[np.ndarray, str]:
@@ -71,7 +64,8 @@ def cmd_quantize(args) -> int:
     out = Path(args.out) if args.out else Path(args.input).with_suffix(f".{mx.fmt.name}.safetensors")
     meta = {"format": mx.fmt.name, "axis": str(mx.axis), "block_size": str(mx.block_size),
             "scale_rule": args.scale_rule, "rounding": args.rounding, "seed": str(args.seed),
-            "rotation": repr(mx.rotation), "shape": json.dumps(list(mx.shape)),
+            "rotation": mx.rotation.name if mx.rotation else "none",
+            "shape": json.dumps(list(mx.shape)),
             "packing": "along axis; FP4 element 0 in the low nibble; FP6 4 codes per 3 bytes LE"}
     tmp = out.with_name(out.name + ".tmp")
     save_file({f"{name}.codes": np.ascontiguousarray(mx.pack()),
@@ -81,7 +75,8 @@ def cmd_quantize(args) -> int:
         print(json.dumps({"output": str(out), **stats}))
     else:
         print(f"{name}: shape {tuple(x.shape)} {x.dtype} -> MX{mx.fmt.name} "
-              f"(scale {args.scale_rule}, {args.rounding}, rotation {args.rotation or 'none'})")
+              f"(scale {args.scale_rule}, {args.rounding}, "
+              f"rotation {mx.rotation.name if mx.rotation else 'none'})")
         print(f"  wrote {out}")
         print(f"  relative error        {stats['relative_error']:.6g}")
         print(f"  saturated fraction    {stats['saturated_fraction']:.6g}")
@@ -138,10 +133,11 @@ def _demo_train(args) -> int:
         train_tokenizer(data, data / "tokenizer.json", vocab_size=512)
     out = Path(args.out) / "demo-tiny-mxfp4_all_h16"
     print(f"\ntraining 'tiny' with recipe mxfp4_all_h16 for {args.steps} steps on CPU -> {out}")
-    train(TrainConfig(preset="tiny", recipe="mxfp4_all_h16", data=str(data), out=str(out),
-                      max_steps=args.steps, batch_size=8, seq_len=64, warmup_steps=2,
-                      eval_every=max(1, args.steps // 2), eval_sequences=8, lr=3e-3,
-                      mx_backend="emulator", progress=False, tensorboard=False))
+    train(TrainConfig.from_flat(preset="tiny", recipe="mxfp4_all_h16", data=str(data),
+                                out=str(out), max_steps=args.steps, batch_size=8, seq_len=64,
+                                warmup_steps=2, eval_every=max(1, args.steps // 2),
+                                eval_sequences=8, lr=3e-3, backend="emulator", progress=False,
+                                tensorboard=False))
     rows, val = read_metrics(out / "metrics.jsonl")
     for r in rows:
         print(f"step {r['step']:3d}  tokens {r['tokens']:6d}  loss {r['loss']:.4f}  "
@@ -153,7 +149,7 @@ def _demo_train(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .spec import FORMATS, ROUNDINGS, SCALE_RULES
+    from .spec import FORMATS, ROTATION_NAMES, ROUNDINGS, SCALE_RULES
     p = argparse.ArgumentParser(prog="ocpmx", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -167,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--rounding", default="rne", choices=sorted(ROUNDINGS))
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--rotation", type=_parse_rotation, default=None,
-                   help="none, hadamard16, hadamard32, random_sign16:SEED, random_sign32:SEED")
+                   help=", ".join(ROTATION_NAMES))
     q.add_argument("--out", "-o", help="output .safetensors (default: INPUT.<format>.safetensors)")
     q.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
     q.set_defaults(func=cmd_quantize)

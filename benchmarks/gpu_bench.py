@@ -16,7 +16,7 @@ the memory-bound kernels so that L2 cannot hold them.
 from __future__ import annotations
 
 import argparse
-import importlib
+import dataclasses
 import itertools
 import json
 import platform
@@ -30,8 +30,8 @@ import triton
 from triton.testing import do_bench
 
 from ocpmx import emulator, native
-from ocpmx.emulator import Rotation
-nq = importlib.import_module("ocpmx.native.quantize")  # the module (native.quantize is also a function)
+from ocpmx.native.tuning import GPU, RowTile, StridedTile
+from ocpmx.spec import Rotation
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 6144)]  # (K = in, N = out)
 TOKENS = 8192
@@ -75,31 +75,33 @@ def section_quantize(rows):
     out.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
     nbytes4 = m * k * 2 + m * k // 2 + m * k // 32
     best = {}
-    # rows32 tiles: (blocks per program, warps)
-    row_tiles = [(32, 1), (64, 2), (128, 4)]
-    capped = [(32, 1, 64), (32, 1, 72), (64, 2, 72)]  # (blocks, warps, register cap)
+    # row-kernel tiles: (blocks per program, warps) and (blocks, warps, register cap)
+    row_tiles = [RowTile(32, 1), RowTile(64, 2), RowTile(128, 4)]
+    capped = [RowTile(32, 1, 64), RowTile(32, 1, 72), RowTile(64, 2, 72)]
     for key, tiles, axis in (("rows32", row_tiles + capped, -1), ("rows32_qdq", row_tiles, -1),
-                             ("cols", [(64, 64, 4), (128, 32, 4), (32, 128, 4)], 0)):
+                             ("other_axis", [StridedTile(64, 64, 4), StridedTile(128, 32, 4),
+                                             StridedTile(32, 128, 4)], 0)):
         for tile in tiles:  # tile shapes change speed only; the tests pin the bits
-            nq.TILE_OVERRIDE = {key: tile}
-            # RNE along axis 0 goes through a transposed copy and the row kernel; the column
+            tuning = dataclasses.replace(GPU, **{key: tile})
+            # RNE along axis 0 goes through a transposed copy and the row kernel; the strided
             # tile kernel is what stochastic rounding along axis 0 uses
-            rnd = "stochastic" if key == "cols" else "rne"
+            rnd = "stochastic" if key == "other_axis" else "rne"
             if key == "rows32_qdq":
                 fn, nb, what = (lambda: native.quantize_dequantize(
-                    src(), "e2m1", rotation="hadamard16", scale_rule="even")), copy_bytes, "qdq"
+                    src(), "e2m1", rotation="hadamard16", scale_rule="even",
+                    tuning=tuning)), copy_bytes, "qdq"
             else:
                 fn, nb, what = (lambda: native.quantize(
                     src(), "e2m1", axis=axis, rotation="hadamard16", scale_rule="even",
-                    rounding=rnd)), nbytes4, rnd
+                    rounding=rnd, tuning=tuning)), nbytes4, rnd
             ms = bench(fn)
             gbs = nb / ms / 1e6
             out.append(dict(case=f"tile sweep {key} {tile} e2m1 H16 {what}", ms=ms, gbs=gbs,
                             of_copy=gbs / copy_gbs))
             if key not in best or ms < best[key][0]:
                 best[key] = (ms, tile)
-    nq.TILE_OVERRIDE = {key: t for key, (_, t) in best.items()}
-    out.append(dict(case=f"chosen tiles {nq.TILE_OVERRIDE}"))
+    out.append(dict(case=f"fastest tiles {({k: t for k, (_, t) in best.items()})}; the rows "
+                         "below use the defaults (ocpmx.native.tuning.GPU)"))
     # the same call replayed from a CUDA graph (4 input sets, no launch gaps, no Python): if
     # this is much faster than the plain timing, the plain one measured the host, not the GPU
     for name, fn in (("copy bf16", lambda s: dst.copy_(s)),
@@ -157,7 +159,7 @@ def section_quantize(rows):
         out.append(dict(case=f"host time per call, {name} (us, best of 5 x 500)",
                         us=min(per_call)))
     # the transpose behind the columns path: Triton tiled kernel against torch's strided copy
-    for name, fn in (("triton move_axis_last", lambda: nq.move_axis_last(src(), 0)),
+    for name, fn in (("triton move_axis_last", lambda: native.move_axis_last(src(), 0)),
                      ("torch movedim().contiguous()",
                       lambda: src().movedim(0, -1).contiguous())):
         ms = bench(fn)

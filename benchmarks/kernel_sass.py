@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib
 import os
 import re
 import subprocess
@@ -24,27 +23,21 @@ from triton.compiler import ASTSource
 
 import torch
 
-from ocpmx.emulator.params import resolve
-from ocpmx.emulator.rotation import Rotation
-from ocpmx.native import kernels
-from ocpmx.native.quantize import kernel_args, pack_factor, fold_applies, qdq_args
-
-nq = importlib.import_module("ocpmx.native.quantize")  # the module (native.quantize is a function)
+from ocpmx.native import kernels, ops
+from ocpmx.native.launch import rows32_constexprs
+from ocpmx.native.tuning import GPU, RowTile, Tuning
+from ocpmx.spec import Rotation
 
 
-def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, nb: int = 128, warps: int = 4,
-                   maxnreg: int | None = None):
-    """The row kernel with the constexprs ``native.quantize`` passes (bf16 input, RNE)."""
-    fmt, rule, round_id = resolve(fmt_name, "even", "rne")
-    fp = nq._params(fmt)
+def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTile):
+    """The row kernel with the constexprs ``native.quantize`` passes on an NVIDIA GPU (bf16
+    input, the 'even' scale rule, RNE; 2^20 blocks)."""
     rotation = Rotation(rot, 7 if signs else None) if rot else None
-    x = torch.empty(0, dtype=torch.bfloat16, device="meta")  # its dtype and size are what count
-    consts, _, _ = kernel_args(x, fmt, fp, rotation, rule, round_id, pack_factor(fmt))
-    consts.update(NB=nb, EVEN=True, FOLD=fold_applies(consts, x.dtype),
-                  **(qdq_args(fmt) if qdq else {}))
-    fn = kernels.quantize_rows32_kernel
-    # a launch fills in the defaults of constexprs left out; a direct compile needs them named
-    consts = {**{q.name: q.default for q in fn.params if q.is_constexpr and q.has_default}, **consts}
+    n = ops.numerics(fmt_name, "even", "rne", rotation)
+    tuning = Tuning(rows32=tile, rows32_qdq=tile)
+    consts, _ = rows32_constexprs(n, torch.bfloat16, 1 << 20, tuning, qdq, torch.device("cuda"))
+    warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
+    fn = kernels.quantize.quantize_rows32_kernel
     sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",
            "sign_mask": "i32", "n_blocks": "i32", "seed": "u64", "rot_scale": "fp32",
            **{k: "constexpr" for k in consts}}
@@ -106,11 +99,11 @@ def main():
     ap.add_argument("--tile", nargs=2, type=int, metavar=("BLOCKS", "WARPS"),
                     help="blocks per tile and warps (default: the kernel's GPU default)")
     args = ap.parse_args()
-    nb, warps, cap = (*args.tile, None) if args.tile else nq.rows32_tile(qdq=args.qdq)
-    print(f"tile: {nb} blocks, {warps} warps, register cap {cap}")
+    tile = RowTile(*args.tile) if args.tile else (GPU.rows32_qdq if args.qdq else GPU.rows32)
+    print(f"tile: {tile.blocks} blocks, {tile.warps} warps, register cap {tile.maxnreg}")
     for rot in args.rotations:
         for signs in ((False, True) if rot else (False,)):
-            ck = compile_rows32(args.fmt, rot, signs, args.qdq, nb, warps, cap)
+            ck = compile_rows32(args.fmt, rot, signs, args.qdq, tile)
             ins = sass_instructions(ck.asm["cubin"])
             ops = common_path(ins)
             regs = registers(ck.asm["cubin"])

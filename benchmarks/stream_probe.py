@@ -19,7 +19,6 @@ this much work per element", the bound the quantize kernel is compared with.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from pathlib import Path
 
@@ -29,9 +28,7 @@ import triton.language as tl
 
 import gpu_bench as gb
 from ocpmx import native
-from ocpmx.emulator import Rotation
-
-nq = importlib.import_module("ocpmx.native.quantize")
+from ocpmx.spec import Rotation
 
 
 @triton.jit

@@ -23,9 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import emulator
-from ..spec import get_format
-
-OPS = ("cast", "quantize", "dequantize", "layout", "gemm")
+from ..spec import BLOCK_SIZE, get_format
 
 
 class Backend:
@@ -70,8 +68,8 @@ class EmulatorBackend(Backend):
 
     def cast(self, x, fmt):
         if fmt == "e8m0":
-            return emulator.encode_scale(x)
-        return emulator.encode(x, fmt)
+            return emulator.cast_scale(x)
+        return emulator.cast(x, fmt)
 
     def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
         mx = emulator.quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
@@ -103,7 +101,7 @@ class TritonBackend(Backend):
     def __init__(self, device: str | None = None):
         import torch
 
-        from ..native.quantize import interpreting
+        from ..native import interpreting
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu" and not interpreting():
@@ -129,7 +127,7 @@ class TritonBackend(Backend):
             return "no standalone E8M0 cast (the kernels write scales only through quantize)"
         if op == "gemm" and fmt not in ("e2m1", "e4m3", "e5m2"):
             return f"tl.dot_scaled takes e2m1, e4m3, e5m2 (not {fmt})"
-        bs = options.get("block_size", 32)
+        bs = options.get("block_size", BLOCK_SIZE)
         if op in ("quantize", "dequantize") and bs & (bs - 1):
             return f"the kernels take power-of-two block sizes (not {bs})"
         return True
@@ -139,7 +137,7 @@ class TritonBackend(Backend):
 
     def cast(self, x, fmt):
         from .. import native
-        return native.encode(self._t(x), fmt, backend="triton").cpu().numpy()
+        return native.cast(self._t(x), fmt, backend="triton").cpu().numpy()
 
     def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
         from .. import native
@@ -153,7 +151,7 @@ class TritonBackend(Backend):
         return mx.data.cpu().numpy(), mx.scales_kmajor.cpu().numpy()
 
     def _mx(self, codes, scales, fmt, axis, block_size):
-        from ..native.quantize import MXTensor, pack_factor
+        from ..native.tensor import MXTensor, pack_factor
         f = get_format(fmt)
         axis %= codes.ndim
         moved = np.ascontiguousarray(np.moveaxis(codes, axis, -1))
@@ -168,8 +166,8 @@ class TritonBackend(Backend):
 
     def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
         from .. import native
-        a = self._mx(a_codes, a_scales, fmt_a, 1, 32)
-        b = self._mx(b_codes, b_scales, fmt_b, 1, 32)
+        a = self._mx(a_codes, a_scales, fmt_a, 1, BLOCK_SIZE)
+        b = self._mx(b_codes, b_scales, fmt_b, 1, BLOCK_SIZE)
         return native.mx_matmul(a, b, backend="triton", method="dot_scaled",
                                 tune=False).cpu().numpy()
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 EXIT = {"pass": 0, "deviation": 0, "fail": 1, "error": 3}
+# the suite's sections (``suite.SECTIONS``), named here so that building the parser stays light
+OPS = ("cast", "quantize", "dequantize", "layout", "gemm")
 
 
 def add_parser(sub) -> None:
@@ -23,8 +25,7 @@ def add_parser(sub) -> None:
                         "or path/to/file.py:ClassName / module:ClassName")
     c.add_argument("--device", help="triton: cuda (default when present) or cpu (the interpreter)")
     c.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
-    c.add_argument("--ops", nargs="+", default=None,
-                   choices=["cast", "quantize", "dequantize", "layout", "gemm"])
+    c.add_argument("--ops", nargs="+", default=None, choices=OPS)
     c.add_argument("--budget", default="quick", choices=["quick", "full"])
     c.add_argument("--report", help="write the JSON report here (a .md table goes beside it)")
     c.add_argument("--strict", action="store_true", help="exit 4 when known deviations occur")

@@ -14,9 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..emulator.decode import decode_table
-from ..spec import get_format
-
-BLOCK = 32
+from ..spec import BLOCK_SIZE as BLOCK, get_format
 
 
 def _grid(fmt) -> np.ndarray:
@@ -151,4 +149,4 @@ def exactly_summable_operand(rng: np.random.Generator, rows: int, k: int, fmt):
         mant = rng.integers(0, 1 << f.mbits, (rows, k))
         sign = rng.integers(0, 2, (rows, k))
         codes = ((sign << (f.bits - 1)) | (exp << f.mbits) | mant).astype(np.uint8)
-    return codes, rng.integers(126, 129, (rows, k // 32), dtype=np.uint8)
+    return codes, rng.integers(126, 129, (rows, k // BLOCK), dtype=np.uint8)

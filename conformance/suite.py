@@ -17,13 +17,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from .. import emulator
 from ..emulator.accumulate import ChunkedModel
-from ..spec import FORMATS, get_format
+from ..spec import BLOCK_SIZE, FORMATS, SCALE_RULES, get_format
 from .backends import Backend
+from .cli import OPS
 from .strategies import THEMES, exactly_summable_operand
 
 STATUSES = ("pass", "fail", "deviation", "not-supported", "error")
-ELEMENT_FORMATS = tuple(FORMATS)  # e4m3 e5m2 e3m2 e2m3 e2m1 int8
-SCALE_RULES = ("floor", "ceil", "rceil", "even")
 BUDGETS = {"quick": dict(examples=8, rules_examples=4, float32_sweep=False),
            "full": dict(examples=60, rules_examples=20, float32_sweep=True)}
 MAX_LINES = 5
@@ -144,7 +143,7 @@ def compare_quantize(fmt, x, got, want, rules, found, opts):
     def scale_cases():
         for idx in zip(*np.nonzero(gs != ws)):
             sl = list(idx)
-            sl[axis] = slice(idx[axis] * 32, idx[axis] * 32 + 32)
+            sl[axis] = slice(idx[axis] * BLOCK_SIZE, (idx[axis] + 1) * BLOCK_SIZE)
             blk = x[tuple(sl)]
             special = not np.isfinite(blk).all()
             amax = np.float32(np.nan) if np.isnan(blk).any() else np.max(np.abs(blk))
@@ -159,8 +158,8 @@ def compare_quantize(fmt, x, got, want, rules, found, opts):
         return lines
     # element codes; inside a block whose scale is NaN the element codes are the backend's
     # choice (the spec leaves them open): classed 'in_special_block'
-    exp = np.repeat(ws.astype(np.int64) - 127, 32, axis=axis)
-    in_special = np.repeat(ws == 0xFF, 32, axis=axis)
+    exp = np.repeat(ws.astype(np.int64) - 127, BLOCK_SIZE, axis=axis)
+    in_special = np.repeat(ws == 0xFF, BLOCK_SIZE, axis=axis)
     bad = gc != wc
     if bad.any():
         dev = explain(rules, "quantize", fmt, "in_special_block", "any")
@@ -232,7 +231,7 @@ def all_bf16_blocks() -> np.ndarray:
     rng = np.random.default_rng(0)
     ordered = np.sort(x[np.isfinite(x)])
     ordered = ordered[np.linspace(0, ordered.size - 1, x.size // 2).astype(int)]
-    return np.concatenate([x[rng.permutation(x.size)][: x.size // 2], ordered]).reshape(-1, 32)
+    return np.concatenate([x[rng.permutation(x.size)][: x.size // 2], ordered]).reshape(-1, BLOCK_SIZE)
 
 
 # ------------------------------------------------------------------------------------------
@@ -246,7 +245,7 @@ def cast_checks(backend, formats, budget, rules):
     for fmt in formats:
         def body(found, fmt=fmt):
             return compare_codes("cast", fmt, x16, backend.cast(x16, fmt),
-                                 emulator.encode(x16, fmt), rules, found)
+                                 emulator.cast(x16, fmt), rules, found)
         out.append(_run(f"cast/all-bf16/{fmt}", "cast", fmt, backend, body))
         if budget["float32_sweep"]:
             out.append(_run(f"cast/all-float32/{fmt}", "cast", fmt, backend,
@@ -256,7 +255,7 @@ def cast_checks(backend, formats, budget, rules):
 
     def e8m0(found):
         return compare_codes("cast", "e8m0", pos, backend.cast(pos, "e8m0"),
-                             emulator.encode_scale(pos), rules, found)
+                             emulator.cast_scale(pos), rules, found)
     out.append(_run("cast/all-bf16/e8m0", "cast", "e8m0", backend, e8m0))
     return out
 
@@ -264,7 +263,7 @@ def cast_checks(backend, formats, budget, rules):
 def _float32_sweep(backend, fmt, rules, found, chunk=1 << 26):
     for start in range(0, 1 << 32, chunk):
         x = (np.arange(chunk, dtype=np.uint32) + np.uint32(start)).view(np.float32)
-        lines = compare_codes("cast", fmt, x, backend.cast(x, fmt), emulator.encode(x, fmt),
+        lines = compare_codes("cast", fmt, x, backend.cast(x, fmt), emulator.cast(x, fmt),
                               rules, found)
         if lines:
             return lines
@@ -353,7 +352,7 @@ def spec_table_checks(backend, formats, budget, rules):
         table = SPEC_VALUES[fmt]
 
         def body(found, fmt=fmt, table=table):
-            codes = np.zeros((2, 32), np.uint8)
+            codes = np.zeros((2, BLOCK_SIZE), np.uint8)
             codes[:, :len(table)] = np.array(list(table), np.uint8)
             scales = np.array([[127], [0]], np.uint8)
             got = np.asarray(backend.dequantize(codes, scales, fmt), np.float64)
@@ -381,9 +380,9 @@ def dequantize_checks(backend, formats, budget, rules):
     for fmt in formats:
         f = get_format(fmt)
         n = 1 << f.bits
-        width = max(32, n)
+        width = max(BLOCK_SIZE, n)
         codes = np.tile(np.arange(width) % n, (256, 1)).astype(np.uint8)
-        scales = np.repeat(np.arange(256, dtype=np.uint8)[:, None], width // 32, axis=1)
+        scales = np.repeat(np.arange(256, dtype=np.uint8)[:, None], width // BLOCK_SIZE, axis=1)
 
         def body(found, codes=codes, scales=scales, fmt=fmt):
             got = np.asarray(backend.dequantize(codes, scales, fmt), np.float32)
@@ -392,7 +391,7 @@ def dequantize_checks(backend, formats, budget, rules):
             # payload of a produced NaN to the implementation)
             bad = np.argwhere((got.view(np.uint32) != want.view(np.uint32)) &
                               ~(np.isnan(got) & np.isnan(want)))
-            return [f"dequantize {fmt} code={codes[tuple(i)]:#04x} scale={scales[i[0], i[1] // 32]:#04x}"
+            return [f"dequantize {fmt} code={codes[tuple(i)]:#04x} scale={scales[i[0], i[1] // BLOCK_SIZE]:#04x}"
                     f" => got {_hex(got[tuple(i)])}, expected {_hex(want[tuple(i)])}"
                     for i in bad[:MAX_LINES]]
         out.append(_run(f"dequantize/every-code-every-scale/{fmt}", "dequantize", fmt, backend, body))
@@ -404,9 +403,9 @@ def dequantize_checks(backend, formats, budget, rules):
 def _operand(codes_vals, fmt, scales=None):
     """K-major operand (rows, K) from element values (exactly representable) and scales."""
     v = np.atleast_2d(np.asarray(codes_vals, np.float32))
-    codes = emulator.encode(v, fmt)
+    codes = emulator.cast(v, fmt)
     if scales is None:
-        scales = np.full((v.shape[0], v.shape[1] // 32), 127, np.uint8)
+        scales = np.full((v.shape[0], v.shape[1] // BLOCK_SIZE), 127, np.uint8)
     return codes, np.asarray(scales, np.uint8)
 
 
@@ -431,7 +430,7 @@ def probe_accumulation(backend, k=256) -> dict:
 
     # E8M0 0x00 and 0xFF: 1.0 * 1.0 under scale code 0 (2^-127) / 0xFF (NaN)
     a, b = vec({0: (1.0, 1.0)})
-    sa = np.full((1, k // 32), 127, np.uint8)
+    sa = np.full((1, k // BLOCK_SIZE), 127, np.uint8)
     sa[0, 0] = 0
     v = _dot(backend, a, b, a_scales=sa)
     out["e8m0_0x00"] = "2^-127" if v == 2.0**-127 else ("0" if v == 0 else repr(v))
@@ -441,7 +440,7 @@ def probe_accumulation(backend, k=256) -> dict:
     # where the scale is applied: 2^-9 (e4m3 min subnormal) under 2^-127 is 2^-136, below
     # bf16's range (2^-133) but a float32 subnormal: lost if scaled operands are bf16
     a, b = vec({0: (2.0**-9, 1.0)})
-    sa = np.full((1, k // 32), 127, np.uint8)
+    sa = np.full((1, k // BLOCK_SIZE), 127, np.uint8)
     sa[0, 0] = 0
     v = _dot(backend, a, b, a_scales=sa)
     out["scale_applied"] = ("to the products or the sum (2^-136 kept)" if v == 2.0**-136 else
@@ -506,7 +505,7 @@ def gemm_checks(backend, formats, budget, rules):
         @st.composite
         def exact_inputs(draw, fa=fa, fb=fb):
             m, n = draw(st.integers(1, 24)), draw(st.integers(1, 24))
-            k = 32 * draw(st.integers(1, 8))
+            k = BLOCK_SIZE * draw(st.integers(1, 8))
             rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
             return [exactly_summable_operand(rng, r, k, f) for r, f in ((m, fa), (n, fb))]
 
@@ -572,9 +571,10 @@ def _probe_checks(backend, rules):
 
 SECTIONS = {"cast": cast_checks, "quantize": quantize_checks, "dequantize": dequantize_checks,
             "layout": layout_checks, "gemm": gemm_checks}
+assert tuple(SECTIONS) == OPS
 
 
-def run_suite(backend: Backend, formats=ELEMENT_FORMATS, budget="quick", ops=None,
+def run_suite(backend: Backend, formats=tuple(FORMATS), budget="quick", ops=None,
               progress=None) -> list[CheckResult]:
     """Run the checks of ``ops`` (default all: cast, quantize, dequantize, gemm)."""
     ops = tuple(SECTIONS) if ops is None else tuple(ops)
@@ -582,7 +582,7 @@ def run_suite(backend: Backend, formats=ELEMENT_FORMATS, budget="quick", ops=Non
         raise ValueError(f"unknown budget {budget!r}; expected one of {tuple(BUDGETS)}")
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
-        raise ValueError(f"unknown formats {unknown}; expected some of {ELEMENT_FORMATS}")
+        raise ValueError(f"unknown formats {unknown}; expected some of {tuple(FORMATS)}")
     rules = load_deviations(backend)
     results = []
     for op in ops:

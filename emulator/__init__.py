@@ -1,14 +1,16 @@
-"""The golden model: bit-exact OCP MX v1.0 encode/decode, block quantization, packing,
-Hadamard rotations and MX dot products with explicit accumulation models (Numba)."""
+"""The golden model: bit-exact OCP MX v1.0 cast/decode, block quantize, packing, Hadamard
+rotations and MX dot products with explicit accumulation models (Numba)."""
+from ..spec.rotation import Rotation, parse_rotation
 from .accumulate import HOPPER_BF16, HOPPER_FP8, MODELS, ChunkedModel, mx_dot, mx_matmul
-from .decode import decode, decode_code, decode_scale, decode_table, encode_scale
+from .block_quantize import MXArray, cast, dequantize, quantize
+from .decode import cast_scale, decode, decode_code, decode_scale, decode_table
 from .packing import pack, unpack
 from .philox import random_bits
-from .block_quantize import MXArray, dequantize, encode, quantize
-from .rotation import Rotation, as_rotation, rotate
+from .rotation import rotate
 
 __all__ = [
     "HOPPER_BF16", "HOPPER_FP8", "MODELS", "ChunkedModel", "mx_dot", "mx_matmul",
-    "MXArray", "Rotation", "as_rotation", "decode", "decode_code", "decode_scale", "decode_table",
-    "dequantize", "encode", "encode_scale", "pack", "quantize", "random_bits", "rotate", "unpack",
+    "MXArray", "Rotation", "cast", "cast_scale", "decode", "decode_code", "decode_scale",
+    "decode_table", "dequantize", "pack", "parse_rotation", "quantize", "random_bits", "rotate",
+    "unpack",
 ]

@@ -7,11 +7,11 @@ import ml_dtypes
 import numba
 import numpy as np
 
-from ..spec import BLOCK_SIZE, ElementFormat, get_format
-from . import kernels, packing
+from ..spec import (BLOCK_SIZE, ElementFormat, Rotation, Rounding, ScaleRule, get_format, lower,
+                    parse_rotation, rounding_thresholds)
+from . import fast_kernels, packing, reference_kernels
 from .decode import decode_table
-from .params import format_params, resolve
-from .rotation import Rotation, as_rotation, rotate_last_axis
+from .rotation import rotate_last_axis
 
 
 @dataclass
@@ -45,13 +45,11 @@ class MXArray:
         return dequantize(self)
 
 
-# Set by tests to force the generic integer kernel, to check the float32 fast path against it.
-_GENERIC_ONLY = False
-
 _INPUT_LAYOUTS = {
-    np.dtype(np.float32): (np.uint32, kernels.F32),
-    np.dtype(np.float64): (np.uint64, kernels.F64),
+    np.dtype(np.float32): (np.uint32, reference_kernels.F32),
+    np.dtype(np.float64): (np.uint64, reference_kernels.F64),
 }
+PATHS = ("auto", "reference", "fast")
 
 
 def _as_supported(x) -> np.ndarray:
@@ -77,21 +75,31 @@ def _check_axis(x: np.ndarray, axis: int, block_size: int) -> int:
     return axis
 
 
-def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule: str = "floor",
-             rounding: str = "rne", seed: int = 0, rotation=None, int8_min: int = -127) -> MXArray:
+def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule="floor",
+             rounding="rne", seed: int = 0, rotation=None, int8_min: int = -127,
+             path: str = "auto") -> MXArray:
     """Quantize ``x`` to MX format ``fmt`` in blocks of ``block_size`` along ``axis``.
 
-    scale_rule: 'floor' (§6.3, default), 'ceil', 'rceil' (NVIDIA), 'even' (torchao/AMD).
+    scale_rule: 'floor' (§6.3, default), 'ceil', 'rceil' (NVIDIA), 'even' (torchao/AMD)
+                (or an ``ocpmx.spec.ScaleRule``).
     rounding:   'rne' (§6.3, default) or 'stochastic' (Philox4x32-10 keyed by ``seed`` and the
                 element's flat index in ``x``, the counter Triton's ``tl.randint`` uses).
-    rotation:   None, 'hadamard16', 'hadamard32', or a ``Rotation``; applied in float32 along
-                ``axis`` before quantizing (float64 inputs are rounded to float32 first).
+    rotation:   None, 'hadamard16', 'hadamard32', 'random_sign16:SEED', or a ``Rotation``;
+                applied in float32 along ``axis`` before quantizing (float64 inputs are rounded
+                to float32 first).
     int8_min:   -127 (default, symmetric) or -128 for MXINT8.
+    path:       'auto' (the fast kernel where it applies: float32 data and RNE), 'reference'
+                (the readable reference kernel), or 'fast' (an error where it does not apply).
+                Both give the same bits; the choice exists to test that.
     """
-    fmt, rule_id, round_id = resolve(fmt, scale_rule, rounding)
+    fmt = get_format(fmt)
+    rule, rnd = ScaleRule.parse(scale_rule), Rounding.parse(rounding)
+    kf = lower(fmt, int8_min)
+    if path not in PATHS:
+        raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
     x = _as_supported(x)
     axis = _check_axis(x, axis, block_size)
-    rot = as_rotation(rotation)
+    rot = parse_rotation(rotation)
     if rot is not None and block_size % rot.size:
         raise ValueError(f"block_size {block_size} is not a multiple of the rotation size {rot.size}")
     moved = np.moveaxis(x, axis, -1)
@@ -104,15 +112,20 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     codes = np.empty(moved.shape, np.uint8)
     scales = np.empty(moved.shape[:-1] + (k // block_size,), np.uint8)
-    if moved.size and moved.dtype == np.float32 and round_id == 0 and not _GENERIC_ONLY:
-        kernels.quantize_rows_f32_rne(moved.reshape(-1), rows, k, block_size,
-                                      format_params(fmt, int8_min), rule_id,
-                                      numba.get_num_threads(), codes.reshape(-1), scales.reshape(-1))
+    fast = moved.dtype == np.float32 and rnd == Rounding.RNE
+    if path == "fast" and not fast:
+        raise ValueError("the fast path takes float32 data (after the rotation) and RNE")
+    if moved.size and fast and path != "reference":
+        thresholds = rounding_thresholds(fmt) if kf.magnitudes == 8 and not kf.is_int \
+            else np.zeros(7, np.float32)
+        fast_kernels.quantize_rows_fast(moved.reshape(-1), rows, k, block_size, kf, thresholds,
+                                        int(rule), numba.get_num_threads(), codes.reshape(-1),
+                                        scales.reshape(-1))
     elif moved.size:
-        kernels.quantize_rows(moved.reshape(-1).view(uint), rows, k, block_size, *layout,
-                              format_params(fmt, int8_min), rule_id, round_id,
-                              np.uint64(seed & 0xFFFFFFFFFFFFFFFF), max(inner, 1),
-                              codes.reshape(-1), scales.reshape(-1))
+        reference_kernels.quantize_rows(moved.reshape(-1).view(uint), rows, k, block_size,
+                                        *layout, kf, int(rule), int(rnd),
+                                        np.uint64(seed & 0xFFFFFFFFFFFFFFFF), max(inner, 1),
+                                        codes.reshape(-1), scales.reshape(-1))
     return MXArray(np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis), fmt, axis,
                    block_size, rot)
 
@@ -129,22 +142,24 @@ def dequantize(mx: MXArray) -> np.ndarray:
                          f"with block size {mx.block_size}")
     out = np.empty(codes.shape, np.float32)
     if codes.size:
-        kernels.dequantize_rows(codes.reshape(-1), scales.reshape(-1), codes.size // k, k,
+        reference_kernels.dequantize_rows(codes.reshape(-1), scales.reshape(-1), codes.size // k, k,
                                 mx.block_size, decode_table(mx.fmt), out.reshape(-1))
     return np.moveaxis(out, -1, mx.axis)
 
 
-def encode(x, fmt, *, rounding: str = "rne", seed: int = 0, int8_min: int = -127) -> np.ndarray:
+def cast(x, fmt, *, rounding="rne", seed: int = 0, int8_min: int = -127) -> np.ndarray:
     """Element conversion with no scale (scale 2^0): float values -> uint8 codes.
 
     Same rounding and saturation as ``quantize``; NaN -> the format's NaN code (or 0 where it
     has none); +-Inf -> the Inf code (E5M2) or +-max.
     """
-    fmt, _, round_id = resolve(fmt, "floor", rounding)
+    fmt = get_format(fmt)
+    rnd = Rounding.parse(rounding)
+    kf = lower(fmt, int8_min)
     x = np.ascontiguousarray(_as_supported(x))
     uint, layout = _INPUT_LAYOUTS[x.dtype]
     out = np.empty(x.shape, np.uint8)
     if x.size:
-        kernels.encode_elements(x.reshape(-1).view(uint), *layout, format_params(fmt, int8_min),
-                                round_id, np.uint64(seed & 0xFFFFFFFFFFFFFFFF), out.reshape(-1))
+        reference_kernels.cast_elements(x.reshape(-1).view(uint), *layout, kf, int(rnd),
+                                        np.uint64(seed & 0xFFFFFFFFFFFFFFFF), out.reshape(-1))
     return out

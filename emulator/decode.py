@@ -1,7 +1,6 @@
 """Decoding element and scale codes (§5.3, §5.4), derived from the format table."""
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
@@ -9,23 +8,9 @@ import numpy as np
 from ..spec import E8M0, ElementFormat, get_format
 
 
-def decode_code(fmt: ElementFormat, code: int) -> float:
-    """Value of one element code, by the format's definition (readable scalar path)."""
-    if not 0 <= code < fmt.num_codes:
-        raise ValueError(f"code {code:#x} out of range for {fmt.name} ({fmt.bits} bits)")
-    if fmt.kind == "int":
-        signed = code - fmt.num_codes if code & fmt.sign_bit else code
-        return signed / (1 << fmt.mbits)
-    if code in fmt.nan_codes:
-        return math.nan
-    sign = -1.0 if code & fmt.sign_bit else 1.0
-    if fmt.inf_code is not None and (code & ~fmt.sign_bit) == fmt.inf_code:
-        return sign * math.inf
-    exp = (code >> fmt.mbits) & ((1 << fmt.ebits) - 1)
-    mant = code & ((1 << fmt.mbits) - 1)
-    if exp == 0:  # subnormal
-        return sign * mant * 2.0 ** (fmt.emin - fmt.mbits)
-    return sign * (1 + mant / (1 << fmt.mbits)) * 2.0 ** (exp - fmt.bias)
+def decode_code(fmt, code: int) -> float:
+    """Value of one element code, by the format's definition (``ElementFormat.value``)."""
+    return get_format(fmt).value(code)
 
 
 @lru_cache(maxsize=None)
@@ -33,7 +18,7 @@ def decode_table(fmt: ElementFormat) -> np.ndarray:
     """float64[256]: value of every code (codes past the format's width are NaN)."""
     table = np.full(256, np.nan)
     for c in range(fmt.num_codes):
-        table[c] = decode_code(fmt, c)
+        table[c] = fmt.value(c)
     table.setflags(write=False)
     return table
 
@@ -58,7 +43,7 @@ def decode_scale(codes) -> np.ndarray:
     return out
 
 
-def encode_scale(values) -> np.ndarray:
+def cast_scale(values) -> np.ndarray:
     """float -> E8M0 code (§5.3): 2^floor(log2 v), taken from the exponent bits, clamped to
     [2^-127, 2^127]; NaN, +-Inf -> 0xFF. Exact for every power of two. E8M0 has no zero and no
     sign: zero or negative values raise."""

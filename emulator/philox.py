@@ -1,19 +1,18 @@
-"""Philox4x32-10, the counter-based generator behind stochastic rounding and random signs.
-
-The stream is defined exactly as Triton's ``tl.randint(seed, offset)``: key
-(k0, k1) = (seed & 0xffffffff, seed >> 32), counter (c0, c1, c2, c3) =
-(offset & 0xffffffff, offset >> 32, 0, 0), ten rounds, first output word. A GPU
-kernel calling ``tl.randint(seed, element_index)`` therefore draws the same bits.
+"""Philox4x32-10 in bulk (Numba): the words of ``ocpmx.spec.philox`` (the definition, in plain
+Python), for stochastic rounding inside the kernels and for many offsets at once. A GPU kernel
+calling ``tl.randint(seed, element_index)`` draws the same bits.
 """
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
-_ROUND_A = np.uint64(0xD2511F53)
-_ROUND_B = np.uint64(0xCD9E8D57)
-_KEY_A = np.uint64(0x9E3779B9)
-_KEY_B = np.uint64(0xBB67AE85)
+from ..spec import philox as definition
+
+_ROUND_A = np.uint64(definition.ROUND_A)
+_ROUND_B = np.uint64(definition.ROUND_B)
+_KEY_A = np.uint64(definition.KEY_A)
+_KEY_B = np.uint64(definition.KEY_B)
 _MASK = np.uint64(0xFFFFFFFF)
 
 

@@ -127,7 +127,7 @@ def _value_at(curve: list[tuple[int, float]], tokens: float) -> float:
 
 def load_runs(out) -> dict[str, dict[int, dict]]:
     """{arm: {seed: {"val": [(tokens, loss)], "train": [(tokens, loss)], "status", ...}}}"""
-    from .train import read_metrics
+    from .metrics import read_metrics
     runs: dict[str, dict[int, dict]] = {}
     for m in sorted(Path(out).glob("*/seed*/metrics.jsonl")):
         arm, seed = m.parent.parent.name, int(m.parent.name[4:])

@@ -1,9 +1,11 @@
 """``ocpmx data``, ``ocpmx train`` and ``ocpmx plot``."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from dataclasses import fields
+import typing
+from dataclasses import MISSING
 from pathlib import Path
 
 
@@ -24,28 +26,15 @@ def add_parsers(sub) -> None:
                    help="BPE vocabulary (512 for tiny; 32768 for the 30m/125m presets)")
     d.set_defaults(func=cmd_data)
 
-    t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe")
-    from .config import TRAIN_PRESETS, TrainConfig
-    t.add_argument("--preset", default=None,
-                   help="model size: 8b, 125m, 30m, tiny (default tiny, or the train preset's)")
-    t.add_argument("--recipe", default="bf16")
-    t.add_argument("--max-steps", type=int, default=100)
-    t.add_argument("--out", required=True)
-    t.add_argument("--resume", action="store_true")
-    t.add_argument("--data", default="data/c4-mini")
+    t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe",
+                       description="Llama 3.1 pretraining with a precision recipe. Options given "
+                                   "on the command line override --train-preset's values.")
+    from .config import TRAIN_PRESETS
+    t.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoints/latest (bit-exactly)")
     t.add_argument("--train-preset", choices=sorted(TRAIN_PRESETS),
                    help="hyper-parameters from a named set (mlperf)")
-    skip = {"preset", "recipe", "max_steps", "out", "data", "keep_bf16", "betas", "progress"}
-    for f in fields(TrainConfig):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            t.add_argument(flag, action="store_true", default=None)
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], None)
-            t.add_argument(flag, type=kind or str, default=None)
-    t.add_argument("--no-progress", action="store_true")
+    add_config_flags(t)
     t.set_defaults(func=cmd_train)
 
     a = sub.add_parser("ablate", help="the study's ablation: run arms x seeds on the GPUs, "
@@ -101,16 +90,54 @@ def cmd_data(args) -> int:
     return 0
 
 
+def add_config_flags(parser) -> None:
+    """One flag per TrainConfig field (``--max-steps`` for max_steps), one group per section,
+    from the fields' types and help texts. Every default is None: a flag not given leaves the
+    value to --train-preset or to the field's default."""
+    from .config import section_fields, section_types
+    groups = {s: parser.add_argument_group(s, t.__doc__) for s, t in section_types().items()}
+    for section, f, hint in section_fields():
+        kw = {"default": None, **_flag_kind(hint)}
+        notes = [f"one of {', '.join(kw['choices'])}"] if "choices" in kw else []
+        if f.name == "out":
+            kw["required"] = True
+        else:
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            shown = " ".join(map(str, default)) if isinstance(default, (tuple, list)) else default
+            notes.append(f"default: {shown}")
+        text = f.metadata["help"] + (f" ({'; '.join(notes)})" if notes else "")
+        kw["help"] = text.replace("%", "%%")  # argparse formats help texts with %
+        flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
+        groups[section].add_argument(*flags, **kw)
+
+
+def _flag_kind(hint) -> dict:
+    """argparse options for a field's type: choices for a Literal, --x / --no-x for a bool,
+    nargs for a tuple or a list, otherwise the type (int, float, str; Optional[...] alike)."""
+    from .config import choices, optional_inner
+    allowed = [c for c in choices(hint) if c is not None]
+    base = optional_inner(hint) or hint
+    args = typing.get_args(base)
+    if allowed:
+        return {"choices": allowed}
+    if base is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if typing.get_origin(base) is tuple:
+        return {"type": args[0], "nargs": len(args)}
+    if typing.get_origin(base) is list:
+        return {"type": args[0], "nargs": "*"}
+    return {"type": base}
+
+
 def cmd_train(args) -> int:
+    from .config import section_fields
     from .train import TRAIN_PRESETS, TrainConfig, TrainingDiverged, train
     kw = dict(TRAIN_PRESETS.get(args.train_preset, {})) if args.train_preset else {}
-    kw.setdefault("preset", "tiny")
-    kw["progress"] = not args.no_progress
-    for f in fields(TrainConfig):  # options given on the command line override the preset
-        v = getattr(args, f.name, None)
+    for _, f, _ in section_fields():  # options given on the command line override the preset
+        v = getattr(args, f.name)
         if v is not None:
-            kw[f.name] = v
-    cfg = TrainConfig(**kw)
+            kw[f.name] = tuple(v) if isinstance(f.default, tuple) else v
+    cfg = TrainConfig.from_flat(**kw)
     try:
         result = train(cfg, resume=args.resume)
     except TrainingDiverged as e:
@@ -123,7 +150,7 @@ def cmd_train(args) -> int:
     if os.environ.get("RANK", "0") != "0":
         return 0
     from .train import read_metrics
-    train_rows, val_rows = read_metrics(Path(cfg.out) / "metrics.jsonl")
+    train_rows, val_rows = read_metrics(Path(cfg.logging.out) / "metrics.jsonl")
     print(f"steps {len(train_rows)}  tokens {result['tokens']}  first loss "
           f"{train_rows[0]['loss']:.4f}  last loss {train_rows[-1]['loss']:.4f}  "
           f"val loss {val_rows[-1]['val_loss']:.4f}" if val_rows else "")
@@ -170,6 +197,6 @@ def cmd_scale_report(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .train import plot
+    from .plotting import plot
     print(plot(args.runs, args.out))
     return 0

@@ -1,78 +1,215 @@
-"""Training configuration: plain data (no torch or Triton import, so that building the command
-line does not import Triton before ``ocpmx conform --device cpu`` switches on its interpreter)."""
+"""Training configuration in typed sections, in the manner of torchtitan's job config: plain
+data (no torch or Triton import, so that building the command line does not import Triton before
+``ocpmx conform --device cpu`` switches on its interpreter).
+
+Every field name is unique across the sections, so a configuration is also a flat mapping
+(``TrainConfig.from_flat`` / ``to_flat``): the ``ocpmx train`` flags (``--max-steps`` for
+``max_steps``), ``TRAIN_PRESETS`` and a run's config.json use the flat names.
+"""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from typing import Literal, Optional
 
 
 class TrainingDiverged(RuntimeError):
     pass
 
 
+def _field(default, help: str, **metadata):
+    """A section field with its description (the ``ocpmx train --help`` text)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **metadata})
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+@dataclass
+class ModelSection:
+    """The model."""
+    preset: str = _field("tiny", "model size: 8b, 125m, 30m, tiny")
+
+
+@dataclass
+class DataSection:
+    """Training and validation data."""
+    data: str = _field("data/c4-mini", "corpus directory (C4 layout)")
+    tokenizer: Optional[str] = _field(None, "tokenizer file; None: DATA/tokenizer.json")
+    seq_len: int = _field(128, "tokens per sequence")
+    batch_size: int = _field(8, "sequences per micro-batch and rank")
+    grad_accum: int = _field(1, "micro-batches per optimizer step")
+
+
+@dataclass
+class OptimizerSection:
+    """AdamW, gradient clipping, the learning-rate schedule and the initial weights."""
+    lr: float = _field(1e-3, "peak learning rate")
+    min_lr_ratio: float = _field(0.1, "final learning rate as a fraction of lr")
+    warmup_steps: int = _field(10, "steps of linear warm-up")
+    decay_steps: Optional[int] = _field(None, "length of the cosine decay; None: max_steps")
+    weight_decay: float = _field(0.1, "AdamW weight decay of the matrices")
+    betas: tuple[float, float] = _field((0.9, 0.95), "AdamW betas")
+    eps: float = _field(1e-5, "AdamW epsilon")
+    clip: float = _field(1.0, "gradient-norm clipping threshold")
+    init_std: float = _field(0.02, "standard deviation of the initial weights")
+
+
+@dataclass
+class TrainingSection:
+    """The run."""
+    max_steps: int = _field(100, "optimizer steps")
+    seed: int = _field(0, "seed of the initial weights, the data order and the recipes' "
+                          "random bits")
+    nan_policy: Literal["stop", "skip"] = _field(
+        "stop", "on a non-finite loss or gradient norm: stop (the last good checkpoint stays) "
+                "or skip the update")
+    compile: bool = _field(False, "torch.compile the model")
+    activation_checkpointing: bool = _field(False, "recompute each block's activations in the "
+                                                   "backward pass")
+    device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: cuda when available")
+
+
+@dataclass
+class EvalSection:
+    """Validation."""
+    eval_every: int = _field(50, "validation loss every N steps and after the last")
+    eval_sequences: int = _field(16, "validation sequences")
+    target_loss: Optional[float] = _field(None, "stop once the validation loss reaches it")
+
+
+@dataclass
+class CheckpointSection:
+    """Checkpoints in OUT/checkpoints."""
+    save_every: int = _field(50, "checkpoint every N steps and after the last; 0: never")
+    keep: int = _field(2, "checkpoints kept")
+    checkpoint_format: Literal["full", "sharded"] = _field(
+        "full", "full: one safetensors file set, gathered on rank 0; sharded: "
+                "torch.distributed.checkpoint, every rank writing its shards")
+
+
+@dataclass
+class PrecisionSection:
+    """The precision recipe of the Linear layers."""
+    recipe: str = _field("bf16", "precision recipe (ocpmx.native.RECIPES)")
+    backend: Optional[Literal["triton", "emulator"]] = _field(
+        None, "MXLinear quantization; None: Triton on a GPU, the emulator on CPU",
+        aliases=("--mx-backend",))
+    keep_bf16: list[str] = _field(["output"], "Linear layers left in bf16 (fnmatch patterns "
+                                              "of module names)")
+
+
+@dataclass
+class LoggingSection:
+    """The run directory and what goes into it besides checkpoints."""
+    out: str = _field("out/run", "run directory: config.json, metrics.jsonl, checkpoints")
+    tensorboard: bool = _field(True, "TensorBoard scalars in OUT/tb (when tensorboard is "
+                                     "installed)")
+    progress: bool = _field(True, "progress bar")
+    profile_step: Optional[int] = _field(None, "profile steps N and N+1: GPU time by kernel "
+                                               "category in OUT/step_breakdown.json")
+
+
+# names of config.json files written before the sections
+_RENAMED = {"mx_backend": "backend"}
+
+
 @dataclass
 class TrainConfig:
-    preset: str = "tiny"
-    recipe: str = "bf16"
-    out: str = "out/run"
-    data: str = "data/c4-mini"
-    tokenizer: str | None = None      # default: <data>/tokenizer.json
-    max_steps: int = 100
-    batch_size: int = 8                # sequences per micro-batch
-    grad_accum: int = 1
-    seq_len: int = 128
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 10
-    decay_steps: int | None = None     # cosine length; default max_steps
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-5
-    clip: float = 1.0
-    init_std: float = 0.02
-    eval_every: int = 50
-    eval_sequences: int = 16
-    target_loss: float | None = None
-    save_every: int = 50               # 0: no checkpoints (throughput runs)
-    keep: int = 2
-    checkpoint_format: str = "full"    # 'full': one safetensors file set; 'sharded': DCP per rank
-    profile_step: int | None = None    # profile steps N and N+1 (GPU time by kernel category)
-    seed: int = 0
-    nan_policy: str = "stop"           # or 'skip'
-    compile: bool = False
-    activation_checkpointing: bool = False
-    device: str = "auto"
-    mx_backend: str | None = None      # MXLinear quantization: None (GPU: Triton, CPU: emulator)
-    keep_bf16: list[str] = field(default_factory=lambda: ["output"])
-    tensorboard: bool = True           # OUT/tb when the tensorboard package is installed
-    progress: bool = True
+    """A training run's configuration, one section per concern."""
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    precision: PrecisionSection = field(default_factory=PrecisionSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
+
+    @classmethod
+    def from_flat(cls, **values) -> TrainConfig:
+        """The configuration from flat field names (``max_steps=10``); the others keep their
+        defaults. Accepts the names of older config.json files (``mx_backend``)."""
+        section_of = {f.name: s for s, f, _ in section_fields()}
+        per_section: dict[str, dict] = {s: {} for s in section_types()}
+        for name, v in values.items():
+            name = _RENAMED.get(name, name)
+            if name not in section_of:
+                raise TypeError(f"TrainConfig has no field {name!r}")
+            per_section[section_of[name]][name] = v
+        return cls(**{s: t(**per_section[s]) for s, t in section_types().items()})
+
+    def to_flat(self) -> dict:
+        """{field name: value} over all sections."""
+        return {k: v for s in fields(self) for k, v in asdict(getattr(self, s.name)).items()}
 
     def validate(self):
+        """Check the configuration against the model preset and the recipe; returns the
+        model's configuration."""
         from ..native.recipes import get_recipe
         from .model import get_config
-        cfg = get_config(self.preset)
-        recipe = get_recipe(self.recipe)  # unknown recipe -> ValueError
+        cfg = get_config(self.model.preset)
+        recipe = get_recipe(self.precision.recipe)  # unknown recipe -> ValueError
+        data = self.data
         if recipe.uses_mx:
             for name, dim in (("dim", cfg.dim), ("ffn_dim", cfg.ffn_dim),
                               ("kv dim", cfg.n_kv_heads * cfg.head_dim)):
                 if dim % 32:
-                    raise ValueError(f"recipe {self.recipe} needs sizes divisible by 32; preset "
-                                     f"{self.preset} has {name} = {dim}")
-            if (self.batch_size * self.seq_len) % 32:
-                raise ValueError(f"recipe {self.recipe}: Wgrad contracts over tokens; "
-                                 f"batch_size * seq_len = {self.batch_size * self.seq_len} is not "
-                                 "divisible by 32")
-        if self.checkpoint_format not in ("full", "sharded"):
-            raise ValueError(f"checkpoint_format must be 'full' or 'sharded', got "
-                             f"{self.checkpoint_format!r}")
-        if self.nan_policy not in ("stop", "skip"):
-            raise ValueError(f"nan_policy must be 'stop' or 'skip', got {self.nan_policy!r}")
-        if self.seq_len > cfg.max_seq_len:
-            raise ValueError(f"seq_len {self.seq_len} exceeds the preset's {cfg.max_seq_len}")
-        for n in ("max_steps", "batch_size", "grad_accum", "seq_len"):
-            if getattr(self, n) < 1:
+                    raise ValueError(f"recipe {self.precision.recipe} needs sizes divisible by "
+                                     f"32; preset {self.model.preset} has {name} = {dim}")
+            if (data.batch_size * data.seq_len) % 32:
+                raise ValueError(f"recipe {self.precision.recipe}: Wgrad contracts over tokens; "
+                                 f"batch_size * seq_len = {data.batch_size * data.seq_len} is "
+                                 "not divisible by 32")
+        for section, f, hint in section_fields():
+            allowed = choices(hint)
+            value = getattr(getattr(self, section), f.name)
+            if allowed and value not in allowed:
+                raise ValueError(f"{f.name} must be {_either(allowed)}, got {value!r}")
+        if data.seq_len > cfg.max_seq_len:
+            raise ValueError(f"seq_len {data.seq_len} exceeds the preset's {cfg.max_seq_len}")
+        for n, v in (("max_steps", self.training.max_steps), ("batch_size", data.batch_size),
+                     ("grad_accum", data.grad_accum), ("seq_len", data.seq_len)):
+            if v < 1:
                 raise ValueError(f"{n} must be >= 1")
         return cfg
+
+
+def section_types() -> dict[str, type]:
+    """{section attribute: section class} in TrainConfig's order."""
+    return typing.get_type_hints(TrainConfig)
+
+
+def section_fields():
+    """(section attribute, dataclass field, resolved type) of every field, in order."""
+    for section, cls in section_types().items():
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            yield section, f, hints[f.name]
+
+
+def optional_inner(hint):
+    """X for Optional[X] (X | None); otherwise None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            return inner[0]
+    return None
+
+
+def choices(hint) -> tuple:
+    """The values a Literal type allows (with None for an Optional Literal); () otherwise."""
+    inner = optional_inner(hint)
+    base = hint if inner is None else inner
+    if typing.get_origin(base) is not Literal:
+        return ()
+    return typing.get_args(base) + (() if inner is None else (None,))
+
+
+def _either(values) -> str:
+    names = [repr(v) for v in values]
+    return " or ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 # MLPerf Llama 3.1 8B (mlcommons/training small_llm_pretraining, AMD's submission settings)
@@ -85,11 +222,10 @@ TRAIN_PRESETS = {
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up over warmup_steps, then cosine from lr to lr * min_lr_ratio."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    total = cfg.decay_steps or cfg.max_steps
-    t = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
-    lo = cfg.lr * cfg.min_lr_ratio
-    return lo + 0.5 * (cfg.lr - lo) * (1 + math.cos(math.pi * t))
-
-
+    o = cfg.optimizer
+    if step < o.warmup_steps:
+        return o.lr * (step + 1) / o.warmup_steps
+    total = o.decay_steps or cfg.training.max_steps
+    t = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
+    lo = o.lr * o.min_lr_ratio
+    return lo + 0.5 * (o.lr - lo) * (1 + math.cos(math.pi * t))

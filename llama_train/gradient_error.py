@@ -35,16 +35,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..native import GEMMS, MXLinear, RECIPES, recipe_gemm
-from ..native.linear import gemm_rotation
-from ..native.quantize import dequantize, quantize
-from ..native.recipes import MX_SCALE_RULE, GemmRecipe, OPERANDS
+from ..native import GEMMS, RECIPES, GemmContext, MXLinear, dequantize, quantize, recipe_gemm
+from ..native.recipes import MX_SCALE_RULE, OPERANDS, GemmRecipe
 from .ablation import ARMS
 
 
@@ -84,8 +81,9 @@ def capture(model, batch: torch.Tensor, device) -> list[tuple[MXLinear, torch.Te
     return [(m, x, dy) for m, (x, dy) in seen.items()]
 
 
-def _ctx(layer, step, seed=0):
-    return dict(seed=seed, layer=layer.layer_id, step=step, micro=0, backend=layer.backend)
+def _ctx(layer, step, seed=0) -> GemmContext:
+    return GemmContext(seed=seed, layer=layer.layer_id, step=step, micro=0,
+                       backend=layer.context.backend)
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -113,7 +111,7 @@ def wgrad_error(layers_per_batch, treatments, repeat_step: int) -> dict:
         e_again = error(g, 0, repeat_step)  # the first batch at another step: its random bits
         sum_e = torch.stack(errs).sum(0)
         res[name] = {
-            "arms": users, "fmt": g.fmt, "rotation": g.rotation, "rounding": list(g.rounding),
+            "arms": users, "precision": g.precision, "rotation": g.rotation, "rounding": list(g.rounding),
             "relative_error": float(np.mean([float(e.norm() / r.norm())
                                              for e, r in zip(errs, refs)])),
             "cos_consecutive": float(np.mean([_cos(a, b) for a, b in zip(errs[1:], errs)]))
@@ -148,7 +146,7 @@ def saturation(layers, rotations=("none", "hadamard16")) -> dict:
             ops = {"fprop": ((x, 1), (w, 1)), "dgrad": ((dy, 1), (w, 0)),
                    "wgrad": ((dy, 0), (x, 0))}
             for gemm in GEMMS:
-                rot = gemm_rotation(g, _ctx(layer, 0), gemm)
+                rot = _ctx(layer, 0).rotation(g, gemm)
                 for name, (t, axis) in zip(OPERANDS[gemm], ops[gemm]):
                     q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rotation=rot)
                     deq = dequantize(q).double()
@@ -168,14 +166,17 @@ def saturation(layers, rotations=("none", "hadamard16")) -> dict:
 def load_run(run, data: str | None = None):
     """(model, tokenizer, config, process group, checkpoint state) of a run directory's latest
     checkpoint, every Linear in bf16 (the analysis quantizes itself)."""
+    from .checkpoint import load_checkpoint
     from .config import TrainConfig
-    from .train import build, load_checkpoint, setup_dist
+    from .distributed import setup_dist
+    from .train import build
     run = Path(run)
-    conf = json.loads((run / "config.json").read_text())
-    cfg = TrainConfig(**{k: v for k, v in conf.items() if k in TrainConfig.__dataclass_fields__})
-    cfg = replace(cfg, data=data or cfg.data, recipe="bf16", compile=False,
-                  activation_checkpointing=False, progress=False, tensorboard=False)
-    dist = setup_dist(cfg.device)
+    conf = {k: v for k, v in json.loads((run / "config.json").read_text()).items()
+            if k not in ("model", "world")}  # flat names; older runs' too (mx_backend)
+    cfg = TrainConfig.from_flat(**{**conf, "data": data or conf["data"], "recipe": "bf16",
+                                   "compile": False, "activation_checkpointing": False,
+                                   "progress": False, "tensorboard": False})
+    dist = setup_dist(cfg.training.device)
     model, opt, tok, _ = build(cfg, dist)
     state = load_checkpoint(run, model, opt, dist)
     if state is None:
@@ -190,11 +191,11 @@ def analyze(run: str, out: str, batches: int = 8, batch_size: int = 16, data: st
     last), and write OUT/gradient_error.json and .md."""
     from .data import TokenStream
     model, tok, cfg, dist, state = load_run(run, data)
-    stream = TokenStream(cfg.data, tok, cfg.seq_len, seed=1000)
+    stream = TokenStream(cfg.data.data, tok, cfg.data.seq_len, seed=1000)
     captured = [capture(model, stream.next_batch(batch_size), dist.device)
                 for _ in range(batches)]
     result = {"run": str(run), "checkpoint_step": state["step"], "batches": batches,
-              "tokens_per_batch": batch_size * cfg.seq_len,
+              "tokens_per_batch": batch_size * cfg.data.seq_len,
               "device": torch.cuda.get_device_name() if dist.device.type == "cuda" else "cpu",
               "wgrad": wgrad_error(captured, wgrad_treatments(arms), repeat_step=batches + 1000),
               "saturation": saturation(captured[0])}
@@ -214,7 +215,7 @@ def markdown(r: dict) -> str:
     ga = None
     for name, w in r["wgrad"].items():
         ga = w["gradient_accumulation"]
-        what = f"{w['fmt']}, {w['rotation']}, {'/'.join(w['rounding'])}"
+        what = f"{w['precision']}, {w['rotation']}, {'/'.join(w['rounding'])}"
         lines.append(f"| {what} ({', '.join(w['arms'])}) | {w['relative_error']:.4f} | "
                      f"{w['cos_consecutive']:+.3f} | {w['cos_same_batch']:+.3f} | "
                      f"{w['cos_error_gradient']:+.4f} | {w['accumulation']:.3f} |")

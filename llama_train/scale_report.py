@@ -13,7 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
-from .train import plot, read_metrics
+from .metrics import read_metrics
+from .plotting import plot
 
 
 def timed_steps(train_rows: list[dict], warmup: int, profile_step: int | None) -> list[dict]:
@@ -45,7 +46,7 @@ def run_row(d: Path, warmup: int = 10) -> dict:
         "tokens_per_s_per_gpu": med("tokens_per_s") / world, "mfu": med("mfu"),
         "step_s": (cfg.get("batch_size", 1) * cfg.get("grad_accum", 1) * cfg.get("seq_len", 0)
                    * world / med("tokens_per_s")) if rows else float("nan"),
-        # memory.json: {"allocated_gb": [per rank], "reserved_gb": [per rank]} (train._peak_memory)
+        # memory.json: {"allocated_gb": [per rank], "reserved_gb": [per rank]} (profiling.peak_memory)
         "peak_memory_gb": mem,
         "max_allocated_gb": max(mem["allocated_gb"]) if mem else None,
         "max_reserved_gb": max(mem["reserved_gb"]) if mem else None,

@@ -15,12 +15,16 @@ measure the difference against the emulator's exact model and state it.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 
 from .. import emulator
-from . import kernels
-from .quantize import MXTensor, dequantize, interpreting, move_axis_last, pick_backend
+from ..spec import BLOCK_SIZE
+from . import kernels, launch
+from .dispatch import interpreting, pick_backend
+from .ops import dequantize_kmajor
+from .tensor import MXTensor, pack_factor
 
 DOT_SCALED_FORMATS = ("e2m1", "e4m3", "e5m2")
 
@@ -44,7 +48,7 @@ def _tuned_kernel():
     global _tuned
     if _tuned is None:
         _tuned = triton.autotune(_configs(), key=["M", "N", "K", "FMT_A", "FMT_B"])(
-            kernels.mx_gemm_kernel)
+            kernels.gemm.mx_gemm_kernel)
     return _tuned
 
 
@@ -55,8 +59,8 @@ def _as_operand(t: MXTensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"{name} must be a 2-D MX tensor, got shape {t.shape}")
     if t.fmt.name not in DOT_SCALED_FORMATS:
         raise ValueError(f"{name}: tl.dot_scaled takes {DOT_SCALED_FORMATS}, got {t.fmt.name}")
-    if t.block_size != 32:
-        raise ValueError(f"{name}: tl.dot_scaled takes block size 32, got {t.block_size}")
+    if t.block_size != BLOCK_SIZE:
+        raise ValueError(f"{name}: tl.dot_scaled takes block size {BLOCK_SIZE}, got {t.block_size}")
     return t.data, t.scales_kmajor
 
 
@@ -86,7 +90,8 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
       'auto'        'dot_scaled' on MX units and under the interpreter, else 'bf16'.
     tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
     tile, for many small shapes (the conformance suite).
-    backend 'emulator': the emulator's ``mx_matmul`` with accumulation ``model`` ('exact')."""
+    backend 'emulator': the emulator's ``mx_matmul`` with accumulation ``model`` ('exact').
+    Under ``torch.compile`` this is the custom op ``ocpmx::mx_matmul`` (``model`` by name)."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     da, sa = _as_operand(a, "a")
@@ -99,46 +104,59 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
     if a.rotation != b.rotation:
         raise ValueError(f"operands carry different rotations ({a.rotation} vs {b.rotation}); "
                          "the product would not cancel them")
-    backend = pick_backend(a.device, backend)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
-    m, n, k = da.shape[0], db.shape[0], ka
-    if backend == "emulator":
-        ea, eb = _k_major_emulator(a), _k_major_emulator(b)
-        out = torch.from_numpy(emulator.mx_matmul(ea, eb, model))
-        return out.to(out_dtype).to(a.device)
-    if method == "auto":
+    if method == "auto" and pick_backend(a.device, backend) != "emulator":
         method = auto_method(a.device)
+    if torch.compiler.is_compiling():
+        from . import library
+        if not isinstance(model, str):
+            raise TypeError("under torch.compile the accumulation model is given by name")
+        return library.mx_matmul(da, sa, db, sb, a.fmt, b.fmt, ka, out_dtype, method, model,
+                                 backend)
+    return mx_matmul_kmajor(da, sa, db, sb, a.fmt, b.fmt, ka, out_dtype, backend, method, model,
+                            tune)
+
+
+def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, method: str,
+                     model, tune: bool) -> torch.Tensor:
+    """The implementation of ``mx_matmul`` on K-major operands (rows, K): A Bᵀ."""
+    m, n = da.shape[0], db.shape[0]
+    if pick_backend(da.device, backend) == "emulator":
+        ea = emulator.MXArray(_codes(da, fmt_a), sa.cpu().numpy(), fmt_a, 1)
+        eb = emulator.MXArray(_codes(db, fmt_b), sb.cpu().numpy(), fmt_b, 1)
+        return torch.from_numpy(emulator.mx_matmul(ea, eb, model)).to(out_dtype).to(da.device)
     if method == "bf16":
-        return _via_bf16(a, b, out_dtype)
-    c = torch.empty((m, n), dtype=out_dtype, device=a.device)
+        am = dequantize_kmajor(da, sa, fmt_a, k, BLOCK_SIZE, torch.bfloat16, backend, None)
+        bm = dequantize_kmajor(db, sb, fmt_b, k, BLOCK_SIZE, torch.bfloat16, backend, None)
+        return bf16_product(am, bm, out_dtype)
+    c = torch.empty((m, n), dtype=out_dtype, device=da.device)
     if m == 0 or n == 0:
         return c
-    pa, pb = 2 if a.fmt.name == "e2m1" else 1, 2 if b.fmt.name == "e2m1" else 1
-    meta = dict(FMT_A=a.fmt.name, FMT_B=b.fmt.name, PACK_A=pa, PACK_B=pb, BS=32,
-                OUT_BF16=out_dtype == torch.bfloat16)
+    meta = dict(FMT_A=fmt_a.name, FMT_B=fmt_b.name, PACK_A=pack_factor(fmt_a),
+                PACK_B=pack_factor(fmt_b), BS=BLOCK_SIZE, OUT_BF16=out_dtype == torch.bfloat16)
     cv = c.view(torch.int16) if out_dtype == torch.bfloat16 else c
     if interpreting() or not tune:
         bm, bk = (32, 64) if interpreting() else (64, 128)
         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bm),)
-        kernels.mx_gemm_kernel[grid](da, db, sa, sb, cv, m, n, k, **meta, BLOCK_M=bm, BLOCK_N=bm,
-                                     BLOCK_K=bk, GROUP_M=4)
+        launch.run(kernels.gemm.mx_gemm_kernel, grid, da, db, sa, sb, cv, m, n, k, **meta,
+                   BLOCK_M=bm, BLOCK_N=bm, BLOCK_K=bk, GROUP_M=4)
     else:
         def grid(meta_):
             return (triton.cdiv(m, meta_["BLOCK_M"]) * triton.cdiv(n, meta_["BLOCK_N"]),)
-        _tuned_kernel()[grid](da, db, sa, sb, cv, m, n, k, **meta)
+        launch.run(_tuned_kernel(), grid, da, db, sa, sb, cv, m, n, k, **meta)
     return c
 
 
+def _codes(data: torch.Tensor, fmt) -> np.ndarray:
+    codes = data.cpu().numpy()
+    return emulator.unpack(codes, fmt) if pack_factor(fmt) == 2 else codes
+
+
+@torch.compiler.assume_constant_result
 def auto_method(device: torch.device) -> str:
     """'dot_scaled' on MX units and under the interpreter, else 'bf16'."""
     return "dot_scaled" if (interpreting() or has_mx_units(device)) else "bf16"
-
-
-def _via_bf16(a: MXTensor, b: MXTensor, out_dtype: torch.dtype) -> torch.Tensor:
-    am = dequantize(a, torch.bfloat16)
-    bm = dequantize(b, torch.bfloat16)
-    return bf16_product(am if a.axis == 1 else am.t(), bm if b.axis == 1 else bm.t(), out_dtype)
 
 
 def bf16_product(am: torch.Tensor, bm: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
@@ -148,55 +166,3 @@ def bf16_product(am: torch.Tensor, bm: torch.Tensor, out_dtype: torch.dtype) -> 
     if out_dtype == torch.float32:
         return torch.mm(am, bm.t(), out_dtype=torch.float32)  # fp32 out, no bf16 rounding
     return am @ bm.t()
-
-
-def _k_major_emulator(t: MXTensor) -> emulator.MXArray:
-    """The operand as an emulator MXArray of shape (rows, K) quantized along axis 1."""
-    e = t.to_emulator()
-    if t.axis == 0:
-        return emulator.MXArray(e.codes.T.copy(), e.scales.T.copy(), e.fmt, 1, e.block_size,
-                                e.rotation)
-    return e
-
-
-# ---------------------------------------------------------------------------------------------
-# Baselines
-# ---------------------------------------------------------------------------------------------
-
-def bf16_matmul(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16):
-    """A Bᵀ in bfloat16 (cuBLAS on the GPU), a: (M, K), b: (N, K)."""
-    return (a.to(torch.bfloat16) @ b.to(torch.bfloat16).t()).to(out_dtype)
-
-
-FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-
-
-def fp8_per_tensor(x: torch.Tensor, fmt: str = "e4m3") -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor scaled FP8: (x / s).to(fp8) with s = amax / max (1 for an all-zero tensor);
-    returns (fp8 tensor, float32 scale s)."""
-    dt = FP8_DTYPES[fmt]
-    amax = x.detach().abs().max().float()
-    scale = torch.where(amax > 0, amax / torch.finfo(dt).max, torch.ones_like(amax))
-    return (x.float() / scale).to(dt), scale
-
-
-def _row_major(t: torch.Tensor) -> torch.Tensor:
-    """``t.contiguous()``; a transposed 2-D view goes through the Triton tiled transpose
-    (torch's strided copy of a transpose ran at ~15% of copy bandwidth on an H200)."""
-    if t.is_contiguous():
-        return t
-    if t.dim() == 2 and t.t().is_contiguous() and (t.is_cuda or interpreting()):
-        return move_axis_last(t.t(), 0)
-    return t.contiguous()
-
-
-def fp8_matmul(a: torch.Tensor, b: torch.Tensor, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
-               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """A Bᵀ with per-tensor FP8 scaling (E4M3 forward, E5M2 for gradients), a: (M, K), b: (N, K).
-    ``torch._scaled_mm`` on the GPU; on the CPU the same FP8 operands multiplied in float32."""
-    a8, sa = fp8_per_tensor(a, fmt_a)  # elementwise: keeps a transposed view's layout
-    b8, sb = fp8_per_tensor(b, fmt_b)
-    a8, b8 = _row_major(a8), _row_major(b8)  # then transposes 1-byte data, not bf16
-    if a.is_cuda:  # cuBLASLt wants A row-major and B column-major
-        return torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
-    return ((a8.float() * sa) @ (b8.float() * sb).t()).to(out_dtype)

@@ -13,20 +13,28 @@ interpreter, and a float32 torch matmul of the dequantized operands on the emula
 
 Random bits (stochastic rounding, random-sign rotations) are keyed by (seed, layer, step,
 micro-batch, GEMM, operand), so a resumed run draws the same bits as an uninterrupted one. The
-training loop tells the layers the step with ``set_step``.
+training loop tells the layers the step with ``set_step``, which writes each layer's keys into a
+small device buffer that the kernels read: a compiled graph, or a CUDA graph, then needs no
+recompiling or re-capturing from step to step.
+
+Under ``torch.compile`` the layer traces whole (``fullgraph=True``): its autograd function calls
+the ``ocpmx`` custom ops (``ocpmx.native.library``), with the same bits as in eager mode.
 """
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..emulator.rotation import Rotation
-from .gemm import auto_method, bf16_matmul, bf16_product, fp8_matmul, mx_matmul
-from .quantize import dequantize, pick_backend, quantize, quantize_dequantize
-from .recipes import FP8_ELEMENT, GEMMS, MX_ELEMENT, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe, get_recipe
+from ..spec import BLOCK_SIZE, Rotation, parse_rotation
+from .baselines import bf16_matmul, fp8_matmul
+from .dispatch import pick_backend
+from .gemm import auto_method, bf16_product, mx_matmul
+from .ops import dequantize, quantize, quantize_dequantize
+from .recipes import FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe, get_recipe
 
 _MASK64 = (1 << 64) - 1
 
@@ -43,45 +51,108 @@ def mix_seed(*values: int) -> int:
     return h
 
 
-def gemm_rotation(g: GemmRecipe, ctx: dict, gemm: str) -> Rotation | None:
-    if g.rotation == "none":
-        return None
-    if g.rotation == "hadamard16":
-        return Rotation(16)
-    if g.rotation == "hadamard32":
-        return Rotation(32)
-    if g.rotation == "random_sign":
-        return Rotation(RANDOM_SIGN_SIZE, mix_seed(ctx["seed"], 1, ctx["layer"], ctx["step"],
-                                                   ctx["micro"], GEMMS.index(gemm)))
-    return Rotation(RANDOM_SIGN_SIZE, mix_seed(ctx["seed"], 2))  # random_sign_fixed
+@dataclass(frozen=True)
+class GemmContext:
+    """What a layer's GEMMs need besides their operands (MXLinear's saved state): the keys of
+    its random bits (run seed, layer, optimizer step, micro-batch) and where its MX GEMMs run
+    (``backend``: None, 'triton' or 'emulator'; ``method``: see ``mx_matmul``)."""
+
+    seed: int = 0
+    layer: int = 0
+    step: int = 0
+    micro: int = 0
+    backend: str | None = None
+    method: str = "auto"
+
+    def rotation(self, g: GemmRecipe, gemm: str) -> Rotation | None:
+        """The rotation GEMM ``gemm`` applies under recipe entry ``g`` in this context."""
+        if g.rotation == "random_sign":  # re-drawn every step (and micro-batch, layer, GEMM)
+            return Rotation(RANDOM_SIGN_SIZE, mix_seed(self.seed, 1, self.layer, self.step,
+                                                       self.micro, GEMMS.index(gemm)))
+        if g.rotation == "random_sign_fixed":  # one draw for the run
+            return Rotation(RANDOM_SIGN_SIZE, mix_seed(self.seed, 2))
+        return parse_rotation(g.rotation)
+
+    def rounding_seed(self, gemm: str, operand: int) -> int:
+        """The stochastic-rounding seed of operand 0 or 1 of GEMM ``gemm``."""
+        return mix_seed(self.seed, 3, self.layer, self.step, self.micro, GEMMS.index(gemm),
+                        operand)
+
+    def keys(self, recipe: Recipe) -> list[int]:
+        """The layer's random keys for this step, as ``key_buffer`` holds them: for GEMM g and
+        operand j, [rounding seed, sign mask of a re-drawn random-sign rotation (else 0)], as
+        signed 64-bit integers."""
+        out = []
+        for gemm in GEMMS:
+            g = recipe.gemm(gemm)
+            rot = self.rotation(g, gemm) if g.rotation == "random_sign" else None
+            mask = rot.sign_mask() if rot is not None else 0
+            for j in range(2):
+                out += [_signed(self.rounding_seed(gemm, j)), mask]
+        return out
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def needs_keys(g: GemmRecipe) -> bool:
+    """Whether GEMM recipe entry ``g`` draws random bits that change with the step."""
+    return g.is_mx and (g.rotation == "random_sign" or "stochastic" in g.rounding)
 
 
 def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch.Tensor,
-                b_axis: int, out_dtype: torch.dtype, ctx: dict) -> torch.Tensor:
+                b_axis: int, out_dtype: torch.dtype, ctx: GemmContext,
+                bias: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None) -> torch.Tensor:
     """One training GEMM under recipe entry ``g``: contracts ``a`` along ``a_axis`` with ``b``
-    along ``b_axis`` (2-D operands); returns (a's other dim, b's other dim) in ``out_dtype``."""
+    along ``b_axis`` (2-D operands); returns (a's other dim, b's other dim) in ``out_dtype``,
+    plus ``bias`` (Fprop). The one place that decides how each precision computes.
+
+    ``keys``: the layer's key buffer (``GemmContext.keys``, shape (3, 2, 2) on the operands'
+    device); where ``g`` draws per-step random bits the kernels read them there, else from
+    ``ctx`` on the host."""
     am = a if a_axis == 1 else a.t()
     bm = b if b_axis == 1 else b.t()
-    if g.fmt == "bf16":
-        return bf16_matmul(am, bm, out_dtype)
-    names = OPERANDS[gemm]
-    if g.fmt == "fp8":
+    if g.precision == "bf16":  # exactly what nn.Linear's forward and backward compute
+        if gemm == "fprop":
+            return F.linear(am.to(torch.bfloat16), bm.to(torch.bfloat16),
+                            None if bias is None else bias.to(torch.bfloat16)).to(out_dtype)
+        return _add_bias(bf16_matmul(am, bm, out_dtype), bias)
+    # the recipe fixes the precision of the MX and FP8 GEMMs: not an ambient autocast (which
+    # AOT autograd would also apply to the backward it traces under the forward's autocast)
+    with torch.autocast(a.device.type, enabled=False):
+        return _add_bias(_quantized_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys),
+                         bias)
+
+
+def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out_dtype,
+                    ctx: GemmContext, keys) -> torch.Tensor:
+    """The FP8 and MX precisions of ``recipe_gemm``."""
+    am = a if a_axis == 1 else a.t()
+    bm = b if b_axis == 1 else b.t()
+    if g.precision == "fp8":
+        names = OPERANDS[gemm]
         return fp8_matmul(am, bm, FP8_ELEMENT[names[0]], FP8_ELEMENT[names[1]], out_dtype)
-    fmt = MX_ELEMENT[g.fmt]
-    rot = gemm_rotation(g, ctx, gemm)
-    backend = ctx["backend"]
-    on_emulator = pick_backend(a.device, backend) == "emulator"
-    method = ctx.get("method", "auto")
-    method = auto_method(a.device) if method == "auto" and not on_emulator else method
+    keyed = keys is not None and needs_keys(g)
+    if keyed and g.rotation == "random_sign":  # the signs come from the keys
+        rot = Rotation(RANDOM_SIGN_SIZE, mask=0)
+    else:
+        rot = ctx.rotation(g, gemm)
+    on_emulator = pick_backend(a.device, ctx.backend) == "emulator"
+    method = auto_method(a.device) if ctx.method == "auto" and not on_emulator else ctx.method
     ops = []
     for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis))):
         kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
-                  seed=mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
-                                GEMMS.index(gemm), j), backend=backend)
+                  backend=ctx.backend)
+        if keyed:
+            kw["keys"] = keys[GEMMS.index(gemm), j]
+        elif g.rounding[j] == "stochastic":
+            kw["seed"] = ctx.rounding_seed(gemm, j)
         # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the
         # same bits as dequantize(quantize(.)), without the packed round trip)
-        ops.append(quantize_dequantize(t, fmt, **kw) if method == "bf16" and not on_emulator
-                   else quantize(t, fmt, **kw))
+        ops.append(quantize_dequantize(t, g.element, **kw) if method == "bf16" and not on_emulator
+                   else quantize(t, g.element, **kw))
     if on_emulator:
         da = dequantize(ops[0], backend="emulator")
         db = dequantize(ops[1], backend="emulator")
@@ -91,48 +162,44 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
     if method == "bf16":
         return bf16_product(ops[0] if a_axis == 1 else ops[0].t(),
                             ops[1] if b_axis == 1 else ops[1].t(), out_dtype)
-    return mx_matmul(ops[0], ops[1], out_dtype=out_dtype, backend=backend, method=method)
+    return mx_matmul(ops[0], ops[1], out_dtype=out_dtype, backend=ctx.backend, method=method)
+
+
+
+
+def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return y if bias is None else y + bias.to(y.dtype)
 
 
 class _MXLinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(fctx, x, weight, bias, recipe: Recipe, ctx: dict):
+    def forward(fctx, x, weight, bias, keys, recipe: Recipe, ctx: GemmContext):
         x2 = x.reshape(-1, x.shape[-1])
         out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
-        if recipe.fprop.fmt == "bf16":  # the exact computation nn.Linear does
-            y = F.linear(x2.to(torch.bfloat16), weight.to(torch.bfloat16),
-                         None if bias is None else bias.to(torch.bfloat16)).to(out_dtype)
-        else:
-            y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx)
-            if bias is not None:
-                y = y + bias.to(out_dtype)
-        fctx.save_for_backward(x2, weight)
-        fctx.recipe, fctx.ctx = recipe, dict(ctx)
+        y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx, bias, keys)
+        fctx.save_for_backward(x2, weight, keys)
+        fctx.recipe, fctx.ctx = recipe, ctx
         fctx.has_bias, fctx.x_shape, fctx.bias_dtype = bias is not None, x.shape, \
             None if bias is None else bias.dtype
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     def backward(fctx, gy):
-        x2, weight = fctx.saved_tensors
+        x2, weight, keys = fctx.saved_tensors
         recipe, ctx = fctx.recipe, fctx.ctx
         gy2 = gy.reshape(-1, gy.shape[-1])
         gx = gw = gb = None
         if fctx.needs_input_grad[0]:
-            if recipe.dgrad.fmt == "bf16":
-                gx = gy2.to(torch.bfloat16) @ weight.to(torch.bfloat16)
-            else:
-                gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx)
+            gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx,
+                             keys=keys)
             gx = gx.to(x2.dtype).reshape(fctx.x_shape)
         if fctx.needs_input_grad[1]:
-            if recipe.wgrad.fmt == "bf16":
-                gw = gy2.to(torch.bfloat16).t() @ x2.to(torch.bfloat16)
-            else:
-                gw = recipe_gemm("wgrad", recipe.wgrad, gy2, 0, x2, 0, torch.float32, ctx)
+            gw = recipe_gemm("wgrad", recipe.wgrad, gy2, 0, x2, 0, torch.float32, ctx,
+                             keys=keys)
             gw = gw.to(weight.dtype)
         if fctx.has_bias and fctx.needs_input_grad[2]:
             gb = gy2.float().sum(0).to(fctx.bias_dtype)
-        return gx, gw, gb, None, None
+        return gx, gw, gb, None, None, None
 
 
 class MXLinear(nn.Linear):
@@ -152,8 +219,41 @@ class MXLinear(nn.Linear):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
         check_mx_shapes(self.recipe, in_features, out_features)
-        self.layer_id, self.seed, self.backend, self.method = layer_id, seed, backend, method
+        # step-free: the step keys random bits through the key buffer only, so that a compiled
+        # graph, which guards on this object, stays valid from step to step
+        self.context = GemmContext(seed=seed, layer=layer_id, backend=backend, method=method)
         self.step, self.micro = 0, 0
+        self.keyed = any(needs_keys(self.recipe.gemm(g)) for g in GEMMS)
+        # (GEMM, operand) -> [rounding seed, sign mask]; written by set_step, read by the kernels
+        self.register_buffer("key_buffer", torch.zeros(len(GEMMS), 2, 2, dtype=torch.int64,
+                                                       device=device), persistent=False)
+        self._keys_written = None
+
+    @property
+    def layer_id(self) -> int:
+        return self.context.layer
+
+    def set_step(self, step: int, micro: int = 0) -> None:
+        """Set the optimizer step and micro-batch that key this layer's random bits, and write
+        its key buffer (asynchronously: a pinned host copy on a GPU, no synchronization)."""
+        self.step, self.micro = step, micro
+        self._write_keys()
+
+    def _write_keys(self) -> None:
+        state = (self.step, self.micro)
+        if not self.keyed or self._keys_written == state or self.key_buffer.is_meta:
+            return
+        ctx = replace(self.context, step=self.step, micro=self.micro)
+        host = torch.tensor(ctx.keys(self.recipe), dtype=torch.int64)
+        if self.key_buffer.is_cuda:  # the caching host allocator keeps the block until copied
+            self.key_buffer.copy_(host.pin_memory().view(self.key_buffer.shape), non_blocking=True)
+        else:
+            self.key_buffer.copy_(host.view(self.key_buffer.shape))
+        self._keys_written = state
+
+    def _apply(self, fn, *args, **kwargs):
+        self._keys_written = None  # a moved or re-materialized buffer is written afresh
+        return super()._apply(fn, *args, **kwargs)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, recipe, **kwargs) -> MXLinear:
@@ -162,18 +262,26 @@ class MXLinear(nn.Linear):
                   recipe=recipe, device="meta", **kwargs)
         new.weight = linear.weight
         new.bias = linear.bias
+        new.key_buffer = torch.zeros_like(new.key_buffer, device=linear.weight.device)
         return new
 
-    @torch.compiler.disable  # under torch.compile the MX GEMMs run eagerly (a graph break):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # the kernels are Triton launches already
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recipe.wgrad.is_mx and self.training and torch.is_grad_enabled():
             tokens = x.numel() // x.shape[-1]
-            if tokens % 32:
+            if tokens % BLOCK_SIZE:
                 raise ValueError(f"{self.recipe.name}: Wgrad contracts over tokens, and "
-                                 f"{tokens} tokens are not divisible by the block size 32")
-        ctx = dict(seed=self.seed, layer=self.layer_id, step=self.step, micro=self.micro,
-                   backend=self.backend, method=self.method)
-        return _MXLinearFn.apply(x, self.weight, self.bias, self.recipe, ctx)
+                                 f"{tokens} tokens are not divisible by the block size "
+                                 f"{BLOCK_SIZE}")
+        if not torch.compiler.is_compiling():  # compiled callers call set_step (outside)
+            self._write_keys()
+        elif any(self.recipe.gemm(g).precision == "fp8" for g in GEMMS):
+            raise NotImplementedError(
+                f"{self.recipe.name}: the hand-written per-tensor FP8 baseline gives other "
+                "numbers under torch.compile than in eager mode (FP8-sized differences, not "
+                "understood); run it eagerly")
+        return _MXLinearFn.apply(x, self.weight, self.bias,
+                                 self.key_buffer if self.keyed else None, self.recipe,
+                                 self.context)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.name}, layer_id={self.layer_id}"
@@ -182,13 +290,13 @@ class MXLinear(nn.Linear):
 def check_mx_shapes(recipe: Recipe, in_features: int, out_features: int) -> None:
     for g, dim, what in (("fprop", in_features, "in_features"),
                          ("dgrad", out_features, "out_features")):
-        if recipe.gemm(g).is_mx and dim % 32:
+        if recipe.gemm(g).is_mx and dim % BLOCK_SIZE:
             raise ValueError(f"recipe {recipe.name}: {g} contracts over {what} = {dim}, not "
-                             "divisible by the MX block size 32")
+                             f"divisible by the MX block size {BLOCK_SIZE}")
 
 
 def convert_linears(model: nn.Module, recipe="bf16", rules=(), *, seed: int = 0,
-                    backend: str | None = None) -> nn.Module:
+                    backend: str | None = None, method: str = "auto") -> nn.Module:
     """Replace every ``nn.Linear`` in ``model`` by an MXLinear (in place; returns ``model``).
 
     rules: (pattern, recipe) pairs matched with fnmatch against the module's qualified name;
@@ -211,7 +319,7 @@ def convert_linears(model: nn.Module, recipe="bf16", rules=(), *, seed: int = 0,
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, MXLinear.from_linear(mod, chosen, layer_id=lid, seed=seed,
-                                                    backend=backend))
+                                                    backend=backend, method=method))
     return model
 
 
@@ -219,4 +327,4 @@ def set_step(model: nn.Module, step: int, micro: int = 0) -> None:
     """Tell every MXLinear the optimizer step and micro-batch (they key the random bits)."""
     for mod in model.modules():
         if isinstance(mod, MXLinear):
-            mod.step, mod.micro = step, micro
+            mod.set_step(step, micro)

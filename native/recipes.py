@@ -6,21 +6,23 @@ A GEMM takes two operands, quantized along its contraction dimension:
   wgrad  ∇W = ∇Yᵀ X   operands (∇Y, X),  contraction over tokens
 A rotation acts on both operands along that dimension, so it cancels in exact arithmetic.
 
-Element formats: 'bf16' (torch), 'fp8' (per-tensor scaled FP8 through ``torch._scaled_mm``:
-E4M3 for X and W, E5M2 for ∇Y), 'mxfp8' (MX E4M3 on both operands), 'mxfp4' (MX E2M1).
-Rotations: 'none', 'hadamard16', 'hadamard32', 'random_sign' (16-point Hadamard with random signs
-re-drawn every step), 'random_sign_fixed' (one fixed draw for the whole run).
+Precisions (``GemmRecipe.precision``): 'bf16' (torch), 'fp8' (per-tensor scaled FP8 through
+``torch._scaled_mm``: E4M3 for X and W, E5M2 for ∇Y), 'mxfp8' (MX E4M3 on both operands),
+'mxfp4' (MX E2M1).
+Rotations: a fixed rotation by name (``ocpmx.spec.parse_rotation``: 'none', 'hadamard16',
+'hadamard32', ...), or a policy that draws random signs per run: 'random_sign' (16-point
+Hadamard with random signs re-drawn every step), 'random_sign_fixed' (one draw for the run).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..spec.rules import check_rounding, check_scale_rule
+from ..spec import Rounding, ScaleRule, parse_rotation
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
-ELEMENT_FORMATS = ("bf16", "fp8", "mxfp8", "mxfp4")
-ROTATIONS = ("none", "hadamard16", "hadamard32", "random_sign", "random_sign_fixed")
+PRECISIONS = ("bf16", "fp8", "mxfp8", "mxfp4")
+ROTATION_POLICIES = ("random_sign", "random_sign_fixed")
 MX_ELEMENT = {"mxfp8": "e4m3", "mxfp4": "e2m1"}
 FP8_ELEMENT = {"x": "e4m3", "w": "e4m3", "dy": "e5m2"}
 RANDOM_SIGN_SIZE = 16
@@ -34,29 +36,35 @@ MX_SCALE_RULE = "even"
 class GemmRecipe:
     """How one GEMM is computed. ``rounding`` is per operand, in the order of OPERANDS."""
 
-    fmt: str = "bf16"
+    precision: str = "bf16"
     rotation: str = "none"
     rounding: tuple[str, str] = ("rne", "rne")
     scale_rule: str = MX_SCALE_RULE
 
     def __post_init__(self):
-        if self.fmt not in ELEMENT_FORMATS:
-            raise ValueError(f"unknown element format {self.fmt!r}; expected one of {ELEMENT_FORMATS}")
-        if self.rotation not in ROTATIONS:
-            raise ValueError(f"unknown rotation {self.rotation!r}; expected one of {ROTATIONS}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; expected one of {PRECISIONS}")
+        if self.rotation not in ROTATION_POLICIES:
+            parse_rotation(self.rotation)  # a ValueError names the options
         if len(self.rounding) != 2:
             raise ValueError(f"rounding must name one rounding per operand, got {self.rounding!r}")
         for r in self.rounding:
-            check_rounding(r)
-        check_scale_rule(self.scale_rule)
-        if self.fmt not in MX_ELEMENT and (self.rotation != "none" or
-                                           self.rounding != ("rne", "rne")):
+            Rounding.parse(r)
+        ScaleRule.parse(self.scale_rule)
+        if self.precision not in MX_ELEMENT and (self.rotation != "none" or
+                                                 self.rounding != ("rne", "rne")):
             raise ValueError(f"rotation and stochastic rounding apply to MX formats only; "
-                             f"{self.fmt} got rotation={self.rotation}, rounding={self.rounding}")
+                             f"{self.precision} got rotation={self.rotation}, "
+                             f"rounding={self.rounding}")
 
     @property
     def is_mx(self) -> bool:
-        return self.fmt in MX_ELEMENT
+        return self.precision in MX_ELEMENT
+
+    @property
+    def element(self) -> str | None:
+        """The MX element format ('e2m1', 'e4m3'), or None for bf16 and fp8."""
+        return MX_ELEMENT.get(self.precision)
 
 
 @dataclass(frozen=True)

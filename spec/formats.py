@@ -11,11 +11,11 @@ Spec references (OCP Microscaling Formats (MX) v1.0):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 BLOCK_SIZE = 32  # §5.1, k = 32 for every concrete MX format
-SCALE_BITS = 8
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,25 @@ class ElementFormat:
     @cached_property
     def num_codes(self) -> int:
         return 1 << self.bits
+
+    def value(self, code: int) -> float:
+        """The value of one element code, by the format's definition (§5.4; the readable
+        scalar path every table and kernel is checked against)."""
+        if not 0 <= code < self.num_codes:
+            raise ValueError(f"code {code:#x} out of range for {self.name} ({self.bits} bits)")
+        if self.kind == "int":
+            signed = code - self.num_codes if code & self.sign_bit else code
+            return signed / (1 << self.mbits)
+        if code in self.nan_codes:
+            return math.nan
+        sign = -1.0 if code & self.sign_bit else 1.0
+        if self.inf_code is not None and (code & ~self.sign_bit) == self.inf_code:
+            return sign * math.inf
+        exp = (code >> self.mbits) & ((1 << self.ebits) - 1)
+        mant = code & ((1 << self.mbits) - 1)
+        if exp == 0:  # subnormal
+            return sign * mant * 2.0 ** (self.emin - self.mbits)
+        return sign * (1 + mant / (1 << self.mbits)) * 2.0 ** (exp - self.bias)
 
     def __repr__(self) -> str:  # short, readable in error messages and reports
         return f"ElementFormat({self.name})"

@@ -1,17 +1,66 @@
 """Conversion and dot-product rules of OCP MX v1.0, and the choices the spec leaves open.
 
 Each rule names its section. The implementation-defined choices are explicit, named
-options; the defaults are what the spec says (or, where it says nothing, the choice
-named in DEFAULT_CHOICES with the reason).
+options (the enums below); the defaults are what the spec says (or, where it says nothing, the
+choice named in DEFAULT_CHOICES with the reason). The enums' integer values are what the
+kernels (Numba and Triton) compare against; names are what users write.
 """
 from __future__ import annotations
 
+import enum
+import re
 from dataclasses import dataclass
 
-# §6.3 "Conversion from vector of scalars to MX": X = 2^(floor(log2(amax)) - emax_elem),
-# P_i = quantize_to_element(V_i / X), normal values clamped to the element's max.
-# Scale rules: how the shared exponent is chosen from the block's amax. All are computed
-# exactly from the exponent and mantissa bits of amax (never with a float log2).
+
+class _Named(enum.IntEnum):
+    """An option that users name by a lower-case string and kernels read as an int."""
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    def __str__(self) -> str:
+        return self.label
+
+    @classmethod
+    def parse(cls, value) -> "_Named":
+        """The member for a name ('even'), a member, or its int; a ValueError names the options."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.upper()]
+            except KeyError:
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls(value)
+            except ValueError:
+                pass
+        argument = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()  # ScaleRule: scale_rule
+        raise ValueError(f"unknown {argument} {value!r}; "
+                         f"expected one of {[m.label for m in cls]}")
+
+
+class ScaleRule(_Named):
+    """Scale rule: how the shared exponent is chosen from the block's amax (§6.3).
+
+    All are computed exactly from the exponent and mantissa bits of amax (never a float log2)."""
+
+    FLOOR = 0  # §6.3: s = floor(log2 amax) - emax_elem (the spec's rule, default)
+    CEIL = 1   # s = ceil(log2 amax) - emax_elem
+    RCEIL = 2  # NVIDIA cuBLAS/TE: s = ceil(log2(amax / max_elem))
+    EVEN = 3   # torchao EVEN / AMD Quark: amax mantissa rounded to the element's bits first
+
+
+class Rounding(_Named):
+    """Rounding: how an element value between two codes is rounded (§6.3 requires RNE)."""
+
+    RNE = 0         # §6.3: round to nearest, ties to even (default)
+    STOCHASTIC = 1  # up with probability frac (Philox4x32-10 keyed by seed and element index)
+
+
+# descriptions, by name (help texts and reports)
 SCALE_RULES: dict[str, str] = {
     "floor": "§6.3: s = floor(log2 amax) - emax_elem (the spec's rule, default)",
     "ceil": "s = ceil(log2 amax) - emax_elem (no element ever saturates; loses one binade)",
@@ -19,15 +68,15 @@ SCALE_RULES: dict[str, str] = {
     "even": "torchao EVEN / AMD Quark: round amax's mantissa to the element's mantissa bits "
             "(nearest, ties up) before taking floor(log2) - emax_elem",
 }
-
-# §6.3 requires round-to-nearest-even; other roundings are allowed as extensions.
 ROUNDINGS: dict[str, str] = {
     "rne": "§6.3: round to nearest, ties to even (default)",
     "stochastic": "round up with probability equal to the fraction's first 32 bits / 2^32, "
                   "compared against a Philox4x32-10 word keyed by (seed, element index)",
 }
+assert list(SCALE_RULES) == [m.label for m in ScaleRule]
+assert list(ROUNDINGS) == [m.label for m in Rounding]
 
-# §6.x "Dot product": Dot(A, B) = X_A * X_B * sum_i P_A,i * P_B,i; internal precision and
+# §6.2 "Dot product": Dot(A, B) = X_A * X_B * sum_i P_A,i * P_B,i; internal precision and
 # order of the sum are implementation-defined; the result should be FP32.
 DOT_SECTION = "§6.2 (MX dot product; internal precision implementation-defined)"
 CONVERSION_SECTION = "§6.3 (conversion from scalars to MX)"
@@ -63,15 +112,3 @@ DEFAULT_CHOICES: tuple[Choice, ...] = (
            "element codes of a NaN-scale block do not matter to the value (the block is NaN); "
            "this project writes these codes so that kernels can match the emulator bit for bit"),
 )
-
-
-def check_scale_rule(rule: str) -> str:
-    if rule not in SCALE_RULES:
-        raise ValueError(f"unknown scale_rule {rule!r}; expected one of {sorted(SCALE_RULES)}")
-    return rule
-
-
-def check_rounding(rounding: str) -> str:
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"unknown rounding {rounding!r}; expected one of {sorted(ROUNDINGS)}")
-    return rounding

@@ -3,7 +3,7 @@ interpreter otherwise (both when a GPU machine also sets TRITON_INTERPRET=1)."""
 import pytest
 import torch
 
-from ocpmx.native.quantize import interpreting
+from ocpmx.native import interpreting
 
 DEVICES = (["cuda"] if torch.cuda.is_available() else []) + (["cpu"] if interpreting() else [])
 

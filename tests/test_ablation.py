@@ -11,7 +11,6 @@ from ocpmx.llama_train import gradient_error as G
 from ocpmx.llama_train import train as T
 from ocpmx.llama_train.data import TokenStream
 from ocpmx.native import RECIPES
-from ocpmx.native.linear import gemm_rotation
 from ocpmx.native.recipes import GemmRecipe
 
 
@@ -94,9 +93,10 @@ def test_gpu_slots_round_robin():
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("bf16run")
-    cfg = T.TrainConfig(preset="tiny", recipe="bf16", out=str(out), data=str(corpus),
-                        max_steps=3, batch_size=2, seq_len=64, warmup_steps=1, eval_every=3,
-                        eval_sequences=2, save_every=3, progress=False, tensorboard=False)
+    cfg = T.TrainConfig.from_flat(preset="tiny", recipe="bf16", out=str(out), data=str(corpus),
+                                  max_steps=3, batch_size=2, seq_len=64, warmup_steps=1,
+                                  eval_every=3, eval_sequences=2, save_every=3, progress=False,
+                                  tensorboard=False)
     T.train(cfg)
     return out
 
@@ -126,6 +126,18 @@ def test_gradient_error_statistics(corpus, trained, tmp_path):
     assert res["mxfp4_all"]["gradient_accumulation"] == pytest.approx(2.0, abs=1e-9)
 
 
+def test_load_run_reads_an_older_config(trained, tmp_path):
+    """config.json of runs from before the configuration's sections (mx_backend) loads."""
+    import shutil
+    run = tmp_path / "old"
+    shutil.copytree(trained, run)
+    conf = json.loads((run / "config.json").read_text())
+    conf["mx_backend"] = conf.pop("backend")
+    (run / "config.json").write_text(json.dumps(conf))
+    _, _, cfg, _, state = G.load_run(run)
+    assert state["step"] == 2 and cfg.data.seq_len == 64 and cfg.precision.recipe == "bf16"
+
+
 def test_saturation_matches_the_emulator_statistics(corpus, trained):
     """The torch statistics against emulator.error_stats, an independent implementation, on the
     real Wgrad operands of one layer, with and without rotation."""
@@ -138,7 +150,7 @@ def test_saturation_matches_the_emulator_statistics(corpus, trained):
     s = G.saturation([(layer, x, dy)])
     for rot_name in ("none", "hadamard16"):
         g = GemmRecipe("mxfp4", rotation=rot_name)
-        rot = gemm_rotation(g, G._ctx(layer, 0), "wgrad")
+        rot = G._ctx(layer, 0).rotation(g, "wgrad")
         mx = emulator.quantize(x.float().numpy(), "e2m1", axis=0, scale_rule=g.scale_rule,
                                rotation=rot)
         ref = error_stats(x.float().numpy(), mx)

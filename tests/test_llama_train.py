@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ocpmx import cli
+from ocpmx.llama_train import profiling as P
 from ocpmx.llama_train import train as T
 from ocpmx.llama_train.data import (TokenStream, load_tokenizer, tokenize_split, train_tokenizer,
                                     validation_set)
@@ -15,9 +16,9 @@ from ocpmx.llama_train.model import PRESETS, Llama, get_config, rope_frequencies
 def cfg(corpus, out, **kw):
     base = dict(preset="tiny", recipe="mxfp4_all_sr_wgrad", out=str(out), data=str(corpus),
                 max_steps=8, batch_size=2, seq_len=32, warmup_steps=2, eval_every=4,
-                eval_sequences=4, save_every=4, progress=False, mx_backend="emulator")
+                eval_sequences=4, save_every=4, progress=False, backend="emulator")
     base.update(kw)
-    return T.TrainConfig(**base)
+    return T.TrainConfig.from_flat(**base)
 
 
 def test_8b_is_llama_3_1_8b():
@@ -129,7 +130,7 @@ def test_step_breakdown_categories(corpus, tmp_path):
                ("quantize_rows32_kernel", 600.0, 12), ("dequantize_kernel", 300.0, 12),
                ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", 2000.0, 2),
                ("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", 500.0, 30)]
-    b = T.breakdown_from_kernels(kernels, steps=2)
+    b = P.breakdown_from_kernels(kernels, steps=2)
     assert b["gpu_ms_per_step"] == {"gemm": 5.0, "communication": 2.0, "attention": 1.0,
                                     "quantize": 0.3, "other": 0.25, "dequantize": 0.15}
     assert b["top_kernels"][0]["category"] == "gemm" and b["top_kernels"][0]["calls_per_step"] == 4
@@ -177,9 +178,51 @@ def test_bad_configuration_fails_before_training(corpus, tmp_path):
 
 
 def test_lr_schedule():
-    c = T.TrainConfig(lr=1e-3, warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
+    c = T.TrainConfig.from_flat(lr=1e-3, warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
     assert T.lr_at(0, c) == pytest.approx(1e-4) and T.lr_at(9, c) == pytest.approx(1e-3)
     assert T.lr_at(60, c) == pytest.approx(0.55e-3) and T.lr_at(110, c) == pytest.approx(1e-4)
+
+
+def test_config_sections_and_flat_names():
+    """Field names are unique across the sections, so the flat form (flags, presets,
+    config.json) round-trips; older config.json names load; Literal fields are checked."""
+    from ocpmx.llama_train.config import section_fields
+    names = [f.name for _, f, _ in section_fields()]
+    assert len(names) == len(set(names))
+    c = T.TrainConfig.from_flat(preset="30m", seq_len=256, lr=3e-4, max_steps=7, keep=1,
+                                backend="emulator", out="o")
+    assert (c.model.preset, c.data.seq_len, c.optimizer.lr, c.training.max_steps,
+            c.checkpoint.keep, c.precision.backend, c.logging.out) == \
+        ("30m", 256, 3e-4, 7, 1, "emulator", "o")
+    assert list(c.to_flat()) == names and T.TrainConfig.from_flat(**c.to_flat()) == c
+    assert T.TrainConfig.from_flat(mx_backend="triton").precision.backend == "triton"
+    with pytest.raises(TypeError, match="no field 'mx_backnd'"):
+        T.TrainConfig.from_flat(mx_backnd="triton")
+    assert T.TrainConfig.from_flat(**T.TRAIN_PRESETS["mlperf"]).data.grad_accum == 32
+    for name, bad, msg in (("nan_policy", "halt", "'stop' or 'skip', got 'halt'"),
+                           ("checkpoint_format", "dcp", "'full' or 'sharded', got 'dcp'"),
+                           ("backend", "cuda", "'triton', 'emulator' or None, got 'cuda'")):
+        with pytest.raises(ValueError, match=f"{name} must be {msg}"):
+            T.TrainConfig.from_flat(**{name: bad}).validate()
+    assert T.TrainConfig().validate().n_layers == get_config("tiny").n_layers
+
+
+def test_cli_flags_come_from_the_sections(capsys):
+    """Every field has a flag with a help text (its default, a Literal's choices); --mx-backend
+    stays an alias of --backend; booleans take --x / --no-x."""
+    from ocpmx.llama_train.config import section_fields
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for _, f, _ in section_fields():
+        assert "--" + f.name.replace("_", "-") in text
+    assert "(one of stop, skip; default: stop)" in text and "--mx-backend" in text
+    args = cli.build_parser().parse_args(
+        ["train", "--out", "o", "--mx-backend", "emulator", "--no-progress", "--compile",
+         "--betas", "0.9", "0.99", "--seq-len", "64", "--target-loss", "3.5"])
+    assert (args.backend, args.progress, args.compile, args.betas, args.seq_len,
+            args.target_loss, args.tensorboard, args.max_steps) == \
+        ("emulator", False, True, [0.9, 0.99], 64, 3.5, None, None)
 
 
 def test_cli_train_and_plot(corpus, tmp_path):
@@ -265,8 +308,9 @@ def test_target_loss_stops_and_reports_tokens(corpus, tmp_path):
 
 
 def test_torch_compile_path(corpus, tmp_path):
-    """torch.compile compiles the model around the MX GEMMs (MXLinear runs eagerly, a graph
-    break); losses track the eager run (inductor fuses the norms and RoPE differently)."""
+    """--compile compiles the whole model, MXLinear included (its MX operations are custom ops:
+    tests/test_compile.py); losses track the eager run (Inductor fuses the norms and RoPE
+    differently, which changes their last bits)."""
     T.train(cfg(corpus, tmp_path / "c", max_steps=2, recipe="mxfp4_all_h16", compile=True))
     T.train(cfg(corpus, tmp_path / "e", max_steps=2, recipe="mxfp4_all_h16"))
     c, _ = T.read_metrics(tmp_path / "c" / "metrics.jsonl")
@@ -306,8 +350,9 @@ def test_train_preset_sets_the_model_size(monkeypatch, tmp_path):
     cli.main(["train", "--train-preset", "mlperf", "--out", str(tmp_path), "--no-progress"])
     cli.main(["train", "--train-preset", "mlperf", "--preset", "30m", "--out", str(tmp_path)])
     cli.main(["train", "--out", str(tmp_path)])
-    assert [c.preset for c in seen] == ["8b", "30m", "tiny"]
-    assert seen[0].seq_len == 8192 and seen[0].target_loss == 3.3 and seen[2].seq_len == 128
+    assert [c.model.preset for c in seen] == ["8b", "30m", "tiny"]
+    assert seen[0].data.seq_len == 8192 and seen[0].eval.target_loss == 3.3
+    assert seen[2].data.seq_len == 128
 
 
 def test_scale_report_times_the_right_steps(corpus, tmp_path):

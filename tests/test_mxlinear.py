@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ocpmx import emulator, native
-from ocpmx.native.linear import gemm_rotation, mix_seed
+from ocpmx.native.linear import GemmContext, mix_seed
 from ocpmx.native.recipes import FP8_ELEMENT, GEMMS, MX_ELEMENT, OPERANDS
 from native_util import devices
 
@@ -20,18 +20,18 @@ def ref_gemm(gemm, g, a, a_axis, b, b_axis, ctx):
     """(value, error bound) in float64 for one GEMM of a recipe, from independent parts:
     emulator quantize, float64 matmul, and the float32 accumulation bound (for FP8 on a GPU,
     Hopper's FP8 tensor-core accumulation, which keeps about 13 fraction bits: REFERENCE §3)."""
-    u = 2.0**-13 if (g.fmt == "fp8" and a.is_cuda) else 2.0**-23
+    u = 2.0**-13 if (g.precision == "fp8" and a.is_cuda) else 2.0**-23
     a, b = a.detach().float().cpu().numpy(), b.detach().float().cpu().numpy()
-    if g.fmt == "bf16":
+    if g.precision == "bf16":
         da, db = [torch.from_numpy(t).bfloat16().double().numpy() for t in (a, b)]
-    elif g.fmt == "fp8":
+    elif g.precision == "fp8":
         da, db = [(q.double() * s.double()).numpy() for q, s in (
             native.fp8_per_tensor(torch.from_numpy(t), FP8_ELEMENT[OPERANDS[gemm][j]])
             for j, t in enumerate((a, b)))]
     else:
-        rot = gemm_rotation(g, ctx, gemm)
+        rot = GemmContext(**ctx).rotation(g, gemm)
         da, db = [emulator.dequantize(emulator.quantize(
-            t, MX_ELEMENT[g.fmt], axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
+            t, MX_ELEMENT[g.precision], axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
             seed=mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
                           GEMMS.index(gemm), j), rotation=rot)).astype(np.float64)
             for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis)))]
@@ -66,7 +66,7 @@ def test_recipe_matches_reference(device, backend, method, recipe):
     bf16 = 2.0**-8  # output rounding to bf16
     want, bound = ref_gemm("fprop", r.fprop, x2, 1, w, 1, ctx)
     bias = lin.bias.detach().float().cpu()
-    if r.fprop.fmt == "bf16":  # nn.Linear's computation: the bias is a bf16 operand too
+    if r.fprop.precision == "bf16":  # nn.Linear's computation: the bias is a bf16 operand too
         bias = bias.bfloat16().float()
     bias = bias.double().numpy()
     # two bf16 roundings at most: the GEMM output and the sum with the bias
@@ -75,7 +75,7 @@ def test_recipe_matches_reference(device, backend, method, recipe):
     want, bound = ref_gemm("dgrad", r.dgrad, gy2, 1, w, 0, ctx)
     check(x.grad.reshape(t, n_in), want, bound, bf16, "dgrad")
     want, bound = ref_gemm("wgrad", r.wgrad, gy2, 0, x2, 0, ctx)
-    check(lin.weight.grad, want, bound, bf16 if r.wgrad.fmt == "bf16" else 2.0**-24, "wgrad")
+    check(lin.weight.grad, want, bound, bf16 if r.wgrad.precision == "bf16" else 2.0**-24, "wgrad")
     assert lin.weight.grad.dtype == torch.float32 and y.dtype == torch.bfloat16
     assert torch.equal(lin.bias.grad, gy2.float().sum(0))
 
@@ -227,6 +227,6 @@ def test_recipe_table_names_the_studys_arms():
             "mxfp4_all_rht_fixed_wgrad"]
     assert set(arms) <= set(native.RECIPES)
     h16 = native.RECIPES["mxfp4_all_h16"]
-    assert all(h16.gemm(g).rotation == "hadamard16" and h16.gemm(g).fmt == "mxfp4" for g in GEMMS)
+    assert all(h16.gemm(g).rotation == "hadamard16" and h16.gemm(g).precision == "mxfp4" for g in GEMMS)
     ladder = native.RECIPES["mxfp4_fprop_dgrad"]
-    assert [ladder.gemm(g).fmt for g in GEMMS] == ["mxfp4", "mxfp4", "bf16"]
+    assert [ladder.gemm(g).precision for g in GEMMS] == ["mxfp4", "mxfp4", "bf16"]

@@ -10,7 +10,7 @@ import torch
 
 from ocpmx import emulator, native
 from ocpmx.conformance.strategies import exactly_summable_operand
-from ocpmx.native.quantize import MXTensor
+from ocpmx.native import MXTensor
 from ocpmx.spec import get_format
 from native_util import devices
 

@@ -2,8 +2,6 @@
 
 Runs on the GPU when there is one, else on the CPU through the Triton interpreter.
 """
-import importlib
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -164,13 +162,12 @@ def test_quantize_dequantize_is_the_composition(device, fmt):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fmt", ["e2m1", "e4m3"])
-def test_h16_on_every_bf16_value(device, fmt, monkeypatch):
+def test_h16_on_every_bf16_value(device, fmt):
     """H16 on bf16 input folds its 1/4 into the block scale (FOLD in quantize_rows32_kernel): every bf16
     value in 32-blocks, shuffled (NaN and Inf in most blocks) and in order (blocks of
     subnormals, of huge values whose sums overflow), one 32-block tile per program, every
     scale rule, deterministic and random signs, codes, scales and quantize-dequantize."""
-    nq = importlib.import_module("ocpmx.native.quantize")
-    monkeypatch.setattr(nq, "TILE_OVERRIDE", {"rows32": (32, 1), "rows32_qdq": (32, 1)})
+    tuning = native.Tuning(rows32=native.RowTile(32, 1), rows32_qdq=native.RowTile(32, 1))
     x = all_bf16_blocks(1)
     x = x[x.shape[0] // 2 - 64:]  # 64 shuffled blocks (NaN, Inf in every tile), all in order
     hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
@@ -179,10 +176,11 @@ def test_h16_on_every_bf16_value(device, fmt, monkeypatch):
     assert (big < 2.0**-126).sum() >= 2 and (big > 2.0**125).sum() > 10
     for rot in ("hadamard16", Rotation(16, 12)):
         for rule in RULES:
-            mx = native.quantize(xt, fmt, scale_rule=rule, rotation=rot)
+            mx = native.quantize(xt, fmt, scale_rule=rule, rotation=rot, tuning=tuning)
             ref = emulator.quantize(x, fmt, scale_rule=rule, rotation=rot)
             assert_same(mx, ref)
-            got = native.quantize_dequantize(xt, fmt, scale_rule=rule, rotation=rot)
+            got = native.quantize_dequantize(xt, fmt, scale_rule=rule, rotation=rot,
+                                             tuning=tuning)
             want = emulator.dequantize(ref).astype(ml_dtypes.bfloat16).view(np.int16)
             assert np.array_equal(bf16_bits(got), want), (rot, rule)
 
@@ -208,14 +206,12 @@ def test_h16_where_the_quarter_is_inexact(device):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("tile", [(32, 1), (64, 2)], ids=str)
-def test_row_kernel_tiles_and_a_ragged_last_one(device, tile, monkeypatch):
+def test_row_kernel_tiles_and_a_ragged_last_one(device, tile):
     """The row kernel at the GPU's tile shapes gives the emulator's bits: nine full tiles and a
     last one cut short (masked loads and stores), NaN/Inf and zero blocks in tiles that are not
     the first, a negative NaN and Inf - Inf under rotations; codes, scales and the
     quantize-dequantize output."""
-    nq = importlib.import_module("ocpmx.native.quantize")  # the module, not the function
-    tiles = {"rows32": tile, "rows32_qdq": tile}
-    monkeypatch.setattr(nq, "TILE_OVERRIDE", tiles)
+    tuning = native.Tuning(rows32=native.RowTile(*tile), rows32_qdq=native.RowTile(*tile))
     nb = tile[0]
     n_blocks = 9 * nb + 17
     rng = np.random.default_rng(6)
@@ -231,13 +227,12 @@ def test_row_kernel_tiles_and_a_ragged_last_one(device, tile, monkeypatch):
         xn = xt.float().cpu().numpy()
         for fmt in ("e2m1", "e4m3"):
             for rot in (None, "hadamard16", Rotation(32, 3)):
-                mx = native.quantize(xt, fmt, rotation=rot, scale_rule="even")
+                mx = native.quantize(xt, fmt, rotation=rot, scale_rule="even", tuning=tuning)
                 assert_same(mx, emulator.quantize(xn, fmt, rotation=rot, scale_rule="even"))
-                got = native.quantize_dequantize(xt, fmt, rotation=rot, scale_rule="even")
-                monkeypatch.setattr(nq, "TILE_OVERRIDE", None)
+                got = native.quantize_dequantize(xt, fmt, rotation=rot, scale_rule="even",
+                                                 tuning=tuning)
                 want = native.dequantize(native.quantize(xt, fmt, rotation=rot,
                                                          scale_rule="even"), torch.bfloat16)
-                monkeypatch.setattr(nq, "TILE_OVERRIDE", tiles)
                 assert np.array_equal(bf16_bits(got), bf16_bits(want)), (dtype, fmt, rot)
 
 
@@ -246,7 +241,7 @@ def test_move_axis_last_is_movedim(device):
     """The tiled transpose behind the non-last-axis path moves bits exactly like torch's
     movedim + contiguous: 1-, 2- and 4-byte dtypes (bf16 NaN payloads included), tile-even and
     ragged shapes, 2-D and 3-D."""
-    from ocpmx.native.quantize import move_axis_last
+    from ocpmx.native import move_axis_last
     g = torch.Generator().manual_seed(4)
     for shape, axis in (((128, 64), 0), ((100, 37), 0), ((3, 70, 130), 1), ((5, 64, 2), 0),
                         ((2, 3, 4), 2), ((0, 8), 0)):
@@ -362,15 +357,15 @@ def test_dequantize_every_code_with_every_scale(device, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_element_cast_every_bf16_input(device, fmt, rounding):
-    """native.encode (scale 2^0) against emulator.encode on all 65,536 bf16 bit patterns."""
+    """native.cast (scale 2^0) against emulator.cast on all 65,536 bf16 bit patterns."""
     bits = (np.arange(1 << 16, dtype=np.uint32) << 16)
     x = bits.view(np.float32)
     hi = (bits >> 16).astype(np.uint16).view(np.int16)
     for xt in (torch.from_numpy(hi).view(torch.bfloat16).to(device),
                torch.from_numpy(x.copy()).to(device)):
-        got = native.encode(xt, fmt, rounding=rounding, seed=4).cpu().numpy()
-        want = emulator.encode(x, fmt, rounding=rounding, seed=4)
+        got = native.cast(xt, fmt, rounding=rounding, seed=4).cpu().numpy()
+        want = emulator.cast(x, fmt, rounding=rounding, seed=4)
         bad = np.flatnonzero(got != want)
         assert bad.size == 0, f"{bad.size} differ, first {x[bad[0]]!r}: {got[bad[0]]:#x} != {want[bad[0]]:#x}"
     odd = torch.from_numpy(x[:1000].reshape(10, 100).copy()).to(device)  # not a multiple of 1024
-    assert np.array_equal(native.encode(odd, fmt).cpu().numpy(), emulator.encode(x[:1000], fmt).reshape(10, 100))
+    assert np.array_equal(native.cast(odd, fmt).cpu().numpy(), emulator.cast(x[:1000], fmt).reshape(10, 100))

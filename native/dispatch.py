@@ -1,0 +1,39 @@
+"""Where the native operations run: the backend (an implementation of the MX operations) for a
+tensor's device.
+
+  'triton'    the Triton kernels (``ocpmx.native.kernels``); a CUDA/ROCm tensor, or a CPU tensor
+              when ``TRITON_INTERPRET=1`` was set before Triton was imported (the interpreter).
+  'emulator'  ``ocpmx.emulator`` (Numba, CPU); the result is moved to the input's device.
+The default is 'triton' for GPU tensors and under the interpreter, else 'emulator'. Every
+backend gives the same bits.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+BACKENDS = ("triton", "emulator")
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def pick_backend(device: torch.device, backend: str | None) -> str:
+    if backend is None:
+        return "triton" if (device.type != "cpu" or interpreting()) else "emulator"
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "triton" and device.type == "cpu" and not interpreting():
+        raise RuntimeError(
+            "backend='triton' got a CPU tensor, but the Triton interpreter is off: set "
+            "TRITON_INTERPRET=1 before importing triton, move the tensor to a GPU, or use "
+            "backend='emulator'")
+    return backend
+
+
+def nvidia(device: torch.device) -> bool:
+    """A CUDA device of NVIDIA's (not ROCm, not the interpreter): where register caps apply."""
+    return device.type == "cuda" and not torch.version.hip and not interpreting()

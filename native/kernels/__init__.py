@@ -1,0 +1,13 @@
+"""Triton kernels, one module per family: ``common`` (bit conversions, block scale, element
+encode and decode, shared by every family), ``quantize`` (the strided tile kernel and the
+32-block row kernel), ``dequantize``, ``gemm`` (``tl.dot_scaled``) and ``transpose``.
+
+Launch code lives in ``ocpmx.native.launch``; these modules hold only ``@triton.jit``
+functions. Every kernel takes the format's parameters as one block of constexprs
+(``ocpmx.spec.KernelFormat.constexprs``: IS_INT, BITS, SIGN, EBITS, MBITS, BIAS, EMAX, MAXC,
+NANC, INFC, NEGMAX, RNUM, RSHIFT, SUBQ, MAXV, ENVELOPE) and the options as the named constants
+of ``common`` (scale rules FLOOR..EVEN, roundings RNE and STOCHASTIC).
+"""
+from . import common, dequantize, gemm, quantize, transpose
+
+__all__ = ["common", "dequantize", "gemm", "quantize", "transpose"]

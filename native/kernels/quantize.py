@@ -1,0 +1,505 @@
+"""Quantize kernels: fused block rotation + MX quantize (and element casts, and the one-pass
+quantize-dequantize), in two forms.
+
+``quantize_rows32_kernel``  blocks of 32 along the last axis of a contiguous tensor: the fast
+                            path (every training GEMM's operand).
+``quantize_kernel``         any block size and axis (a strided tile), element casts, and
+                            stochastic rounding along a non-last axis.
+
+Layout of the quantized output ("K-major"): the quantized axis is the last one; FP4 codes are
+packed two per byte along it, element 0 in the low nibble, other formats one code per byte;
+scales are uint8 E8M0 codes, one per block, rows = every position of the other axes. This is the
+layout ``tl.dot_scaled`` takes for an operand packed along its contraction dimension.
+
+Constexprs: the format block (``ocpmx.spec.KernelFormat.constexprs``), the numerics (RULE,
+ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, FOLD), the tile (NB, or ROWS and KB: tuning,
+which changes speed and never bits) and what the shape implies (EVEN, BIG, INNER1, BS).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import (FLOOR, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values, encode,
+                     f32_to_bf16_bits, load_key, rotation_signs, round_on_grid)
+
+
+@triton.jit
+def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, seed, rot_scale,
+                    # the format
+                    IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                    EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                    EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                    INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                    RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                    ENVELOPE: tl.constexpr,
+                    # the numerics
+                    RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
+                    SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                    CAST: tl.constexpr,
+                    # the tile, and what the shape implies
+                    ROWS: tl.constexpr, KB: tl.constexpr, BS: tl.constexpr,
+                    LOG2_ROT: tl.constexpr, INNER1: tl.constexpr, BIG: tl.constexpr,
+                    EVEN: tl.constexpr):
+    """Quantize ROWS rows x KB blocks of BS elements of x (CAST: convert each element with
+    scale 2^0 instead; no scales are stored).
+
+    Row r of the K-major view is (o, i) = (r // inner, r % inner) of the input seen as
+    (outer, K, inner); element (r, c) sits at flat index o*K*inner + c*inner + i, which is also
+    its stochastic-rounding counter (the emulator's). ``seed`` and ``sign_mask``: integers or
+    pointers (``common.load_key``).
+    """
+    if ROUNDING == STOCHASTIC:
+        seed = load_key(seed)
+    if SIGNS:
+        sign_mask = load_key(sign_mask)
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_r * ROWS + tl.arange(0, ROWS)
+    cols = pid_k * (KB * BS) + tl.arange(0, KB * BS)
+    if BIG:  # 64-bit offsets only where the tensor needs them
+        rws = rows.to(tl.int64)
+    else:
+        rws = rows
+    if INNER1:
+        flat = rws[:, None] * K + cols[None, :]
+    else:
+        o = rws // inner
+        i = rws % inner
+        flat = o[:, None] * K * inner + cols[None, :] * inner + i[:, None]
+    if EVEN:  # the grid tiles the tensor exactly: no masks
+        mask = None
+    else:
+        mask = (rows < n_rows)[:, None] & (cols < K)[None, :]
+    if EVEN:
+        xr = tl.load(x_ptr + flat)
+    else:
+        xr = tl.load(x_ptr + flat, mask=mask, other=0)
+    if IN_BF16:  # x_ptr holds the bf16 bits as int16
+        x = bf16_bits_to_f32(xr)
+    else:
+        x = xr.to(tl.float32)
+    x = tl.reshape(x, (ROWS * KB, BS))
+
+    if ROT > 0:  # block Hadamard along the block, groups of ROT elements
+        g = tl.reshape(x, (ROWS * KB * (BS // ROT), ROT))
+        if SIGNS:
+            g = g * rotation_signs(sign_mask, tl.arange(0, ROT))[None, :]
+        for st in tl.static_range(LOG2_ROT):  # stages h = 2^st = 1, 2, ..., ROT / 2
+            t = tl.reshape(g, (ROWS * KB * (BS // ROT), ROT >> (st + 1), 2, 1 << st))
+            a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
+            t = tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2))
+            g = tl.reshape(t, (ROWS * KB * (BS // ROT), ROT))
+        g = g * rot_scale
+        x = tl.reshape(g, (ROWS * KB, BS))
+
+    u = x.to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    neg = u < 0
+
+    if CAST:  # element conversion with scale 2^0 (every element its own 'block')
+        s = tl.zeros((ROWS * KB,), tl.int32)
+        special = s != 0
+        scale = s
+        any_special = True
+    else:
+        s, special, scale = block_scale(tl.max(ab, axis=1), RULE=RULE, EMAX=EMAX, MBITS=MBITS,
+                                        RNUM=RNUM, RSHIFT=RSHIFT)
+        any_special = tl.max(special.to(tl.int32), axis=0) > 0
+    code = encode(ab, neg, s[:, None], special[:, None], any_special,
+                  tl.reshape(flat, (ROWS * KB, BS)), seed, OFF=0, ROUNDING=ROUNDING,
+                  IS_INT=IS_INT, ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
+                  NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN, CAST=CAST, NAN_POS=ROT > 0)
+
+    # ---- store: codes (packed for FP4) and scales ----
+    code = tl.reshape(code, (ROWS, KB * BS))
+    if PACK == 2:
+        lo4, hi4 = tl.split(tl.reshape(code, (ROWS, KB * BS // 2, 2)))
+        byte = (lo4 | (hi4 << 4)).to(tl.uint8)
+        pcols = pid_k * (KB * BS // 2) + tl.arange(0, KB * BS // 2)
+        if EVEN:
+            pmask = None
+        else:
+            pmask = (rows < n_rows)[:, None] & (pcols < K // 2)[None, :]
+        tl.store(data_ptr + rws[:, None] * (K // 2) + pcols[None, :], byte, mask=pmask)
+    else:
+        tl.store(data_ptr + rws[:, None] * K + cols[None, :], code.to(tl.uint8), mask=mask)
+    if not CAST:
+        scols = pid_k * KB + tl.arange(0, KB)
+        if EVEN:
+            smask = None
+        else:
+            smask = (rows < n_rows)[:, None] & (scols < K // BS)[None, :]
+        tl.store(scale_ptr + rws[:, None] * (K // BS) + scols[None, :],
+                 tl.reshape(scale, (ROWS, KB)).to(tl.uint8), mask=smask)
+
+
+# ---- the 32-block row kernel and its pieces -----------------------------------------------
+
+@triton.jit
+def fwht8(g, N: tl.constexpr):
+    """Butterfly stages h = 1, 2, 4 on each row of g [N, 8] (in registers: each thread holds
+    whole rows of 8 after a 16-byte load)."""
+    for st in tl.static_range(3):
+        t = tl.reshape(g, (N, 4 >> st, 2, 1 << st))
+        a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
+        g = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (N, 8))
+    return g
+
+
+@triton.jit
+def load_f32(ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr, EVEN: tl.constexpr,
+             IN_BF16: tl.constexpr):
+    """Quarter ``part`` (8 elements) of 32-element blocks ``blk`` as float32 [NB, 8], one
+    16-byte load per block. bf16 input is read as int32 pairs (``ptr`` is the bf16 data viewed
+    as int32): one shift or mask per element makes the float32 bits; float16 is converted
+    exactly."""
+    if IN_BF16:
+        off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+        if EVEN:
+            w = tl.load(ptr + off)
+        else:
+            w = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0)
+        lo = (w << 16).to(tl.float32, bitcast=True)  # element 2i: the low half
+        hi = (w & -65536).to(tl.float32, bitcast=True)  # element 2i + 1
+        x = tl.reshape(tl.join(lo, hi), (NB, 8))
+    else:
+        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+        if EVEN:
+            x = tl.load(ptr + off)
+        else:
+            x = tl.load(ptr + off, mask=valid[:, None] & (off >= 0), other=0.0)
+        x = x.to(tl.float32)
+    return x
+
+
+# the sum over j of 0x4B000000 << 4j, modulo 2^32 (as int32): what RAW codes add to a word
+RAW_BIAS_WORD = tl.constexpr(-0x05000000)
+
+
+@triton.jit
+def sign_nibbles(u, NB: tl.constexpr):
+    """[NB, 8] int32 (float32 bits) -> [NB] int32 whose bit 4j + 3 is element j's sign bit;
+    the other bits hold the top of each element's exponent field (mask with 0x88888888). Each
+    element costs one funnel shift: S = (S << 4) | (u_j >> 28), from element 7 down to 0."""
+    ev, od = tl.split(tl.reshape(u.to(tl.uint32, bitcast=True), (NB, 4, 2)))  # 0 2 4 6 | 1 3 5 7
+    e04, e26 = tl.split(tl.reshape(ev, (NB, 2, 2)))
+    o15, o37 = tl.split(tl.reshape(od, (NB, 2, 2)))
+    u0, u4 = tl.split(e04)
+    u2, u6 = tl.split(e26)
+    u1, u5 = tl.split(o15)
+    u3, u7 = tl.split(o37)
+    w = u7 >> 28
+    w = (w << 4) | (u6 >> 28)
+    w = (w << 4) | (u5 >> 28)
+    w = (w << 4) | (u4 >> 28)
+    w = (w << 4) | (u3 >> 28)
+    w = (w << 4) | (u2 >> 28)
+    w = (w << 4) | (u1 >> 28)
+    w = (w << 4) | (u0 >> 28)
+    return w.to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def nibbles_to_word(code, RAW: tl.constexpr = False):
+    """[N, 8] 4-bit codes -> [N] int32, element j in bits 4j..4j+3: the packed bytes of the 8
+    codes read as a little-endian word (element 0 in the low nibble of byte 0). RAW: each code
+    carries 0x4B000000 (``encode``), removed here for the whole word: the word is a sum, so
+    the bias terms add up to a constant modulo 2^32."""
+    w = tl.sum(code << (tl.arange(0, 8)[None, :] * 4), axis=1)
+    if RAW:
+        w = w - RAW_BIAS_WORD
+    return w
+
+
+@triton.jit
+def rounded_values(ab, neg, sb, special, off, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                   MAXV: tl.constexpr):
+    """float32 values of the RNE-quantized elements, ``decode(encode(.)) * 2^s`` without the
+    codes: the rounding ``encode`` uses (``round_on_grid``), then saturation at the largest
+    normal, 2^s (exact: at most MBITS + 1 significant bits), the sign as a bit, NaN for a
+    NaN/Inf block."""
+    _, magic, z = round_on_grid(ab, sb + off, special, MBITS=MBITS, BIAS=BIAS, CAST=False)
+    r = tl.minimum(z - magic.to(tl.float32, bitcast=True), MAXV)
+    two_s = tl.where(sb == -127, 0x00400000, (sb + 127) << 23).to(tl.float32, bitcast=True)
+    val = (r * two_s).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
+    return tl.where(special, float("nan"), val.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def store_bf16_pairs(out_ptr, blk, val, part: tl.constexpr, valid, NB: tl.constexpr,
+                     EVEN: tl.constexpr, EXACT: tl.constexpr):
+    """Quarter ``part`` [NB, 8] of float32 values as bf16 (cut when EXACT: every value is a
+    bf16 number; else rounded to nearest even), stored as int32 pairs [NB, 4]."""
+    if EXACT:
+        b = (val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
+    else:
+        b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
+    lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
+    off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+    if EVEN:
+        tl.store(out_ptr + off, lo | (hi << 16))
+    else:
+        tl.store(out_ptr + off, lo | (hi << 16), mask=valid[:, None] & (off >= 0))
+
+
+@triton.jit
+def store_qdq(out_ptr, blk, code, scale, part: tl.constexpr, valid, NB: tl.constexpr,
+              EVEN: tl.constexpr, BITS: tl.constexpr, EBITS: tl.constexpr, MBITS: tl.constexpr,
+              BIAS: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, SUBQ: tl.constexpr):
+    """Quarter ``part`` of 32-element blocks as bf16 values (the dequantize kernel's decode
+    and rounding), stored as int32 pairs [NB, 4] (``out_ptr``: bf16 data viewed as int32)."""
+    val = decode_values(code, scale.to(tl.int32)[:, None], IS_INT=False, BITS=BITS,
+                        EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
+    store_bf16_pairs(out_ptr, blk, val, part, valid, NB=NB, EVEN=EVEN,
+                     EXACT=BIAS + MBITS <= 7)
+
+
+@triton.jit
+def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr,
+                PACK: tl.constexpr, EVEN: tl.constexpr):
+    """Store the codes [NB, 8] of quarter ``part`` of 32-element blocks ``blk``."""
+    if PACK == 2:
+        lo4, hi4 = tl.split(tl.reshape(code, (NB, 4, 2)))
+        off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+        val = (lo4 | (hi4 << 4)).to(tl.uint8)
+    else:
+        off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+        val = code.to(tl.uint8)
+    if EVEN:
+        tl.store(data_ptr + off, val)
+    else:
+        tl.store(data_ptr + off, val, mask=valid[:, None] & (off >= 0))
+
+
+@triton.jit
+def rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT: tl.constexpr,
+                    SIGNS: tl.constexpr, SCALE: tl.constexpr):
+    """The block rotation of 32-element blocks held as quarters [NB, 8], in the emulator's
+    order: signs, butterfly stages h = 1, 2, 4 inside a quarter, h = 8 and 16 between
+    quarters, then (SCALE) the multiply by ``rot_scale``."""
+    j = tl.arange(0, 8)[None, :]
+    if SIGNS:  # signs by position inside the rotation group
+        q0 = q0 * rotation_signs(sign_mask, j)
+        q1 = q1 * rotation_signs(sign_mask, (8 % ROT) + j)
+        q2 = q2 * rotation_signs(sign_mask, (16 % ROT) + j)
+        q3 = q3 * rotation_signs(sign_mask, (24 % ROT) + j)
+    q0 = fwht8(q0, q0.shape[0])
+    q1 = fwht8(q1, q1.shape[0])
+    q2 = fwht8(q2, q2.shape[0])
+    q3 = fwht8(q3, q3.shape[0])
+    q0, q1 = q0 + q1, q0 - q1  # h = 8
+    q2, q3 = q2 + q3, q2 - q3
+    if ROT == 32:  # h = 16
+        q0, q2 = q0 + q2, q0 - q2
+        q1, q3 = q1 + q3, q1 - q3
+    if SCALE:
+        q0 = q0 * rot_scale
+        q1 = q1 * rot_scale
+        q2 = q2 * rot_scale
+        q3 = q3 * rot_scale
+    return q0, q1, q2, q3
+
+
+@triton.jit
+def block_amax(u0, u1, u2, u3):
+    """float32 bits of max |v| over each block held as quarters of int32 bits [NB, 8], without
+    a per-element abs: as signed int32 the largest bits of a non-negative value win, as uint32
+    those of a negative one (sign bit set); the larger of the two, sign cleared, is the
+    largest |v| (NaN included: its bits exceed Inf's)."""
+    smax = tl.max(tl.maximum(tl.maximum(u0, u1), tl.maximum(u2, u3)), axis=1)
+    umax = tl.max(tl.maximum(tl.maximum(u0.to(tl.uint32, bitcast=True),
+                                        u1.to(tl.uint32, bitcast=True)),
+                             tl.maximum(u2.to(tl.uint32, bitcast=True),
+                                        u3.to(tl.uint32, bitcast=True))), axis=1)
+    return tl.maximum(smax, (umax & 0x7FFFFFFF).to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def quarter_codes(ab, u, sb, special, any_special, flat, seed, OFF: tl.constexpr,
+                  RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
+                  IS_INT: tl.constexpr, ENVELOPE: tl.constexpr, MBITS: tl.constexpr,
+                  BIAS: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                  INFC: tl.constexpr, NEGMAX: tl.constexpr, SIGN: tl.constexpr):
+    """Codes [NB, 8] of one quarter of the row kernel's blocks (``encode`` with the row
+    kernel's options: NaN positive after a rotation, saturation only under the floor rule)."""
+    return encode(ab, u < 0, sb, special, any_special, flat, seed, OFF=OFF, ROUNDING=ROUNDING,
+                  IS_INT=IS_INT, ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
+                  NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN, CAST=False, NAN_POS=ROT > 0,
+                  SAT=RULE == FLOOR)
+
+
+@triton.jit
+def raw_word(ab, u, sb, special, any_special, OFF: tl.constexpr, MBITS: tl.constexpr,
+             BIAS: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
+             SIGN: tl.constexpr, SAT: tl.constexpr, NB: tl.constexpr):
+    """One quarter [NB, 8] of E2M1 blocks (RNE) as packed code words [NB]: the magnitudes from
+    ``encode``'s RAW envelope codes, their bias removed once per word, then the signs from
+    ``sign_nibbles`` added (the nibbles' sign bits are clear before)."""
+    c = encode(ab, u < 0, sb, special, any_special, 0, 0, OFF=OFF, ROUNDING=RNE, IS_INT=False,
+               ENVELOPE=True, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=0,
+               SIGN=SIGN, CAST=False, NAN_POS=False, SAT=SAT, RAW=True)
+    return nibbles_to_word(c, RAW=True) + (sign_nibbles(u, NB) & -0x77777778)
+
+
+@triton.jit
+def store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB: tl.constexpr, EVEN: tl.constexpr):
+    """The four code words [NB] of each block (quarters 0-3): one 16-byte store per block."""
+    words = tl.reshape(tl.permute(tl.join(tl.join(w0, w1), tl.join(w2, w3)), (0, 2, 1)), (NB, 4))
+    woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+    wptr = data_ptr.to(tl.pointer_type(tl.int32))
+    if EVEN:
+        tl.store(wptr + woff, words)
+    else:
+        tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
+
+
+@triton.jit
+def store_scales(scale_ptr, blk, scale, valid, EVEN: tl.constexpr):
+    if EVEN:
+        tl.store(scale_ptr + blk, scale.to(tl.uint8))
+    else:
+        tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=valid)
+
+
+@triton.jit
+def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed, rot_scale,
+                           # the format
+                           IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                           EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                           EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                           INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                           RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                           ENVELOPE: tl.constexpr,
+                           # the numerics
+                           RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
+                           SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                           QDQ: tl.constexpr, FOLD: tl.constexpr,
+                           # the tile, and what the shape implies
+                           NB: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
+    """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
+    [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
+    held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
+    registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
+    bits as ``quantize_kernel`` (and the emulator).
+
+    FOLD (H16 on bf16 or float16 input, a float format, RNE): the rotation's 1/4 goes into the
+    block scale instead of a multiply per element. The emulator rotates as signs, butterfly
+    stages, then v = fl(T * 1/4). On bf16 or float16 input every x is a multiple of 2^-133
+    (resp. 2^-24), so every butterfly intermediate and T are multiples of it too, and T/4 is a
+    float32 number: v = T / 4 exactly (Inf and NaN stay what they are). So max|v| = max|T| / 4
+    (one multiply per block, exact), and the elements' RNE input y = |v| * 2^-s =
+    |T| * 2^-(s + 2): the same real number, rounded once either way, 2^-(s + 2) being a float32
+    number (|v| < 2^126 gives s <= 124 for every float format). Same bits as the emulator.
+
+    QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
+    output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
+    without MX units this is what feeds a bf16 GEMM, without the packed round trip.
+
+    ``seed`` and ``sign_mask``: integers or pointers (``common.load_key``)."""
+    if ROUNDING == STOCHASTIC:
+        seed = load_key(seed)
+    if SIGNS:
+        sign_mask = load_key(sign_mask)
+    pid = tl.program_id(0)
+    blk = pid * NB + tl.arange(0, NB)
+    if BIG:
+        blk = blk.to(tl.int64)
+    valid = blk < n_blocks
+    j = tl.arange(0, 8)[None, :]
+    base = blk[:, None] * 32 + j  # flat index of each element of quarter 0
+    q0 = load_f32(x_ptr, blk, 0, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
+    q1 = load_f32(x_ptr, blk, 1, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
+    q2 = load_f32(x_ptr, blk, 2, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
+    q3 = load_f32(x_ptr, blk, 3, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
+    if ROT > 0:
+        r0, r1, r2, r3 = rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT=ROT,
+                                         SIGNS=SIGNS, SCALE=not FOLD)
+    else:
+        r0, r1, r2, r3 = q0, q1, q2, q3
+    amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
+                      r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
+    # the elements are divided by 2^(s + OFF)
+    OFF: tl.constexpr = 2 if FOLD else 0
+    # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
+    RAW: tl.constexpr = PACK == 2 and not QDQ and ROUNDING != STOCHASTIC and not IS_INT \
+        and ENVELOPE
+    # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
+    # and a funnel shift per element: 14.5 SASS instructions per element with H16 on sm_90,
+    # 18.3 with round_on_grid and the sign merged per element)
+    if FOLD:  # r holds the rotation without its 1/4, which goes into the scale (see above)
+        amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
+    u0 = r0.to(tl.int32, bitcast=True)
+    u1 = r1.to(tl.int32, bitcast=True)
+    u2 = r2.to(tl.int32, bitcast=True)
+    u3 = r3.to(tl.int32, bitcast=True)
+    a0 = u0 & 0x7FFFFFFF
+    a1 = u1 & 0x7FFFFFFF
+    a2 = u2 & 0x7FFFFFFF
+    a3 = u3 & 0x7FFFFFFF
+    s, special, scale = block_scale(amax, RULE=RULE, EMAX=EMAX, MBITS=MBITS, RNUM=RNUM,
+                                    RSHIFT=RSHIFT)
+    sb = s[:, None]
+    sp = special[:, None]
+    any_special = tl.max(special.to(tl.int32), axis=0) > 0
+    if QDQ and ROUNDING != STOCHASTIC:  # RNE values straight from the rounded magnitudes
+        ex = BIAS + MBITS <= 7
+        store_bf16_pairs(data_ptr, blk, rounded_values(a0, u0 < 0, sb, sp, OFF, MBITS=MBITS,
+                                                       BIAS=BIAS, MAXV=MAXV),
+                         0, valid, NB=NB, EVEN=EVEN, EXACT=ex)
+        store_bf16_pairs(data_ptr, blk, rounded_values(a1, u1 < 0, sb, sp, OFF, MBITS=MBITS,
+                                                       BIAS=BIAS, MAXV=MAXV),
+                         1, valid, NB=NB, EVEN=EVEN, EXACT=ex)
+        store_bf16_pairs(data_ptr, blk, rounded_values(a2, u2 < 0, sb, sp, OFF, MBITS=MBITS,
+                                                       BIAS=BIAS, MAXV=MAXV),
+                         2, valid, NB=NB, EVEN=EVEN, EXACT=ex)
+        store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, OFF, MBITS=MBITS,
+                                                       BIAS=BIAS, MAXV=MAXV),
+                         3, valid, NB=NB, EVEN=EVEN, EXACT=ex)
+    elif RAW:  # packed E2M1 from the envelope: each quarter's word, signs added per word
+        w0 = raw_word(a0, u0, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+        w1 = raw_word(a1, u1, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+        w2 = raw_word(a2, u2, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+        w3 = raw_word(a3, u3, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+        store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
+        store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
+    else:
+        c0 = quarter_codes(a0, u0, sb, sp, any_special, base, seed, OFF=OFF, RULE=RULE,
+                           ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
+                           MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                           NEGMAX=NEGMAX, SIGN=SIGN)
+        c1 = quarter_codes(a1, u1, sb, sp, any_special, base + 8, seed, OFF=OFF, RULE=RULE,
+                           ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
+                           MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                           NEGMAX=NEGMAX, SIGN=SIGN)
+        c2 = quarter_codes(a2, u2, sb, sp, any_special, base + 16, seed, OFF=OFF, RULE=RULE,
+                           ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
+                           MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                           NEGMAX=NEGMAX, SIGN=SIGN)
+        c3 = quarter_codes(a3, u3, sb, sp, any_special, base + 24, seed, OFF=OFF, RULE=RULE,
+                           ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
+                           MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                           NEGMAX=NEGMAX, SIGN=SIGN)
+        if QDQ:
+            store_qdq(data_ptr, blk, c0, scale, 0, valid, NB=NB, EVEN=EVEN, BITS=BITS,
+                      EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
+            store_qdq(data_ptr, blk, c1, scale, 1, valid, NB=NB, EVEN=EVEN, BITS=BITS,
+                      EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
+            store_qdq(data_ptr, blk, c2, scale, 2, valid, NB=NB, EVEN=EVEN, BITS=BITS,
+                      EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
+            store_qdq(data_ptr, blk, c3, scale, 3, valid, NB=NB, EVEN=EVEN, BITS=BITS,
+                      EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
+        else:
+            if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store
+                store_words(data_ptr, blk, nibbles_to_word(c0), nibbles_to_word(c1),
+                            nibbles_to_word(c2), nibbles_to_word(c3), valid, NB=NB, EVEN=EVEN)
+            else:
+                store_codes(data_ptr, blk, c0, 0, valid, NB=NB, PACK=PACK, EVEN=EVEN)
+                store_codes(data_ptr, blk, c1, 1, valid, NB=NB, PACK=PACK, EVEN=EVEN)
+                store_codes(data_ptr, blk, c2, 2, valid, NB=NB, PACK=PACK, EVEN=EVEN)
+                store_codes(data_ptr, blk, c3, 3, valid, NB=NB, PACK=PACK, EVEN=EVEN)
+            store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)

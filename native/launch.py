@@ -1,0 +1,172 @@
+"""Launch code: what each kernel is given, from the numerics (what is computed), the tuning
+(tiles) and the shapes. Every launch of the package goes through ``run``, so one place sees them
+all (the compile audit records them there).
+
+``Numerics`` is the part that fixes the bits: the format, the scale rule, the rounding, the
+rotation. Its ``constexprs`` are the one lowering of those choices for every launch site
+(``ocpmx.spec.KernelFormat.constexprs`` for the format, the named option values for the rest).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..spec import ElementFormat, Rotation, Rounding, ScaleRule, lower
+from . import kernels
+from .dispatch import nvidia
+from .tensor import pack_factor
+from .tuning import Tuning
+
+# tensors at least this large index with 64-bit offsets (a margin below 2^31 for the tiles)
+BIG_NUMEL = 2**31 - 2**20
+
+
+def run(kernel, grid, *args, **constexprs):
+    """Launch ``kernel`` on ``grid``: every kernel launch of ``ocpmx.native`` goes through here."""
+    return kernel[grid](*args, **constexprs)
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """What a quantize kernel computes: these fix the bits (tuning never does)."""
+
+    fmt: ElementFormat
+    scale_rule: ScaleRule = ScaleRule.FLOOR
+    rounding: Rounding = Rounding.RNE
+    rotation: Rotation | None = None
+    int8_min: int = -127
+
+    @property
+    def pack(self) -> int:
+        return pack_factor(self.fmt)
+
+    @property
+    def sign_mask(self) -> int:
+        return self.rotation.sign_mask() if self.rotation is not None else 0
+
+    @property
+    def rot_scale(self) -> float:
+        return float(self.rotation.scale) if self.rotation is not None else 1.0
+
+    def constexprs(self, in_dtype: torch.dtype) -> dict:
+        """The quantize kernels' format block and numerics constexprs (cached)."""
+        return _constexprs(self, in_dtype)
+
+    def fold(self, in_dtype: torch.dtype) -> bool:
+        """Whether the row kernel may fold H16's 1/4 into the block scale (``FOLD``, see
+        ``kernels.quantize.quantize_rows32_kernel``): H16 on bf16 or float16 input (x/4 exact),
+        a float format, RNE."""
+        r = self.rotation
+        return (r is not None and r.size == 16 and in_dtype in (torch.bfloat16, torch.float16)
+                and self.fmt.kind != "int" and self.rounding == Rounding.RNE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _constexprs(n: Numerics, in_dtype: torch.dtype) -> dict:
+    r = n.rotation
+    return dict(**lower(n.fmt, n.int8_min).constexprs(), RULE=int(n.scale_rule),
+                ROUNDING=int(n.rounding), ROT=r.size if r else 0,
+                SIGNS=r is not None and r.has_signs, PACK=n.pack,
+                IN_BF16=in_dtype == torch.bfloat16)
+
+
+def rows32_applies(block_size: int, inner: int, rounding: Rounding) -> bool:
+    """Whether the 32-block row kernel serves: blocks of 32, along the last axis, or along
+    another one with RNE (see ``rows32``)."""
+    return block_size == 32 and (inner == 1 or rounding == Rounding.RNE)
+
+
+def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning: Tuning,
+                      qdq: bool, device: torch.device) -> tuple[dict, int]:
+    """(constexprs and launch options, blocks per program) of the 32-block row kernel."""
+    tile = tuning.rows32_qdq if qdq else tuning.rows32
+    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and nvidia(device) else {}
+    return dict(**n.constexprs(in_dtype), QDQ=qdq, FOLD=n.fold(in_dtype), NB=tile.blocks,
+                BIG=n_blocks * 32 >= BIG_NUMEL, EVEN=n_blocks % tile.blocks == 0,
+                num_warps=tile.warps, **opts), tile.blocks
+
+
+def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
+    """The quantize kernels' seed and sign-mask arguments: integers, or (``keys``: int64
+    [seed, sign mask] on the data's device) pointers the kernels read them from."""
+    if keys is not None:
+        return keys[0:1], keys[1:2]
+    return seed & 0xFFFFFFFFFFFFFFFF, n.sign_mask
+
+
+def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,
+           n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
+           keys: torch.Tensor | None = None) -> None:
+    """The 32-block row kernel. Along the last axis (Fprop, Dgrad) it reads the input directly;
+    along another axis (Wgrad contracts over tokens) a transposed copy, which costs one copy
+    but avoids the strided tile kernel (2-10x slower with a rotation on an H200 in the
+    ablation). The bits are the same: the output layout is the moved-axis one either way.
+    Stochastic rounding keys its random bits by the element's index in the input, so off the
+    last axis it keeps the tile kernel (``rows32_applies``). ``qdq``: ``data`` is the bf16
+    output viewed as int32 pairs (quantize-dequantize), ``scales`` unused."""
+    src = x if inner == 1 else move_axis_last(x, axis, tuning)
+    consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device)
+    seed_arg, sign_arg = random_args(n, seed, keys)
+    run(kernels.quantize.quantize_rows32_kernel, (triton.cdiv(n_blocks, nb),),
+        src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
+        sign_arg, n_blocks, seed_arg, n.rot_scale, **consts)
+
+
+def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int, k: int,
+            inner: int, block_size: int, n: Numerics, seed: int, tuning: Tuning,
+            cast: bool = False, keys: torch.Tensor | None = None) -> None:
+    """The strided tile kernel: blocks of any size along any axis, or element casts (``cast``:
+    block_size 1, no scales)."""
+    tile = tuning.last_axis if inner == 1 else tuning.other_axis
+    nblk = k // block_size
+    kb = tile.blocks_per_row(block_size, nblk)
+    rot = n.rotation
+    consts = n.constexprs(x.dtype)
+    if cast:  # one code per byte, whatever the format
+        consts = {**consts, "PACK": 1}
+    seed_arg, sign_arg = random_args(n, seed, keys)
+    run(kernels.quantize.quantize_kernel, (triton.cdiv(rows, tile.rows), triton.cdiv(nblk, kb)),
+        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg,
+        rows, k, inner, seed_arg, n.rot_scale, **consts, CAST=cast, ROWS=tile.rows, KB=kb, BS=block_size,
+        LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, INNER1=inner == 1,
+        BIG=x.numel() >= BIG_NUMEL, EVEN=rows % tile.rows == 0 and nblk % kb == 0,
+        num_warps=tile.warps)
+
+
+def dequantize(data: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, k: int,
+               block_size: int, fmt: ElementFormat, tuning: Tuning) -> None:
+    """Codes and scales (K-major) -> ``out`` (float32, or bfloat16 rounded to nearest even)."""
+    rows = math.prod(out.shape[:-1])
+    tile = tuning.dequantize
+    nblk = k // block_size
+    kb = tile.blocks_per_row(block_size, nblk)
+    bf16 = out.dtype == torch.bfloat16
+    run(kernels.dequantize.dequantize_kernel,
+        (triton.cdiv(rows, tile.rows), triton.cdiv(nblk, kb)),
+        data, scales, out.view(torch.int16) if bf16 else out, rows, k,
+        **lower(fmt).constexprs(), PACK=pack_factor(fmt), OUT_BF16=bf16, ROWS=tile.rows, KB=kb,
+        BS=block_size, EVEN=rows % tile.rows == 0 and nblk % kb == 0,
+        BIG=out.numel() >= BIG_NUMEL, num_warps=tile.warps)
+
+
+def move_axis_last(x: torch.Tensor, axis: int, tuning: Tuning) -> torch.Tensor:
+    """``x.movedim(axis, -1).contiguous()`` for a contiguous ``x``, through a Triton tiled
+    transpose: torch's strided copy of a transposed bf16 8192 x 14336 ran at ~15% of copy
+    bandwidth on an H200 (results/native_gpu)."""
+    k = x.shape[axis]
+    inner = math.prod(x.shape[axis + 1:])
+    outer = x.numel() // max(1, k * inner)
+    if outer > 65535:  # the grid's third dimension
+        return x.movedim(axis, -1).contiguous()
+    out = torch.empty(x.shape[:axis] + x.shape[axis + 1:] + (k,), dtype=x.dtype, device=x.device)
+    if x.numel():
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+        bk, bi = tuning.transpose
+        run(kernels.transpose.transpose_kernel, (triton.cdiv(k, bk), triton.cdiv(inner, bi), outer),
+            x.view(bits), out.view(bits), k, inner, BK=bk, BI=bi,
+            EVEN=k % bk == 0 and inner % bi == 0, num_warps=4)
+    return out

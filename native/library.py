@@ -1,0 +1,163 @@
+"""The native operations as ``torch.library`` custom ops (namespace ``ocpmx``), so that
+``torch.compile`` keeps graphs holding them whole (``fullgraph=True``): each op has a fake-tensor
+implementation (shapes and dtypes only) and one implementation for every device (CUDA/ROCm:
+the Triton kernels; CPU: the emulator, or the Triton interpreter). The public functions of
+``ocpmx.native`` call these ops while compiling and the same implementations directly in eager
+mode, so compiled and eager runs give the same bits.
+
+Arguments are plain values: formats and options by name, the rotation by its name
+(``ocpmx.spec.Rotation.name``), seeds as signed 64-bit integers; random keys read from
+device memory come as an optional int64 tensor [seed, sign mask] (``keys``).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..spec import Rounding, ScaleRule, get_format, parse_rotation
+from . import gemm, launch, ops
+from .launch import Numerics
+from .tensor import pack_factor
+from .tuning import default_tuning
+
+_M64 = (1 << 64) - 1
+
+
+def _signed(seed: int) -> int:
+    """A 64-bit seed as the signed integer a custom op's ``int`` argument holds."""
+    seed &= _M64
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+def _numerics(fmt: str, scale_rule: str, rounding: str, rotation: str, int8_min: int) -> Numerics:
+    return Numerics(get_format(fmt), ScaleRule.parse(scale_rule), Rounding.parse(rounding),
+                    parse_rotation(rotation), int8_min)
+
+
+def _args(n: Numerics) -> tuple:
+    return (n.fmt.name, n.scale_rule.label, n.rounding.label,
+            n.rotation.name if n.rotation is not None else "none", n.int8_min)
+
+
+def _moved(shape, axis: int) -> list[int]:
+    return list(shape[:axis]) + list(shape[axis + 1:]) + [shape[axis]]
+
+
+# ---- quantize ---------------------------------------------------------------------------------
+
+@torch.library.custom_op("ocpmx::quantize", mutates_args=())
+def quantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
+                int8_min: int, axis: int, block_size: int, seed: int, keys: Optional[Tensor],
+                backend: str) -> tuple[Tensor, Tensor]:
+    n = _numerics(fmt, scale_rule, rounding, rotation, int8_min)
+    return ops.quantize_kmajor(x, n, axis, block_size, seed & _M64, keys, backend or None, None)
+
+
+@quantize_op.register_fake
+def _(x, fmt, scale_rule, rounding, rotation, int8_min, axis, block_size, seed, keys, backend):
+    moved = _moved(x.shape, axis)
+    k = moved[-1]
+    data = x.new_empty(moved[:-1] + [k // pack_factor(get_format(fmt))], dtype=torch.uint8)
+    return data, x.new_empty(moved[:-1] + [k // block_size], dtype=torch.uint8)
+
+
+def quantize(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend):
+    return quantize_op(x, *_args(n), axis, block_size, _signed(seed), keys, backend or "")
+
+
+# ---- quantize-dequantize ----------------------------------------------------------------------
+
+@torch.library.custom_op("ocpmx::quantize_dequantize", mutates_args=())
+def quantize_dequantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
+                           axis: int, block_size: int, seed: int, keys: Optional[Tensor],
+                           backend: str) -> Tensor:
+    n = _numerics(fmt, scale_rule, rounding, rotation, -127)
+    return ops.quantize_dequantize_kmajor(x, n, axis, block_size, seed & _M64, keys,
+                                          backend or None, None)
+
+
+@quantize_dequantize_op.register_fake
+def _(x, fmt, scale_rule, rounding, rotation, axis, block_size, seed, keys, backend):
+    return x.new_empty(_moved(x.shape, axis), dtype=torch.bfloat16)
+
+
+def quantize_dequantize(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend):
+    return quantize_dequantize_op(x, *_args(n)[:4], axis, block_size, _signed(seed), keys,
+                                  backend or "")
+
+
+# ---- dequantize -------------------------------------------------------------------------------
+
+@torch.library.custom_op("ocpmx::dequantize", mutates_args=())
+def dequantize_op(data: Tensor, scales: Tensor, fmt: str, k: int, block_size: int,
+                  dtype: torch.dtype, backend: str) -> Tensor:
+    return ops.dequantize_kmajor(data, scales, fmt, k, block_size, dtype, backend or None, None)
+
+
+@dequantize_op.register_fake
+def _(data, scales, fmt, k, block_size, dtype, backend):
+    return data.new_empty(list(data.shape[:-1]) + [k], dtype=dtype)
+
+
+def dequantize(data, scales, fmt, k: int, block_size: int, dtype, backend):
+    return dequantize_op(data, scales, get_format(fmt).name, k, block_size, dtype, backend or "")
+
+
+# ---- cast -------------------------------------------------------------------------------------
+
+@torch.library.custom_op("ocpmx::cast", mutates_args=())
+def cast_op(x: Tensor, fmt: str, rounding: str, int8_min: int, seed: int, backend: str) -> Tensor:
+    n = _numerics(fmt, "floor", rounding, "none", int8_min)
+    return ops.cast_impl(x, n, seed & _M64, backend or None, None)
+
+
+@cast_op.register_fake
+def _(x, fmt, rounding, int8_min, seed, backend):
+    return x.new_empty(x.shape, dtype=torch.uint8)
+
+
+def cast(x, n: Numerics, seed: int, backend):
+    return cast_op(x, n.fmt.name, n.rounding.label, n.int8_min, _signed(seed), backend or "")
+
+
+# ---- the transpose ----------------------------------------------------------------------------
+
+@torch.library.custom_op("ocpmx::move_axis_last", mutates_args=())
+def move_axis_last_op(x: Tensor, axis: int) -> Tensor:
+    if axis == x.dim() - 1:  # nothing moves; an op's output must not alias its input
+        return x.clone(memory_format=torch.contiguous_format)
+    return launch.move_axis_last(x.contiguous(), axis, default_tuning())
+
+
+@move_axis_last_op.register_fake
+def _(x, axis):
+    return x.new_empty(_moved(x.shape, axis))
+
+
+def move_axis_last(x, axis: int):
+    return move_axis_last_op(x, axis)
+
+
+# ---- the MX GEMM ------------------------------------------------------------------------------
+
+@torch.library.custom_op("ocpmx::mx_matmul", mutates_args=())
+def mx_matmul_op(a_data: Tensor, a_scales: Tensor, b_data: Tensor, b_scales: Tensor,
+                 fmt_a: str, fmt_b: str, k: int, out_dtype: torch.dtype, method: str,
+                 model: str, backend: str) -> Tensor:
+    return gemm.mx_matmul_kmajor(a_data, a_scales, b_data, b_scales, get_format(fmt_a),
+                                 get_format(fmt_b), k, out_dtype, backend or None, method, model,
+                                 tune=True)
+
+
+@mx_matmul_op.register_fake
+def _(a_data, a_scales, b_data, b_scales, fmt_a, fmt_b, k, out_dtype, method, model, backend):
+    return a_data.new_empty((a_data.shape[0], b_data.shape[0]), dtype=out_dtype)
+
+
+def mx_matmul(a_data, a_scales, b_data, b_scales, fmt_a, fmt_b, k: int, out_dtype, method: str,
+              model: str, backend):
+    return mx_matmul_op(a_data, a_scales, b_data, b_scales, fmt_a.name, fmt_b.name, k, out_dtype,
+                        method, model, backend or "")
+

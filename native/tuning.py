@@ -1,0 +1,69 @@
+"""Tuning: tile shapes, warps and register caps of the native kernels, as explicit objects.
+
+Tuning changes speed, never bits (the tests run the kernels under several tunings and compare
+bits). Every native operation takes ``tuning=`` (None: ``default_tuning()``), so a benchmark
+sweeps tiles by passing objects, never by setting a global.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import triton
+
+from .dispatch import interpreting
+
+
+@dataclass(frozen=True)
+class RowTile:
+    """The 32-block row kernel: ``blocks`` per program on ``warps`` warps; ``maxnreg`` caps the
+    registers per thread (NVIDIA only; None: no cap)."""
+    blocks: int
+    warps: int
+    maxnreg: int | None = None
+
+
+@dataclass(frozen=True)
+class StridedTile:
+    """The strided tile kernels (quantize along any axis, dequantize, casts): ``rows`` rows of
+    about ``elems`` elements (whole blocks, a power of two of them) on ``warps`` warps."""
+    rows: int
+    elems: int
+    warps: int
+
+    def blocks_per_row(self, block_size: int, n_blocks: int) -> int:
+        kb = max(1, self.elems // block_size)
+        kb = 1 << (kb.bit_length() - 1)  # a power of two
+        return max(1, min(kb, triton.next_power_of_2(n_blocks)))
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Tiles of every native kernel.
+
+    rows32 / rows32_qdq  the 32-block row kernel, quantize and quantize-dequantize
+    last_axis / other_axis   the strided quantize kernel along the last axis / another one
+    dequantize           the dequantize kernel
+    transpose            (BK, BI) of the tiled transpose
+    """
+    rows32: RowTile = RowTile(32, 1, 72)
+    rows32_qdq: RowTile = RowTile(32, 1)
+    last_axis: StridedTile = StridedTile(16, 256, 4)
+    other_axis: StridedTile = StridedTile(64, 64, 4)
+    dequantize: StridedTile = StridedTile(16, 256, 4)
+    transpose: tuple[int, int] = (64, 64)
+    notes: str = field(default="", compare=False)
+
+
+# On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
+# noise of it for both forms (one warp also keeps the tile's NaN/Inf vote inside the warp); the
+# packed-code form capped at 72 registers was 3% faster than ptxas's 80 (64 spills).
+GPU = Tuning(notes="H200-tuned defaults")
+# Under the interpreter the cost is per program: few, large programs.
+INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
+                     last_axis=StridedTile(64, 256, 4), other_axis=StridedTile(64, 256, 4),
+                     dequantize=StridedTile(64, 256, 4), transpose=(128, 128),
+                     notes="Triton CPU interpreter")
+
+
+def default_tuning() -> Tuning:
+    return INTERPRETER if interpreting() else GPU

@@ -1,0 +1,161 @@
+"""torch.compile over MXLinear: the MX operations are ``torch.library`` custom ops, so a Llama
+block compiles whole (no graph break) for every recipe, and gives the same bits as eager mode.
+
+Bit equality is checked with ``backend="aot_eager"`` (Dynamo and AOT autograd, every op run by
+its eager kernel): Inductor fuses and reorders the block's other operations (RMSNorm, SiLU,
+attention), which changes their bits even in the bf16 recipe, so with Inductor the check is the
+graph count and the bits of an MXLinear alone (whose operations are the opaque custom ops).
+Random bits (stochastic rounding, re-drawn signs) come from each layer's key buffer, so a new
+step changes the bits without a recompile.
+"""
+import pytest
+import torch
+
+from ocpmx import native
+from ocpmx.llama_train.model import Block, get_config, rope_frequencies
+
+# fp8 is the hand-written per-tensor baseline (to be replaced by torchao.float8): compiled, its
+# block gave FP8-sized differences from eager (not understood), so MXLinear refuses compilation
+# with it (test_fp8_baseline_refuses_compilation)
+RECIPES = [r for r in native.RECIPES if r != "fp8"]
+
+
+def as_bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32)
+
+
+def block_and_inputs(recipe: str, backend=None):
+    torch.manual_seed(0)
+    cfg = get_config("tiny")
+    blk = Block(cfg)
+    native.convert_linears(blk, recipe, seed=3, backend=backend)
+    x = torch.randn(2, 32, cfg.dim)
+    return blk, x, rope_frequencies(cfg, 32)
+
+
+def step(blk, fn, x, freqs, step_no):
+    """Forward and backward under bf16 autocast, as training runs them; the outputs, the input
+    gradient and every parameter gradient."""
+    native.set_step(blk, step_no)
+    blk.zero_grad(set_to_none=True)
+    xx = x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = fn(xx, freqs)
+    y.float().square().sum().backward()
+    return [y.detach(), xx.grad] + [p.grad.clone() for p in blk.parameters()]
+
+
+def frames_compiled() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_block_compiles_whole_with_eager_bits(recipe):
+    torch._dynamo.reset()
+    blk, x, freqs = block_and_inputs(recipe)
+    explanation = torch._dynamo.explain(blk)(x, freqs)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    torch._dynamo.reset()
+    compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")
+    eager = [step(blk, blk, x, freqs, s) for s in (1, 2)]
+    before = frames_compiled()
+    got = [step(blk, compiled, x, freqs, s) for s in (1, 2)]
+    assert frames_compiled() - before == 1, "a new step recompiled the block"
+    for e_step, c_step in zip(eager, got):
+        for e, c in zip(e_step, c_step):
+            assert torch.equal(as_bits(e), as_bits(c))
+    # the random-bit recipes differ between steps: the keys reached the compiled graph
+    if blk.attention.wq.keyed:
+        assert not all(torch.equal(a, b) for a, b in zip(got[0][2:], got[1][2:]))
+
+
+def test_fp8_baseline_refuses_compilation():
+    torch._dynamo.reset()
+    blk, x, freqs = block_and_inputs("fp8")
+    step(blk, blk, x, freqs, 1)  # eager runs
+    with pytest.raises(Exception, match="per-tensor FP8 baseline gives other numbers"):
+        torch.compile(blk, fullgraph=True, backend="aot_eager")(x, freqs)
+
+
+def test_inductor_compiles_the_block_and_keeps_the_mx_bits():
+    """Inductor: the block compiles whole; an MXLinear alone (custom ops and views only, no bias:
+    its gradient is a torch reduction, which Inductor orders its own way) keeps its eager bits,
+    forward and backward, stochastic rounding included."""
+    torch._dynamo.reset()
+    blk, x, freqs = block_and_inputs("mxfp4_all_h16")
+    compiled = torch.compile(blk, fullgraph=True)
+    step(blk, compiled, x, freqs, 1)
+    assert torch._dynamo.explain(blk)(x, freqs).graph_break_count == 0
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    lin = native.MXLinear(64, 96, bias=False, recipe="mxfp4_all_sr_wgrad", seed=5)
+    x2 = torch.randn(2, 32, 64)
+    gy = torch.randn(2, 32, 96)
+    comp = torch.compile(lin, fullgraph=True)
+
+    def run(fn, s):
+        native.set_step(lin, s)
+        lin.zero_grad(set_to_none=True)
+        xx = x2.clone().requires_grad_()
+        y = fn(xx)
+        y.backward(gy)
+        return y.detach(), xx.grad, lin.weight.grad.clone()
+
+    for s in (3, 4):
+        for e, c in zip(run(lin, s), run(comp, s)):
+            assert torch.equal(e, c)
+
+
+def test_triton_interpreter_path_compiles_with_eager_bits():
+    """The Triton backend (the CPU interpreter here) under compile: the kernels read the
+    per-step keys through pointers."""
+    torch._dynamo.reset()
+    blk, x, freqs = block_and_inputs("mxfp4_all_rht_wgrad", backend="triton")
+    blk = blk.to(torch.float32)
+    compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")
+    for s in (1, 2):
+        for e, c in zip(step(blk, blk, x, freqs, s), step(blk, compiled, x, freqs, s)):
+            assert torch.equal(as_bits(e), as_bits(c))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("recipe", ["mxfp4_all_h16", "mxfp4_all_sr_wgrad", "mxfp4_all_rht_wgrad"])
+def test_training_step_replays_from_a_cuda_graph(recipe):
+    """Forward and backward of a block captured once in a CUDA graph, replayed for two steps
+    (set_step writes the keys in between): the same bits as eager steps."""
+    torch.manual_seed(0)
+    cfg = get_config("tiny")
+    blk = Block(cfg).cuda()
+    native.convert_linears(blk, recipe, seed=3)
+    x = torch.randn(2, 32, cfg.dim, device="cuda")
+    freqs = rope_frequencies(cfg, 32, "cuda")
+    static_x = x.clone().requires_grad_()
+
+    def fwd_bwd():
+        blk.zero_grad(set_to_none=False)
+        static_x.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = blk(static_x, freqs)
+        y.float().square().sum().backward()
+        return y
+
+    for p in blk.parameters():
+        p.grad = torch.zeros_like(p)
+    native.set_step(blk, 0)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # warm up (compiles the kernels) outside the capture
+            fwd_bwd()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y_static = fwd_bwd()
+    for step_no in (5, 6):
+        native.set_step(blk, step_no)
+        g.replay()
+        torch.cuda.synchronize()
+        replayed = [y_static.clone()] + [p.grad.clone() for p in blk.parameters()]
+        eager = step(blk, blk, x, freqs, step_no)
+        for e, r in zip([eager[0]] + eager[2:], replayed):
+            assert torch.equal(as_bits(e), as_bits(r))
