@@ -16,9 +16,14 @@ _KEY_B = np.uint64(definition.KEY_B)
 _MASK = np.uint64(0xFFFFFFFF)
 
 
+SR_BITS = definition.SR_BITS
+SR_GROUP = definition.SR_GROUP
+
+
 @nb.njit(cache=True, inline="always")
-def philox_word(seed, offset):
-    """First 32-bit output of Philox4x32-10 for (seed, offset); both uint64."""
+def philox4(seed, offset):
+    """The four 32-bit outputs of Philox4x32-10 for (seed, counter (offset lo, offset hi, 0, 0));
+    both uint64."""
     k0 = seed & _MASK
     k1 = (seed >> np.uint64(32)) & _MASK
     c0 = offset & _MASK
@@ -36,7 +41,24 @@ def philox_word(seed, offset):
         c2 = n2
         k0 = (k0 + _KEY_A) & _MASK
         k1 = (k1 + _KEY_B) & _MASK
-    return c0
+    return c0, c1, c2, c3
+
+
+@nb.njit(cache=True, inline="always")
+def philox_word(seed, offset):
+    """First 32-bit output of Philox4x32-10 for (seed, offset); both uint64 (tl.randint)."""
+    return philox4(seed, offset)[0]
+
+
+@nb.njit(cache=True, inline="always")
+def stochastic_bits(seed, index):
+    """Stochastic rounding's random bits of the element at flat index ``index`` (uint64s):
+    ``ocpmx.spec.philox.stochastic_bits``, the definition."""
+    w = philox4(seed, index // np.uint64(SR_GROUP))
+    j = index % np.uint64(SR_GROUP)
+    half = j // np.uint64(2)
+    word = w[0] if half == 0 else (w[1] if half == 1 else (w[2] if half == 2 else w[3]))
+    return (word >> (np.uint64(SR_BITS) * (j % np.uint64(2)))) & np.uint64((1 << SR_BITS) - 1)
 
 
 @nb.njit(cache=True, parallel=True)

@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from ..spec.rules import Rounding, ScaleRule
-from .philox import philox_word
+from .philox import SR_BITS, stochastic_bits
 
 # the options as constants Numba folds into the code
 CEIL, RCEIL, EVEN = int(ScaleRule.CEIL), int(ScaleRule.RCEIL), int(ScaleRule.EVEN)
@@ -80,7 +80,8 @@ def scale_exponent(ua, mb, emask, fbias, kf, rule):
 
 @nb.njit(cache=True, inline="always")
 def encode(neg, m, e, cls, s, kf, rounding, rbits, mb):
-    """Element code of (-1)^neg * m * 2^e / 2^s; RNE or stochastic (with the random word rbits).
+    """Element code of (-1)^neg * m * 2^e / 2^s; RNE or stochastic: up iff rbits (SR_BITS random
+    bits) < the fraction's first SR_BITS bits (truncated).
 
     Overflow saturates to +-max; the sign of zero is kept (float formats).
     """
@@ -113,9 +114,9 @@ def encode(neg, m, e, cls, s, kf, rounding, rbits, mb):
     elif shift >= 62:
         n = np.int64(0)
         if rounding == STOCHASTIC:
-            k = shift - 32
-            frac32 = (m >> k) if k < 63 else np.int64(0)
-            if np.int64(rbits) < frac32:
+            k = shift - SR_BITS
+            frac = (m >> k) if k < 63 else np.int64(0)
+            if np.int64(rbits) < frac:
                 n = np.int64(1)
     else:
         n = m >> shift
@@ -124,12 +125,12 @@ def encode(neg, m, e, cls, s, kf, rounding, rbits, mb):
             half = np.int64(1) << (shift - 1)
             if rem > half or (rem == half and (n & 1) == 1):
                 n += 1
-        else:
-            if shift <= 32:
-                frac32 = rem << (32 - shift)
+        else:  # the fraction's first SR_BITS bits
+            if shift <= SR_BITS:
+                frac = rem << (SR_BITS - shift)
             else:
-                frac32 = rem >> (shift - 32)
-            if np.int64(rbits) < frac32:
+                frac = rem >> (shift - SR_BITS)
+            if np.int64(rbits) < frac:
                 n += 1
     if is_int:
         limit = np.int64(kf.neg_max if neg else kf.max_code)
@@ -186,7 +187,7 @@ def quantize_rows(u, rows, k, block, mb, emask, fbias, kf, rule, rounding, seed,
             rb = np.uint64(0)
             if rounding == STOCHASTIC:
                 idx = ((r // inner) * k + c0 + j) * inner + (r % inner)
-                rb = philox_word(seed, np.uint64(idx))
+                rb = stochastic_bits(seed, np.uint64(idx))
             codes[base + j] = np.uint8(encode(neg, m, e, cls, s, kf, rounding, rb, mb))
 
 
@@ -197,7 +198,7 @@ def cast_elements(u, mb, emask, fbias, kf, rounding, seed, out):
         neg, m, e, cls = split(u[i], mb, emask, fbias)
         rb = np.uint64(0)
         if rounding == STOCHASTIC:
-            rb = philox_word(seed, np.uint64(i))
+            rb = stochastic_bits(seed, np.uint64(i))
         out[i] = np.uint8(encode(neg, m, e, cls, np.int64(0), kf, rounding, rb, mb))
 
 

@@ -1,5 +1,5 @@
 """Philox4x32-10 (Salmon et al., SC'11), the counter-based generator behind stochastic rounding
-and random-sign rotations: the definition, in plain Python.
+and random-sign rotations: the definition, in plain Python, and the random bits each use.
 
 The stream is Triton's ``tl.randint(seed, offset)``: key (k0, k1) = (seed & 0xffffffff,
 seed >> 32), counter (c0, c1, c2, c3) = (offset & 0xffffffff, offset >> 32, 0, 0), ten rounds,
@@ -28,3 +28,18 @@ def philox4x32(seed: int, counter: tuple[int, int, int, int]) -> tuple[int, int,
 def philox_word(seed: int, offset: int) -> int:
     """``tl.randint(seed, offset)``: the first word for counter (offset lo, offset hi, 0, 0)."""
     return philox4x32(seed, (offset & _M32, (offset >> 32) & _M32, 0, 0))[0]
+
+
+# Stochastic rounding's random bits (Rounding.STOCHASTIC): SR_BITS per element, the SR_GROUP
+# elements of consecutive flat indices c * SR_GROUP .. c * SR_GROUP + SR_GROUP - 1 sharing one
+# Philox4x32-10 call with counter (c lo, c hi, 0, 0) (Triton: tl.randint4x(seed, c)); element j
+# of a group takes bits [SR_BITS * (j % 2), SR_BITS * (j % 2) + SR_BITS) of word j // 2.
+SR_BITS = 16
+SR_GROUP = 128 // SR_BITS
+
+
+def stochastic_bits(seed: int, index: int) -> int:
+    """The SR_BITS random bits of the element at flat index ``index``."""
+    c, j = divmod(index, SR_GROUP)
+    word = philox4x32(seed, (c & _M32, (c >> 32) & _M32, 0, 0))[j // 2]
+    return (word >> (SR_BITS * (j % 2))) & ((1 << SR_BITS) - 1)

@@ -57,7 +57,7 @@ class Rounding(_Named):
     """Rounding: how an element value between two codes is rounded (§6.3 requires RNE)."""
 
     RNE = 0         # §6.3: round to nearest, ties to even (default)
-    STOCHASTIC = 1  # up with probability frac (Philox4x32-10 keyed by seed and element index)
+    STOCHASTIC = 1  # up with probability frac16 / 2^16 (``ocpmx.spec.philox.stochastic_bits``)
 
 
 # descriptions, by name (help texts and reports)
@@ -70,8 +70,9 @@ SCALE_RULES: dict[str, str] = {
 }
 ROUNDINGS: dict[str, str] = {
     "rne": "§6.3: round to nearest, ties to even (default)",
-    "stochastic": "round up with probability equal to the fraction's first 32 bits / 2^32, "
-                  "compared against a Philox4x32-10 word keyed by (seed, element index)",
+    "stochastic": "round up iff r < frac16: frac16 the first 16 bits of the fraction (truncated), "
+                  "r 16 random bits of Philox4x32-10 keyed by seed, 8 elements of consecutive "
+                  "flat indices per call (ocpmx.spec.philox.stochastic_bits)",
 }
 assert list(SCALE_RULES) == [m.label for m in ScaleRule]
 assert list(ROUNDINGS) == [m.label for m in Rounding]

@@ -9,6 +9,8 @@ from fractions import Fraction
 from ocpmx.emulator import decode_code
 from ocpmx.spec import FORMATS
 
+SR_BITS = 16  # stochastic rounding: random bits per element, 8 elements per Philox call
+
 
 def philox_ref(seed, counter):
     """Philox4x32-10 (Salmon et al. 2011), all four counter words and output words."""
@@ -65,12 +67,21 @@ def encode_value(v: Fraction, negative: bool, name: str, rbits=None, int8_min=-1
             pick = lower if dl < du else upper if du < dl else (lower if lower[1] % 2 == 0 else upper)
         else:
             frac = (a - lower[0]) / (upper[0] - lower[0])
-            frac32 = math.floor(frac * 2**32)
-            pick = upper if rbits < frac32 else lower
+            bits = math.floor(frac * 2**SR_BITS)  # the fraction's first SR_BITS bits
+            pick = upper if rbits < bits else lower
     code = pick[1]
     if f.kind == "int":
         return (-code) & 0xFF if negative else code
     return code | (f.sign_bit if negative else 0)
+
+
+def sr_bits_ref(seed, index):
+    """Stochastic rounding's random bits of the element at flat index ``index``: 16 bits, the
+    eight elements 8c .. 8c + 7 sharing Philox(seed, (c lo, c hi, 0, 0)); element j takes the
+    low (j even) or high (j odd) half of word j // 2."""
+    c, j = divmod(index, 8)
+    word = philox_ref(seed, [c & 0xFFFFFFFF, c >> 32, 0, 0])[j // 2]
+    return (word >> (16 * (j % 2))) & 0xFFFF
 
 
 def quantize_block(values, name, rule="floor", rbits=None, int8_min=-127):

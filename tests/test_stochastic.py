@@ -1,6 +1,6 @@
 """Stochastic rounding: exact bits from Philox, reproducibility, unbiasedness."""
 import numpy as np
-from reference import philox_ref, quantize_block
+from reference import philox_ref, quantize_block, sr_bits_ref
 
 from ocpmx.emulator import decode_table, dequantize, quantize, random_bits
 
@@ -35,12 +35,24 @@ def test_philox_one_thread_and_thread_pool_give_the_same_words():
         assert int(long[o]) == philox_ref(seed, [o, 0, 0, 0])[0]
 
 
+def test_sr_random_bits_definition():
+    """The 16 random bits per element (8 elements per Philox call), three ways: the spec's plain
+    Python definition, the emulator's Numba version, and the test reference."""
+    from ocpmx.emulator.philox import stochastic_bits
+    from ocpmx.spec.philox import stochastic_bits as definition
+    for seed in (0, 1234, 2**63 + 5):
+        for i in (0, 1, 2, 7, 8, 9, 15, 2**32 * 8 + 3, 2**40 + 11):
+            want = sr_bits_ref(seed, i)
+            assert definition(seed, i) == want
+            assert int(stochastic_bits(np.uint64(seed), np.uint64(i))) == want
+
+
 def test_sr_bits_match_reference():
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((3, 64)) * 3).astype(np.float32)
     for name in ("e2m1", "e4m3", "int8"):
         mx = quantize(x, name, rounding="stochastic", seed=1234)
-        bits = random_bits(1234, np.arange(x.size)).reshape(x.shape)
+        bits = np.array([sr_bits_ref(1234, i) for i in range(x.size)]).reshape(x.shape)
         for r in range(3):
             for b in range(2):
                 sl = slice(32 * b, 32 * b + 32)

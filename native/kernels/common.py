@@ -13,6 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ...spec.philox import SR_BITS, SR_GROUP
 from ...spec.rules import Rounding, ScaleRule
 
 # the options, by name (the kernels' RULE and ROUNDING constexprs hold these values)
@@ -22,6 +23,11 @@ RCEIL = tl.constexpr(int(ScaleRule.RCEIL))
 EVEN = tl.constexpr(int(ScaleRule.EVEN))
 RNE = tl.constexpr(int(Rounding.RNE))
 STOCHASTIC = tl.constexpr(int(Rounding.STOCHASTIC))
+# stochastic rounding's random bits per element, and elements per Philox call
+# (ocpmx.spec.philox.stochastic_bits)
+RBITS = tl.constexpr(SR_BITS)
+RMASK = tl.constexpr((1 << SR_BITS) - 1)
+RGROUP = tl.constexpr(SR_GROUP)
 
 
 @triton.jit
@@ -136,62 +142,115 @@ def envelope_code(ab, sb, special, MBITS: tl.constexpr, MAXC: tl.constexpr, OFF:
 
 
 @triton.jit
-def encode(ab, neg, sb, special, any_special, flat, seed, OFF: tl.constexpr,
+def philox_words(seed, counter):
+    """The four words of Philox4x32-10 keyed by ``seed`` for counter (counter lo, counter hi,
+    0, 0), elementwise over ``counter`` (integers)."""
+    c = counter.to(tl.uint64)
+    lo = (c & 0xFFFFFFFF).to(tl.uint32)
+    hi = (c >> 32).to(tl.uint32)
+    zero = lo * 0
+    return tl.philox(seed, lo, hi, zero, zero)
+
+
+@triton.jit
+def stochastic_bits(seed, flat):
+    """Stochastic rounding's random bits (int64) of the elements at flat indices ``flat``: word
+    j // 2, half j % 2 of the Philox call of their group (j = flat mod RGROUP). One call per
+    element: the generic path (the row kernel draws one call per group, ``group_bits``)."""
+    w0, w1, w2, w3 = philox_words(seed, flat // RGROUP)
+    j = flat % RGROUP
+    w = tl.where(j < 4, tl.where(j < 2, w0, w1), tl.where(j < 6, w2, w3))
+    return ((w >> ((j % 2) * RBITS).to(tl.uint32)) & RMASK).to(tl.int64)
+
+
+@triton.jit
+def group_bits(seed, counter):
+    """[N, RGROUP] random bits (int64) of N groups of RGROUP consecutive elements, one Philox
+    call per group (``counter``: [N] group indices, flat index // RGROUP)."""
+    w0, w1, w2, w3 = philox_words(seed, counter)
+    j = tl.arange(0, RGROUP)[None, :]
+    w = tl.where(j < 4, tl.where(j < 2, w0[:, None], w1[:, None]),
+                 tl.where(j < 6, w2[:, None], w3[:, None]))
+    return ((w >> ((j % 2) * RBITS).to(tl.uint32)) & RMASK).to(tl.int64)
+
+
+@triton.jit
+def stochastic_code(ab, sb, special, rbits, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                    MAXC: tl.constexpr, SAT: tl.constexpr):
+    """Stochastically rounded magnitude codes of y = |v| / 2^s for a float format, in 32-bit
+    integer arithmetic: the same bits as the emulator's exact path (up iff r < the fraction's
+    first RBITS bits, truncated).
+
+    y is exact wherever its code can be nonzero (as in ``round_on_grid``). With f its float32
+    exponent field and sig its 24-bit significand, the element quantum is 2^(F - 127 - MBITS)
+    with F = max(f, 128 - BIAS) (the subnormal binade shares the lowest normal one's quantum),
+    so Y = sig >> (F - f + 7 - MBITS) is y / quantum with RBITS = 16 fraction bits, truncated.
+    The magnitude code is the codes below binade F plus (Y + 0xFFFF - r) >> 16, which rounds up
+    iff frac16 + 0xFFFF - r >= 2^16, i.e. iff r < frac16; a carry past the binade lands on the
+    next binade's first code. A float32-subnormal y (f = 0) shifts out entirely
+    (it lies far below every element quantum), so the implicit bit needs no test. In a
+    NaN/Inf block 2^-s is replaced by 0, as in ``round_on_grid``."""
+    tl.static_assert(RBITS == 16, "Y holds the fraction's first 16 bits")
+    inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
+    y = (ab.to(tl.float32, bitcast=True) * inv).to(tl.int32, bitcast=True)
+    f = y >> 23
+    fl = tl.maximum(f, 128 - BIAS)
+    sh = tl.minimum(fl - f + (7 - MBITS), 31)
+    big = ((y & 0x7FFFFF) | 0x800000) >> sh
+    mag = ((fl - (128 - BIAS)) << MBITS) + ((big + (RMASK - rbits.to(tl.int32))) >> 16)
+    if SAT:
+        mag = tl.minimum(mag, MAXC)
+    return mag
+
+
+@triton.jit
+def encode(ab, neg, sb, special, any_special, rbits, OFF: tl.constexpr,
            ROUNDING: tl.constexpr, IS_INT: tl.constexpr, ENVELOPE: tl.constexpr,
            MBITS: tl.constexpr, BIAS: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
            INFC: tl.constexpr, NEGMAX: tl.constexpr, SIGN: tl.constexpr,
            CAST: tl.constexpr = False, NAN_POS: tl.constexpr = False, SAT: tl.constexpr = True,
            RAW: tl.constexpr = False):
     """Element codes (int32) of float32 magnitude bits ``ab`` with signs ``neg`` under the
-    shared exponent ``sb`` (broadcastable to ab's shape); ``flat`` holds the elements' flat
-    indices (the stochastic-rounding counters); CAST: element casts (scale 2^0, no block).
+    shared exponent ``sb`` (broadcastable to ab's shape); ``rbits``: stochastic rounding's RBITS
+    random bits of each element (``stochastic_bits``; unused under RNE); CAST: element casts
+    (scale 2^0, no block).
     ``OFF``: the RNE float path divides |v| by 2^(s + OFF) (FOLD in
     ``quantize.quantize_rows32_kernel``); the others need OFF = 0. NAN_POS: NaN gets the
     positive NaN code (after a rotation, whose NaN is +qNaN: ``ocpmx.spec.rotation``). SAT =
-    False: the scale rule keeps every code at most MAXC (not floor; see ``envelope_code``). RAW
+    False: the scale rule keeps every RNE code at most MAXC (not floor; see ``envelope_code``;
+    stochastic rounding saturates regardless). RAW
     (E2M1, RNE; ``quantize.raw_word``): magnitude codes without the sign, plus 0x4B000000; a
     NaN's code is 0x4B000000 minus its sign bit's code, so that adding the signs later gives it
     code 0."""
-    if IS_INT or ROUNDING == STOCHASTIC:  # exact integer path (emulator: encode)
+    if ROUNDING == STOCHASTIC and not IS_INT:  # float formats: 32-bit integer arithmetic
+        # always saturated: even where the scale rule keeps y below the top code's RNE
+        # boundary (SAT False), y may exceed the largest normal and round up past it
+        mag = stochastic_code(ab, sb, special, rbits, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
+                              SAT=True)
+        sign = tl.where(neg, SIGN, 0)
+        code = sign | mag
+    elif IS_INT:  # exact integer path (emulator: encode)
         ef = ab >> 23
         mf = ab & 0x7FFFFF
-        sub = (mf.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 127
-        lg = tl.where(ef > 0, ef - 127, sub - 149)  # floor(log2 |v|)
         m = tl.where(ef > 0, mf | 0x800000, mf).to(tl.int64)
         e = tl.where(ef > 0, ef - 150, -149)  # |v| = m * 2^e
-        if IS_INT:
-            ee = tl.zeros_like(lg)
-            qe = tl.zeros_like(lg) - MBITS
-        else:
-            ee = tl.maximum(lg - sb, 1 - BIAS)
-            qe = ee - MBITS
+        qe = tl.zeros_like(ef) - MBITS  # MXINT8: the quantum 2^-MBITS relative to the scale
         # shift >= 1 for every finite element of a finite block (the scale puts |v| / 2^s
         # below 2^(emax + 1)); capped at 63 so every shift amount below stays defined.
         sh = tl.minimum(tl.maximum(qe + sb - e, 1), 63).to(tl.int64)
         n = m >> sh
         rem = m - (n << sh)
-        if ROUNDING == STOCHASTIC:
-            flat_u = flat.to(tl.uint64)
-            lo = (flat_u & 0xFFFFFFFF).to(tl.uint32)
-            hi = (flat_u >> 32).to(tl.uint32)
-            zero = lo * 0
-            rb, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
-            rb = rb.to(tl.int64) & 0xFFFFFFFF
-            frac32 = tl.where(sh <= 32, rem << tl.maximum(32 - sh, 0),
-                              rem >> tl.maximum(sh - 32, 0))
-            up = rb < frac32
+        if ROUNDING == STOCHASTIC:  # up iff r < the fraction's first RBITS bits
+            frac = tl.where(sh <= RBITS, rem << tl.maximum(RBITS - sh, 0),
+                            rem >> tl.maximum(sh - RBITS, 0))
+            up = rbits < frac
         else:
             half = (rem * 0 + 1) << (sh - 1)
             up = (rem > half) | ((rem == half) & ((n & 1) == 1))
         n = n + up.to(tl.int64)
-        if IS_INT:
-            n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
-            code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
-            sign = tl.zeros_like(code)
-        else:
-            sign = tl.where(neg, SIGN, 0)
-            mag = tl.minimum(((ee + BIAS - 1) << MBITS).to(tl.int64) + n, MAXC).to(tl.int32)
-            code = sign | mag
+        n = tl.minimum(n, tl.where(neg, NEGMAX, MAXC))
+        code = tl.where(neg, (-n) & 0xFF, n).to(tl.int32)
+        sign = tl.zeros_like(code)
     elif ENVELOPE:  # two exponent bits (E2M1, E2M3), RNE: the code is a concave envelope
         m = envelope_code(ab, sb, special, MBITS=MBITS, MAXC=MAXC, OFF=OFF, SAT=SAT or CAST)
         sign = tl.where(neg, SIGN, 0)
@@ -226,9 +285,9 @@ def encode(ab, neg, sb, special, any_special, flat, seed, OFF: tl.constexpr,
             inf_code = sign | INFC
         else:
             inf_code = sign | MAXC
-    if IS_INT or ROUNDING == STOCHASTIC:
-        # zeros, and finite values in a NaN/Inf block, become zeros of their sign (the fast
-        # path gets both from 2^-s = 0 in such blocks)
+    if IS_INT:
+        # zeros, and finite values in a NaN/Inf block, become zeros (the float paths get both
+        # from 2^-s = 0 in such blocks)
         code = tl.where((ab == 0) | special, sign, code)
     # not from the arithmetic above: the bits of Inf * 0 differ between x86 and GPUs. Only
     # blocks whose scale is NaN hold NaN or Inf, so the selects run only where one exists.

@@ -20,8 +20,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (FLOOR, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values, encode,
-                     f32_to_bf16_bits, load_key, rotation_signs, round_on_grid)
+from .common import (FLOOR, RGROUP, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
+                     encode, f32_to_bf16_bits, group_bits, load_key, rotation_signs,
+                     round_on_grid, stochastic_bits)
 
 
 @triton.jit
@@ -106,8 +107,12 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
         s, special, scale = block_scale(tl.max(ab, axis=1), RULE=RULE, EMAX=EMAX, MBITS=MBITS,
                                         RNUM=RNUM, RSHIFT=RSHIFT)
         any_special = tl.max(special.to(tl.int32), axis=0) > 0
-    code = encode(ab, neg, s[:, None], special[:, None], any_special,
-                  tl.reshape(flat, (ROWS * KB, BS)), seed, OFF=0, ROUNDING=ROUNDING,
+    if ROUNDING == STOCHASTIC:
+        rbits = stochastic_bits(seed, tl.reshape(flat, (ROWS * KB, BS)))
+    else:
+        rbits = 0
+    code = encode(ab, neg, s[:, None], special[:, None], any_special, rbits, OFF=0,
+                  ROUNDING=ROUNDING,
                   IS_INT=IS_INT, ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
                   NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN, CAST=CAST, NAN_POS=ROT > 0)
 
@@ -316,14 +321,20 @@ def block_amax(u0, u1, u2, u3):
 
 
 @triton.jit
-def quarter_codes(ab, u, sb, special, any_special, flat, seed, OFF: tl.constexpr,
+def quarter_codes(ab, u, sb, special, any_special, group, seed, OFF: tl.constexpr,
                   RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                   IS_INT: tl.constexpr, ENVELOPE: tl.constexpr, MBITS: tl.constexpr,
                   BIAS: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
                   INFC: tl.constexpr, NEGMAX: tl.constexpr, SIGN: tl.constexpr):
     """Codes [NB, 8] of one quarter of the row kernel's blocks (``encode`` with the row
-    kernel's options: NaN positive after a rotation, saturation only under the floor rule)."""
-    return encode(ab, u < 0, sb, special, any_special, flat, seed, OFF=OFF, ROUNDING=ROUNDING,
+    kernel's options: NaN positive after a rotation, saturation only under the floor rule).
+    ``group``: [NB] the quarters' stochastic-rounding groups (a quarter is one group of 8
+    consecutive elements: one Philox call each)."""
+    if ROUNDING == STOCHASTIC:
+        rbits = group_bits(seed, group)
+    else:
+        rbits = 0
+    return encode(ab, u < 0, sb, special, any_special, rbits, OFF=OFF, ROUNDING=ROUNDING,
                   IS_INT=IS_INT, ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
                   NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN, CAST=False, NAN_POS=ROT > 0,
                   SAT=RULE == FLOOR)
@@ -336,7 +347,7 @@ def raw_word(ab, u, sb, special, any_special, OFF: tl.constexpr, MBITS: tl.const
     """One quarter [NB, 8] of E2M1 blocks (RNE) as packed code words [NB]: the magnitudes from
     ``encode``'s RAW envelope codes, their bias removed once per word, then the signs from
     ``sign_nibbles`` added (the nibbles' sign bits are clear before)."""
-    c = encode(ab, u < 0, sb, special, any_special, 0, 0, OFF=OFF, ROUNDING=RNE, IS_INT=False,
+    c = encode(ab, u < 0, sb, special, any_special, 0, OFF=OFF, ROUNDING=RNE, IS_INT=False,
                ENVELOPE=True, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=0,
                SIGN=SIGN, CAST=False, NAN_POS=False, SAT=SAT, RAW=True)
     return nibbles_to_word(c, RAW=True) + (sign_nibbles(u, NB) & -0x77777778)
@@ -406,8 +417,8 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     if BIG:
         blk = blk.to(tl.int64)
     valid = blk < n_blocks
-    j = tl.arange(0, 8)[None, :]
-    base = blk[:, None] * 32 + j  # flat index of each element of quarter 0
+    tl.static_assert(RGROUP == 8, "a quarter of a 32-block is one stochastic-rounding group")
+    group = blk * 4  # the stochastic-rounding group of quarter 0 (flat index // 8)
     q0 = load_f32(x_ptr, blk, 0, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q1 = load_f32(x_ptr, blk, 1, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q2 = load_f32(x_ptr, blk, 2, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
@@ -468,19 +479,19 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
         store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
         store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
     else:
-        c0 = quarter_codes(a0, u0, sb, sp, any_special, base, seed, OFF=OFF, RULE=RULE,
+        c0 = quarter_codes(a0, u0, sb, sp, any_special, group, seed, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        c1 = quarter_codes(a1, u1, sb, sp, any_special, base + 8, seed, OFF=OFF, RULE=RULE,
+        c1 = quarter_codes(a1, u1, sb, sp, any_special, group + 1, seed, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        c2 = quarter_codes(a2, u2, sb, sp, any_special, base + 16, seed, OFF=OFF, RULE=RULE,
+        c2 = quarter_codes(a2, u2, sb, sp, any_special, group + 2, seed, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        c3 = quarter_codes(a3, u3, sb, sp, any_special, base + 24, seed, OFF=OFF, RULE=RULE,
+        c3 = quarter_codes(a3, u3, sb, sp, any_special, group + 3, seed, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
