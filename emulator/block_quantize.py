@@ -82,8 +82,9 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
 
     scale_rule: 'floor' (§6.3, default), 'ceil', 'rceil' (NVIDIA), 'even' (torchao/AMD)
                 (or an ``ocpmx.spec.ScaleRule``).
-    rounding:   'rne' (§6.3, default) or 'stochastic' (Philox4x32-10 keyed by ``seed`` and the
-                element's flat index in ``x``, the counter Triton's ``tl.randint`` uses).
+    rounding:   'rne' (§6.3, default) or 'stochastic' (16 random bits per element from
+                Philox4x32-10 keyed by ``seed``, counted by the element's index in the K-major
+                layout, the quantized axis last: ``ocpmx.spec.philox.stochastic_bits``).
     rotation:   None, 'hadamard16', 'hadamard32', 'random_sign16:SEED', or a ``Rotation``;
                 applied in float32 along ``axis`` before quantizing (float64 inputs are rounded
                 to float32 first).
@@ -109,7 +110,6 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
     uint, layout = _INPUT_LAYOUTS[moved.dtype]
     k = moved.shape[-1]
     rows = moved.size // k if k else 0
-    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     codes = np.empty(moved.shape, np.uint8)
     scales = np.empty(moved.shape[:-1] + (k // block_size,), np.uint8)
     fast = moved.dtype == np.float32 and rnd == Rounding.RNE
@@ -124,7 +124,7 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
     elif moved.size:
         reference_kernels.quantize_rows(moved.reshape(-1).view(uint), rows, k, block_size,
                                         *layout, kf, int(rule), int(rnd),
-                                        np.uint64(seed & 0xFFFFFFFFFFFFFFFF), max(inner, 1),
+                                        np.uint64(seed & 0xFFFFFFFFFFFFFFFF),
                                         codes.reshape(-1), scales.reshape(-1))
     return MXArray(np.moveaxis(codes, -1, axis), np.moveaxis(scales, -1, axis), fmt, axis,
                    block_size, rot)

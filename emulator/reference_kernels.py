@@ -154,14 +154,12 @@ def nan_block_code(u, mb, emask, fbias, kf):
 
 
 @nb.njit(cache=True, parallel=True)
-def quantize_rows(u, rows, k, block, mb, emask, fbias, kf, rule, rounding, seed, inner,
-                  codes, scales):
+def quantize_rows(u, rows, k, block, mb, emask, fbias, kf, rule, rounding, seed, codes, scales):
     """Block-quantize a (rows, k) array of raw float bits along its last axis: the reference
     algorithm, any input width, every scale rule and rounding.
 
-    ``inner`` maps (row, col) back to the element's flat index in the caller's original
-    layout (the counter for stochastic rounding): idx = ((row // inner) * k + col) * inner
-    + row % inner.
+    Stochastic rounding counts each element by its index in this layout (the quantized axis
+    last: K-major), r * k + col.
     """
     nblk = k // block
     total = rows * nblk
@@ -186,8 +184,7 @@ def quantize_rows(u, rows, k, block, mb, emask, fbias, kf, rule, rounding, seed,
             neg, m, e, cls = split(u[base + j], mb, emask, fbias)
             rb = np.uint64(0)
             if rounding == STOCHASTIC:
-                idx = ((r // inner) * k + c0 + j) * inner + (r % inner)
-                rb = stochastic_bits(seed, np.uint64(idx))
+                rb = stochastic_bits(seed, np.uint64(base + j))
             codes[base + j] = np.uint8(encode(neg, m, e, cls, s, kf, rounding, rb, mb))
 
 

@@ -16,10 +16,10 @@ from .linear import GemmContext, MXLinear, convert_linears, mix_seed, recipe_gem
 from .ops import cast, dequantize, move_axis_last, quantize, quantize_dequantize
 from .recipes import GEMMS, PRECISIONS, RECIPES, GemmRecipe, Recipe, get_recipe
 from .tensor import MXTensor
-from .tuning import RowTile, StridedTile, Tuning, default_tuning
+from .tuning import ColumnTile, RowTile, StridedTile, Tuning, default_tuning
 
 __all__ = [
-    "BACKENDS", "GEMMS", "METHODS", "PRECISIONS", "RECIPES", "GemmContext", "GemmRecipe",
+    "BACKENDS", "ColumnTile", "GEMMS", "METHODS", "PRECISIONS", "RECIPES", "GemmContext", "GemmRecipe",
     "MXLinear", "MXTensor", "Recipe", "RowTile", "StridedTile", "Tuning", "bf16_matmul", "cast",
     "convert_linears", "default_tuning", "dequantize", "fp8_matmul", "fp8_per_tensor",
     "get_recipe", "interpreting", "mix_seed", "move_axis_last", "mx_matmul", "quantize",

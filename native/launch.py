@@ -74,10 +74,10 @@ def _constexprs(n: Numerics, in_dtype: torch.dtype) -> dict:
                 IN_BF16=in_dtype == torch.bfloat16)
 
 
-def rows32_applies(block_size: int, inner: int, rounding: Rounding) -> bool:
-    """Whether the 32-block row kernel serves: blocks of 32, along the last axis, or along
-    another one with RNE (see ``rows32``)."""
-    return block_size == 32 and (inner == 1 or rounding == Rounding.RNE)
+def rows32_applies(block_size: int) -> bool:
+    """Whether the 32-block kernels serve (``rows32``: the row kernel along the last axis, the
+    column kernel along another): blocks of 32, any rounding."""
+    return block_size == 32
 
 
 def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning: Tuning,
@@ -101,19 +101,38 @@ def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,
            n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
            keys: torch.Tensor | None = None) -> None:
-    """The 32-block row kernel. Along the last axis (Fprop, Dgrad) it reads the input directly;
-    along another axis (Wgrad contracts over tokens) a transposed copy, which costs one copy
-    but avoids the strided tile kernel (2-10x slower with a rotation on an H200 in the
-    ablation). The bits are the same: the output layout is the moved-axis one either way.
-    Stochastic rounding keys its random bits by the element's index in the input, so off the
-    last axis it keeps the tile kernel (``rows32_applies``). ``qdq``: ``data`` is the bf16
-    output viewed as int32 pairs (quantize-dequantize), ``scales`` unused."""
-    src = x if inner == 1 else move_axis_last(x, axis, tuning)
-    consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device)
+    """The 32-block kernels, one pass over a contiguous ``x``: along the last axis (Fprop,
+    Dgrad) the row kernel, along another (Wgrad contracts over tokens) the column kernel,
+    which reads coalesced tiles and moves them to the row kernel's quarters in the kernel. The
+    output is K-major either way. ``qdq``: ``data`` is the bf16 output viewed as int32 pairs
+    (quantize-dequantize), ``scales`` unused."""
     seed_arg, sign_arg = random_args(n, seed, keys)
+    if inner != 1:
+        cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq)
+        return
+    consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device)
     run(kernels.quantize.quantize_rows32_kernel, (triton.cdiv(n_blocks, nb),),
-        src.view(torch.int32) if src.dtype == torch.bfloat16 else src, data, scales,
+        x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales,
         sign_arg, n_blocks, seed_arg, n.rot_scale, **consts)
+
+
+def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, inner: int, numel: int,
+                      tuning: Tuning, qdq: bool) -> tuple[dict, int]:
+    """(constexprs and launch options, columns per program) of the 32-block column kernel."""
+    tile = tuning.cols32
+    return dict(**n.constexprs(in_dtype), QDQ=qdq, FOLD=n.fold(in_dtype), BN=tile.columns,
+                BIG=numel >= BIG_NUMEL, EVEN=inner % tile.columns == 0,
+                num_warps=tile.warps), tile.columns
+
+
+def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, seed_arg,
+           sign_arg, tuning: Tuning, qdq: bool) -> None:
+    k = x.shape[axis]
+    outer = x.numel() // (k * inner)
+    consts, bn = cols32_constexprs(n, x.dtype, inner, x.numel(), tuning, qdq)
+    run(kernels.quantize.quantize_cols32_kernel, (triton.cdiv(inner, bn), k // 32, outer),
+        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg, k,
+        inner, seed_arg, n.rot_scale, **consts)
 
 
 def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int, k: int,

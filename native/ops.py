@@ -117,7 +117,7 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
-        if launch.rows32_applies(block_size, inner, n.rounding):
+        if launch.rows32_applies(block_size):
             launch.rows32(x, axis, inner, data, scales, rows * (k // block_size), n, seed, tuning,
                           keys=keys)
         else:
@@ -164,7 +164,7 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
     """The bf16 values in the K-major layout: the implementation of ``quantize_dequantize``."""
     inner = math.prod(x.shape[axis + 1:])
     if (pick_backend(x.device, backend) == "emulator" or n.fmt.kind == "int" or x.numel() == 0
-            or not launch.rows32_applies(block_size, inner, n.rounding)):
+            or not launch.rows32_applies(block_size)):
         data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning)
         return dequantize_kmajor(data, scales, n.fmt, x.shape[axis], block_size, torch.bfloat16,
                                  backend, tuning)

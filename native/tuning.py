@@ -23,6 +23,14 @@ class RowTile:
 
 
 @dataclass(frozen=True)
+class ColumnTile:
+    """The 32-block column kernel: 32 elements along the quantized axis times ``columns``
+    positions of the other axes per program, on ``warps`` warps."""
+    columns: int
+    warps: int
+
+
+@dataclass(frozen=True)
 class StridedTile:
     """The strided tile kernels (quantize along any axis, dequantize, casts): ``rows`` rows of
     about ``elems`` elements (whole blocks, a power of two of them) on ``warps`` warps."""
@@ -41,12 +49,14 @@ class Tuning:
     """Tiles of every native kernel.
 
     rows32 / rows32_qdq  the 32-block row kernel, quantize and quantize-dequantize
+    cols32               the 32-block column kernel (blocks along a non-last axis)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
     """
     rows32: RowTile = RowTile(32, 1, 72)
     rows32_qdq: RowTile = RowTile(32, 1)
+    cols32: ColumnTile = ColumnTile(64, 2)
     last_axis: StridedTile = StridedTile(16, 256, 4)
     other_axis: StridedTile = StridedTile(64, 64, 4)
     dequantize: StridedTile = StridedTile(16, 256, 4)
@@ -60,6 +70,7 @@ class Tuning:
 GPU = Tuning(notes="H200-tuned defaults")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
+                     cols32=ColumnTile(256, 4),
                      last_axis=StridedTile(64, 256, 4), other_axis=StridedTile(64, 256, 4),
                      dequantize=StridedTile(64, 256, 4), transpose=(128, 128),
                      notes="Triton CPU interpreter")

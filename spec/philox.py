@@ -30,16 +30,18 @@ def philox_word(seed: int, offset: int) -> int:
     return philox4x32(seed, (offset & _M32, (offset >> 32) & _M32, 0, 0))[0]
 
 
-# Stochastic rounding's random bits (Rounding.STOCHASTIC): SR_BITS per element, the SR_GROUP
-# elements of consecutive flat indices c * SR_GROUP .. c * SR_GROUP + SR_GROUP - 1 sharing one
-# Philox4x32-10 call with counter (c lo, c hi, 0, 0) (Triton: tl.randint4x(seed, c)); element j
-# of a group takes bits [SR_BITS * (j % 2), SR_BITS * (j % 2) + SR_BITS) of word j // 2.
+# Stochastic rounding's random bits (Rounding.STOCHASTIC): SR_BITS per element. Elements are
+# counted by their index in the K-major layout (the quantized axis moved last: the layout of
+# the quantized output and of tl.dot_scaled's operands; for an element cast, the flat index).
+# The SR_GROUP elements of indices c * SR_GROUP .. c * SR_GROUP + SR_GROUP - 1 (a quarter of
+# a 32-block) share one Philox4x32-10 call with counter (c lo, c hi, 0, 0); element j of a
+# group takes bits [SR_BITS * (j % 2), SR_BITS * (j % 2) + SR_BITS) of word j // 2.
 SR_BITS = 16
 SR_GROUP = 128 // SR_BITS
 
 
 def stochastic_bits(seed: int, index: int) -> int:
-    """The SR_BITS random bits of the element at flat index ``index``."""
+    """The SR_BITS random bits of the element at (K-major) index ``index``."""
     c, j = divmod(index, SR_GROUP)
     word = philox4x32(seed, (c & _M32, (c >> 32) & _M32, 0, 0))[j // 2]
     return (word >> (SR_BITS * (j % 2))) & ((1 << SR_BITS) - 1)

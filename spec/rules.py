@@ -72,7 +72,7 @@ ROUNDINGS: dict[str, str] = {
     "rne": "§6.3: round to nearest, ties to even (default)",
     "stochastic": "round up iff r < frac16: frac16 the first 16 bits of the fraction (truncated), "
                   "r 16 random bits of Philox4x32-10 keyed by seed, 8 elements of consecutive "
-                  "flat indices per call (ocpmx.spec.philox.stochastic_bits)",
+                  "K-major indices per call (ocpmx.spec.philox.stochastic_bits)",
 }
 assert list(SCALE_RULES) == [m.label for m in ScaleRule]
 assert list(ROUNDINGS) == [m.label for m in Rounding]

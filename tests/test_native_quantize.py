@@ -369,3 +369,35 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
         assert bad.size == 0, f"{bad.size} differ, first {x[bad[0]]!r}: {got[bad[0]]:#x} != {want[bad[0]]:#x}"
     odd = torch.from_numpy(x[:1000].reshape(10, 100).copy()).to(device)  # not a multiple of 1024
     assert np.array_equal(native.cast(odd, fmt).cpu().numpy(), emulator.cast(x[:1000], fmt).reshape(10, 100))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("tile,count", [((32, 1), 1920), ((64, 2), 480)], ids=str)
+def test_column_kernel_every_bf16_value(device, tile, count):
+    """The 32-block column kernel (blocks along a non-last axis, one pass): every bf16 value
+    (61,440 of them; a quarter of them at the second tile) in blocks along axis 0, a last
+    column tile cut short (masked), as a 3-D tensor too; codes, scales and
+    quantize-dequantize, RNE and stochastic rounding, with and without H16."""
+    tuning = native.Tuning(cols32=native.ColumnTile(*tile))
+    blocks = all_bf16_blocks(2)[:1920][::1920 // count]
+    # column n of block row b holds blocks[48 b + n]: 48 columns, so both tiles end ragged
+    rows = count // 48
+    x = np.ascontiguousarray(blocks.reshape(rows, 48, 32).transpose(0, 2, 1).reshape(-1, 48))
+    hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+    xt = torch.from_numpy(hi).view(torch.bfloat16).to(device)
+    for shape, axis in ((x.shape, 0), ((2, rows * 16, 48), 1)):
+        xs, xn = xt.reshape(shape), x.reshape(shape)
+        for fmt in ("e2m1", "e4m3"):
+            for rot in (None, "hadamard16"):
+                for rnd in ("rne", "stochastic"):
+                    mx = native.quantize(xs, fmt, axis=axis, rotation=rot, rounding=rnd,
+                                         seed=5, scale_rule="even", tuning=tuning)
+                    ref = emulator.quantize(xn, fmt, axis=axis, rotation=rot, rounding=rnd,
+                                            seed=5, scale_rule="even")
+                    assert_same(mx, ref)
+                got = native.quantize_dequantize(xs, fmt, axis=axis, rotation=rot,
+                                                 scale_rule="even", tuning=tuning)
+                want = emulator.dequantize(emulator.quantize(xn, fmt, axis=axis, rotation=rot,
+                                                             scale_rule="even"))
+                assert np.array_equal(bf16_bits(got),
+                                      want.astype(ml_dtypes.bfloat16).view(np.int16))

@@ -61,13 +61,22 @@ def test_sr_bits_match_reference():
                 assert mx.scales[r, b] == sc and list(mx.codes[r, sl]) == codes
 
 
-def test_sr_counter_is_the_flat_index_of_the_input():
-    x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+def test_sr_counter_is_the_index_in_the_kmajor_layout():
+    """Elements are counted in the K-major layout (the quantized axis last), so quantizing a
+    tensor along axis 0 draws the same bits as quantizing its transpose along axis 1, whatever
+    the memory layout; and the bits are those of the reference at the K-major index."""
+    x = np.random.default_rng(1).standard_normal((64, 96)).astype(np.float32)
     a = quantize(x, "e2m1", axis=0, rounding="stochastic", seed=7)
     b = quantize(np.ascontiguousarray(x.T), "e2m1", axis=1, rounding="stochastic", seed=7)
-    # same values, different layout -> different counters -> (almost surely) different codes
-    assert not np.array_equal(a.codes, b.codes.T)
-    # reproducible
+    assert np.array_equal(a.codes, b.codes.T) and np.array_equal(a.scales, b.scales.T)
+    col = 5  # K-major row 5: column 5 of x, 64 elements in two blocks
+    bits = [sr_bits_ref(7, col * 64 + t) for t in range(64)]
+    for blk in range(2):
+        sl = slice(32 * blk, 32 * blk + 32)
+        sc, codes = quantize_block([float(v) for v in x[sl, col]], "e2m1", "floor",
+                                   rbits=bits[sl])
+        assert a.scales[blk, col] == sc and list(a.codes[sl, col]) == codes
+    # reproducible, and the seed matters
     assert np.array_equal(a.codes, quantize(x, "e2m1", axis=0, rounding="stochastic", seed=7).codes)
     assert not np.array_equal(a.codes, quantize(x, "e2m1", axis=0, rounding="stochastic", seed=8).codes)
 

@@ -46,9 +46,9 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
     scale 2^0 instead; no scales are stored).
 
     Row r of the K-major view is (o, i) = (r // inner, r % inner) of the input seen as
-    (outer, K, inner); element (r, c) sits at flat index o*K*inner + c*inner + i, which is also
-    its stochastic-rounding counter (the emulator's). ``seed`` and ``sign_mask``: integers or
-    pointers (``common.load_key``).
+    (outer, K, inner); element (r, c) sits at flat index o*K*inner + c*inner + i; its
+    stochastic-rounding counter is its K-major index r*K + c (the emulator's). ``seed`` and
+    ``sign_mask``: integers or pointers (``common.load_key``).
     """
     if ROUNDING == STOCHASTIC:
         seed = load_key(seed)
@@ -107,8 +107,9 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
         s, special, scale = block_scale(tl.max(ab, axis=1), RULE=RULE, EMAX=EMAX, MBITS=MBITS,
                                         RNUM=RNUM, RSHIFT=RSHIFT)
         any_special = tl.max(special.to(tl.int32), axis=0) > 0
-    if ROUNDING == STOCHASTIC:
-        rbits = stochastic_bits(seed, tl.reshape(flat, (ROWS * KB, BS)))
+    if ROUNDING == STOCHASTIC:  # counted in the K-major layout
+        kmajor = rws[:, None] * K + cols[None, :]
+        rbits = stochastic_bits(seed, tl.reshape(kmajor, (ROWS * KB, BS)))
     else:
         rbits = 0
     code = encode(ab, neg, s[:, None], special[:, None], any_special, rbits, OFF=0,
@@ -321,19 +322,14 @@ def block_amax(u0, u1, u2, u3):
 
 
 @triton.jit
-def quarter_codes(ab, u, sb, special, any_special, group, seed, OFF: tl.constexpr,
+def quarter_codes(ab, u, sb, special, any_special, rbits, OFF: tl.constexpr,
                   RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                   IS_INT: tl.constexpr, ENVELOPE: tl.constexpr, MBITS: tl.constexpr,
                   BIAS: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
                   INFC: tl.constexpr, NEGMAX: tl.constexpr, SIGN: tl.constexpr):
     """Codes [NB, 8] of one quarter of the row kernel's blocks (``encode`` with the row
     kernel's options: NaN positive after a rotation, saturation only under the floor rule).
-    ``group``: [NB] the quarters' stochastic-rounding groups (a quarter is one group of 8
-    consecutive elements: one Philox call each)."""
-    if ROUNDING == STOCHASTIC:
-        rbits = group_bits(seed, group)
-    else:
-        rbits = 0
+    ``rbits``: the quarter's stochastic-rounding bits [NB, 8] (0 under RNE)."""
     return encode(ab, u < 0, sb, special, any_special, rbits, OFF=OFF, ROUNDING=ROUNDING,
                   IS_INT=IS_INT, ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
                   NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN, CAST=False, NAN_POS=ROT > 0,
@@ -417,12 +413,42 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     if BIG:
         blk = blk.to(tl.int64)
     valid = blk < n_blocks
-    tl.static_assert(RGROUP == 8, "a quarter of a 32-block is one stochastic-rounding group")
-    group = blk * 4  # the stochastic-rounding group of quarter 0 (flat index // 8)
     q0 = load_f32(x_ptr, blk, 0, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q1 = load_f32(x_ptr, blk, 1, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q2 = load_f32(x_ptr, blk, 2, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q3 = load_f32(x_ptr, blk, 3, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
+    if ROUNDING == STOCHASTIC:  # a quarter is one group of 8: one Philox call each
+        tl.static_assert(RGROUP == 8, "a quarter of a 32-block is one stochastic-rounding group")
+        b0 = group_bits(seed, blk * 4)
+        b1 = group_bits(seed, blk * 4 + 1)
+        b2 = group_bits(seed, blk * 4 + 2)
+        b3 = group_bits(seed, blk * 4 + 3)
+    else:
+        b0, b1, b2, b3 = 0, 0, 0, 0
+    quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scale_ptr,
+                      sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
+                      MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                      NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
+                      ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
+                      PACK=PACK, QDQ=QDQ, FOLD=FOLD, NB=NB, EVEN=EVEN)
+
+
+@triton.jit
+def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scale_ptr, sign_mask,
+                      rot_scale,
+                      IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                      EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                      EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                      INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                      RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                      ENVELOPE: tl.constexpr, RULE: tl.constexpr, ROUNDING: tl.constexpr,
+                      ROT: tl.constexpr, SIGNS: tl.constexpr, PACK: tl.constexpr,
+                      QDQ: tl.constexpr, FOLD: tl.constexpr, NB: tl.constexpr,
+                      EVEN: tl.constexpr):
+    """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
+    8p .. 8p + 7 of each block in quarter p), with their stochastic-rounding bits b0..b3
+    (0 under RNE): rotation, scale, codes (or bf16 values, QDQ), stores at K-major block
+    indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN)."""
     if ROT > 0:
         r0, r1, r2, r3 = rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT=ROT,
                                          SIGNS=SIGNS, SCALE=not FOLD)
@@ -479,19 +505,19 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
         store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
         store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
     else:
-        c0 = quarter_codes(a0, u0, sb, sp, any_special, group, seed, OFF=OFF, RULE=RULE,
+        c0 = quarter_codes(a0, u0, sb, sp, any_special, b0, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        c1 = quarter_codes(a1, u1, sb, sp, any_special, group + 1, seed, OFF=OFF, RULE=RULE,
+        c1 = quarter_codes(a1, u1, sb, sp, any_special, b1, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        c2 = quarter_codes(a2, u2, sb, sp, any_special, group + 2, seed, OFF=OFF, RULE=RULE,
+        c2 = quarter_codes(a2, u2, sb, sp, any_special, b2, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        c3 = quarter_codes(a3, u3, sb, sp, any_special, group + 3, seed, OFF=OFF, RULE=RULE,
+        c3 = quarter_codes(a3, u3, sb, sp, any_special, b3, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
@@ -514,3 +540,92 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                 store_codes(data_ptr, blk, c2, 2, valid, NB=NB, PACK=PACK, EVEN=EVEN)
                 store_codes(data_ptr, blk, c3, 3, valid, NB=NB, PACK=PACK, EVEN=EVEN)
             store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
+
+
+@triton.jit
+def load_tile_f32(x_ptr, offs, mask, IN_BF16: tl.constexpr, EVEN: tl.constexpr):
+    """A tile of the input as float32 (bf16 given as its int16 bits; float16 converted)."""
+    if EVEN:
+        x = tl.load(x_ptr + offs)
+    else:
+        x = tl.load(x_ptr + offs, mask=mask, other=0)
+    if IN_BF16:
+        return bf16_bits_to_f32(x)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def columns_to_quarters(t, BN: tl.constexpr):
+    """A [32, BN] tile (32 consecutive elements along the quantized axis, BN positions of the
+    other axes) as the row kernel's quarters: four [BN, 8], quarter p holding elements
+    8p .. 8p + 7 of each column's block (Triton moves the data through shared memory)."""
+    t = tl.permute(tl.reshape(t, (4, 8, BN)), (2, 1, 0))  # (n, j, p): element 8p + j
+    lo, hi = tl.split(tl.reshape(t, (BN, 8, 2, 2)))  # p = 2a + b: b = 0 | 1
+    q0, q2 = tl.split(lo)
+    q1, q3 = tl.split(hi)
+    return q0, q1, q2, q3
+
+
+@triton.jit
+def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
+                           # the format
+                           IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                           EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                           EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                           INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                           RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                           ENVELOPE: tl.constexpr,
+                           # the numerics
+                           RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
+                           SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                           QDQ: tl.constexpr, FOLD: tl.constexpr,
+                           # the tile, and what the shape implies
+                           BN: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
+    """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
+    (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
+    (row r = o * inner + i, its K/32 blocks in order). Program (n, kb, o) loads the coalesced
+    tile of K-elements 32 kb .. 32 kb + 31 at inner positions BN n .. BN n + BN - 1, turns it
+    into the row kernel's quarters (``columns_to_quarters``) and shares everything else with
+    the row kernel (``quantize_quarters``): the same bits, without a transposed copy.
+
+    Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
+    group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
+    (``common.load_key``)."""
+    if ROUNDING == STOCHASTIC:
+        seed = load_key(seed)
+    if SIGNS:
+        sign_mask = load_key(sign_mask)
+    pid_n = tl.program_id(0)
+    kb = tl.program_id(1)
+    o = tl.program_id(2)
+    # contiguity hidden on purpose: with 2-byte (4-byte) loads, thread t of a warp takes column
+    # t's 32 elements (a warp still reads 64 (128) contiguous bytes per instruction), so each
+    # thread holds whole blocks, as in the row kernel, and no data crosses threads
+    n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), 1)
+    k = kb * 32 + tl.arange(0, 32)
+    if BIG:
+        row0 = o.to(tl.int64) * K + k.to(tl.int64)
+    else:
+        row0 = o * K + k
+    offs = row0[:, None] * inner + n[None, :]
+    valid = n < inner
+    mask = valid[None, :] & (k >= 0)[:, None]
+    q0, q1, q2, q3 = columns_to_quarters(load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16,
+                                                       EVEN=EVEN), BN=BN)
+    if BIG:
+        blk = (o.to(tl.int64) * inner + n) * (K // 32) + kb
+    else:
+        blk = (o * inner + n) * (K // 32) + kb
+    if ROUNDING == STOCHASTIC:  # a quarter is one group of 8: one Philox call each
+        b0 = group_bits(seed, blk * 4)
+        b1 = group_bits(seed, blk * 4 + 1)
+        b2 = group_bits(seed, blk * 4 + 2)
+        b3 = group_bits(seed, blk * 4 + 3)
+    else:
+        b0, b1, b2, b3 = 0, 0, 0, 0
+    quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scale_ptr,
+                      sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
+                      MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                      NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
+                      ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
+                      PACK=PACK, QDQ=QDQ, FOLD=FOLD, NB=BN, EVEN=EVEN)
