@@ -64,7 +64,8 @@ def build(cfg: TrainConfig, dist: Dist):
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg.weight_decay},
                              {"params": other, "weight_decay": 0.0}],
-                            lr=opt_cfg.lr, betas=opt_cfg.betas, eps=opt_cfg.eps)
+                            lr=opt_cfg.lr, betas=opt_cfg.betas, eps=opt_cfg.eps,
+                            fused=dist.device.type == "cuda")  # one kernel for the update
     return model, opt, tok, mcfg
 
 

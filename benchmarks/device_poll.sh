@@ -1,0 +1,12 @@
+#!/bin/bash
+# Wait up to $1 seconds for the background session (device_session.sh) to finish, then copy its
+# results to $OUT (one tarball: the 8-file limit) and print the driver log's tail.
+RUN=/tmp/ocpmx_run
+end=$((SECONDS + ${1:-500}))
+while [ $SECONDS -lt $end ] && ! grep -q "all done" $RUN/driver.log 2>/dev/null; do sleep 10; done
+tar czf $OUT/run.tgz -C /tmp ocpmx_run 2>/dev/null
+tail -n 30 $RUN/driver.log
+for f in $RUN/pytest_gpu.log $RUN/bench.log $RUN/speed.log $RUN/conform.log; do
+  [ -f $f ] && { echo "--- $f"; tail -n 4 $f; }
+done
+true

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Training speed on one GPU (issue 18): tokens/s per configuration, eager and compiled, the
+# stdlib corpus, sequence 1024, 32 sequences a step, 40 steps (median over steps 10-39), the
+# step profiled at 30 (GPU busy time per step against the step's wall time).
+#   bash benchmarks/train_speed.sh OUT [PRESETS] [RECIPES]
+OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxfp4_all_h16"}
+DATA=/tmp/ocpmx_data/c4-mini
+mkdir -p $OUT
+[ -f $DATA/tokenizer.json ] || python3 -m ocpmx.cli data build-corpus --out $DATA
+for preset in $PRESETS; do
+  for recipe in $RECIPES; do
+    for mode in eager compiled; do
+      d=$OUT/$preset-$recipe-$mode
+      [ -f $d/metrics.jsonl ] && [ "$(grep -c '"loss"' $d/metrics.jsonl)" -ge 40 ] && continue
+      rm -rf $d
+      extra=""; [ $mode = compiled ] && extra="--compile"
+      echo "$(date +%T) $preset $recipe $mode"
+      python3 -m ocpmx.cli train --preset $preset --recipe $recipe --data $DATA --out $d \
+        --seq-len ${SEQ:-1024} --batch-size ${BATCH:-32} --max-steps 40 --warmup-steps 5 --eval-every 1000 \
+        --eval-sequences 8 --save-every 0 --profile-step 30 --no-progress --no-tensorboard \
+        $extra > $d.log 2>&1 || echo "FAILED $d (see $d.log)"
+    done
+  done
+done
+python3 benchmarks/train_speed_report.py $OUT

@@ -1,0 +1,49 @@
+"""The table of benchmarks/train_speed.sh's runs: median tokens/s over steps 10-39 (without the
+profiled steps), and the profiled step's GPU busy time against its wall time.
+
+  python benchmarks/train_speed_report.py RUNS_DIR   -> RUNS_DIR/train_speed.md, .json
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def row(d: Path) -> dict:
+    cfg = json.loads((d / "config.json").read_text())
+    rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    steps = [r for r in rows if "loss" in r and 10 <= r["step"] <= 39
+             and r["step"] not in (cfg.get("profile_step"), (cfg.get("profile_step") or -9) + 1)]
+    tps = statistics.median(r["tokens_per_s"] for r in steps) if steps else float("nan")
+    step_tokens = cfg["batch_size"] * cfg["grad_accum"] * cfg["seq_len"]
+    brk = d / "step_breakdown.json"
+    gpu_ms = sum(json.loads(brk.read_text())["gpu_ms_per_step"].values()) if brk.is_file() else None
+    mode = d.name.rsplit("-", 1)[1]
+    return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
+            "tokens_per_s": tps, "mfu": statistics.median(r["mfu"] for r in steps) if steps else None,
+            "step_ms": 1e3 * step_tokens / tps if steps else None, "gpu_busy_ms": gpu_ms,
+            "timed_steps": len(steps), "loss_last": rows[-1].get("loss") if rows else None}
+
+
+def main(root):
+    root = Path(root)
+    rows = [row(d) for d in sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file())]
+    by = {(r["preset"], r["mode"], r["recipe"]): r for r in rows}
+    lines = ["| preset | recipe | mode | tokens/s | MFU | step ms | GPU busy ms (profiled step) "
+             "| busy / step | × bf16 same mode |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        base = by.get((r["preset"], r["mode"], "bf16"))
+        rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
+        busy = r["gpu_busy_ms"]
+        busy_ms = "—" if busy is None else f"{busy:.1f}"
+        share = "—" if busy is None else f"{busy / r['step_ms']:.2f}"
+        lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | {r['tokens_per_s']:,.0f} | "
+                     f"{(r['mfu'] or 0):.1%} | {r['step_ms']:.1f} | {busy_ms} | {share} | "
+                     f"{rel:.2f} |")
+    (root / "train_speed.json").write_text(json.dumps(rows, indent=1))
+    (root / "train_speed.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
