@@ -1,7 +1,9 @@
 #!/bin/bash
 # One GPU session's work, in the background (the device machine goes back after 30 s without a
 # call in flight: start this, then poll with device_poll.sh in calls back to back).
-#   setsid nohup bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run/driver.log 2>&1 &
+#   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
+#       > /tmp/ocpmx_run/driver.log 2>&1 &
+# (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench conform speed. Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
 mkdir -p $RUN /tmp/p
@@ -13,7 +15,7 @@ for s in "$@"; do
   step $s
   case $s in
     env)
-      { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; git log -1 --format='%H %s'; } > $RUN/env.txt 2>&1
+      { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $RUN/env.txt 2>&1
       done_ $s $? ;;
     tests)
       python3 -m pytest tests/test_native_quantize.py tests/test_native_gemm.py tests/test_mxlinear.py \
@@ -30,7 +32,8 @@ for s in "$@"; do
         --report $RUN/conform/triton_gpu_quick.json > $RUN/conform.log 2>&1
       done_ $s $? ;;
     speed)
-      bash benchmarks/train_speed.sh $RUN/speed > $RUN/speed.log 2>&1
+      bash benchmarks/train_speed.sh $RUN/speed "${SPEED_PRESETS:-30m 125m}" \
+        "${SPEED_RECIPES:-bf16 mxfp4_all mxfp4_all_h16}" > $RUN/speed.log 2>&1
       done_ $s $? ;;
   esac
 done

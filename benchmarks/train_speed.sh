@@ -7,6 +7,8 @@ OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxf
 DATA=/tmp/ocpmx_data/c4-mini
 mkdir -p $OUT
 [ -f $DATA/tokenizer.json ] || python3 -m ocpmx.cli data build-corpus --out $DATA
+# tokens read from the cache (c4-*.tokens.npy), not tokenized on the host during the steps
+[ -f $DATA/c4-train.tokens.npy ] || python3 -m ocpmx.cli data tokenize --out $DATA
 for preset in $PRESETS; do
   for recipe in $RECIPES; do
     for mode in eager compiled; do

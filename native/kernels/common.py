@@ -302,8 +302,8 @@ def load_key(key):
     """A random-bit key (a stochastic-rounding seed or a rotation's sign mask): an integer
     argument, or a pointer to one in device memory. MXLinear passes pointers into its per-step
     key buffer, so that a compiled graph or a CUDA graph replays with the current step's keys;
-    the public operations pass integers."""
-    key = tl.to_tensor(key)
+    the public operations pass integers. (Kernels taking keys mark them ``do_not_specialize``:
+    Triton would otherwise make an integer 1 a constexpr, which has no dtype.)"""
     if key.dtype.is_ptr():
         return tl.load(key)
     else:

@@ -25,7 +25,7 @@ from .common import (FLOOR, RGROUP, RNE, STOCHASTIC, bf16_bits_to_f32, block_sca
                      round_on_grid, stochastic_bits)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed", "sign_mask"])
 def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, seed, rot_scale,
                     # the format
                     IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
@@ -369,7 +369,7 @@ def store_scales(scale_ptr, blk, scale, valid, EVEN: tl.constexpr):
         tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=valid)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed", "sign_mask"])
 def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed, rot_scale,
                            # the format
                            IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
@@ -566,7 +566,7 @@ def columns_to_quarters(t, BN: tl.constexpr):
     return q0, q1, q2, q3
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed", "sign_mask"])
 def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
                            # the format
                            IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
