@@ -101,15 +101,17 @@ def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,
            n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
            keys: torch.Tensor | None = None) -> None:
-    """The 32-block kernels, one pass over a contiguous ``x``: along the last axis (Fprop,
-    Dgrad) the row kernel, along another (Wgrad contracts over tokens) the column kernel,
-    which reads coalesced tiles and moves them to the row kernel's quarters in the kernel. The
-    output is K-major either way. ``qdq``: ``data`` is the bf16 output viewed as int32 pairs
-    (quantize-dequantize), ``scales`` unused."""
+    """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
+    kernel; along another (Wgrad contracts over tokens) per ``tuning.columns`` the one-pass
+    column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
+    bits the same, every way (stochastic rounding counts K-major indices). ``qdq``: ``data`` is
+    the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    if inner != 1:
+    if inner != 1 and tuning.columns == "kernel":
         cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq)
         return
+    if inner != 1:
+        x = move_axis_last(x, axis, tuning)
     consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device)
     run(kernels.quantize.quantize_rows32_kernel, (triton.cdiv(n_blocks, nb),),
         x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales,

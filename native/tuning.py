@@ -49,13 +49,16 @@ class Tuning:
     """Tiles of every native kernel.
 
     rows32 / rows32_qdq  the 32-block row kernel, quantize and quantize-dequantize
-    cols32               the 32-block column kernel (blocks along a non-last axis)
+    columns              blocks of 32 along a non-last axis: 'transpose' (a tiled transpose,
+                         then the row kernel) or 'kernel' (the one-pass column kernel)
+    cols32               the 32-block column kernel's tile
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
     """
     rows32: RowTile = RowTile(32, 1, 72)
     rows32_qdq: RowTile = RowTile(32, 1)
+    columns: str = "transpose"
     cols32: ColumnTile = ColumnTile(64, 2)
     last_axis: StridedTile = StridedTile(16, 256, 4)
     other_axis: StridedTile = StridedTile(64, 64, 4)
@@ -63,14 +66,20 @@ class Tuning:
     transpose: tuple[int, int] = (64, 64)
     notes: str = field(default="", compare=False)
 
+    def __post_init__(self):
+        if self.columns not in ("transpose", "kernel"):
+            raise ValueError(f"columns must be 'transpose' or 'kernel', got {self.columns!r}")
+
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
 # noise of it for both forms (one warp also keeps the tile's NaN/Inf vote inside the warp); the
-# packed-code form capped at 72 registers was 3% faster than ptxas's 80 (64 spills).
+# packed-code form capped at 72 registers was 3% faster than ptxas's 80 (64 spills). Columns:
+# on an H100 the one-pass column kernel ran at 14% of copy (its 2-byte loads, one column per
+# thread, do not stream), the transpose + row kernel at about 35%: 'transpose' stays.
 GPU = Tuning(notes="H200-tuned defaults")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
-                     cols32=ColumnTile(256, 4),
+                     columns="kernel", cols32=ColumnTile(256, 4),
                      last_axis=StridedTile(64, 256, 4), other_axis=StridedTile(64, 256, 4),
                      dequantize=StridedTile(64, 256, 4), transpose=(128, 128),
                      notes="Triton CPU interpreter")

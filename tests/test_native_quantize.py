@@ -372,13 +372,18 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("tile,count", [((32, 1), 1920), ((64, 2), 480)], ids=str)
-def test_column_kernel_every_bf16_value(device, tile, count):
-    """The 32-block column kernel (blocks along a non-last axis, one pass): every bf16 value
-    (61,440 of them; a quarter of them at the second tile) in blocks along axis 0, a last
-    column tile cut short (masked), as a 3-D tensor too; codes, scales and
-    quantize-dequantize, RNE and stochastic rounding, with and without H16."""
-    tuning = native.Tuning(cols32=native.ColumnTile(*tile))
+@pytest.mark.parametrize("columns,tile,count", [("kernel", (32, 1), 1920),
+                                                ("kernel", (64, 2), 480),
+                                                ("transpose", (64, 2), 480)], ids=str)
+def test_columns_every_bf16_value(device, columns, tile, count):
+    """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
+    transpose, then the row kernel): every bf16 value (61,440 of them; a quarter of them in the
+    other cases) in blocks along axis 0, a last column tile cut short (masked), as a 3-D
+    tensor too; codes, scales and quantize-dequantize, RNE and stochastic rounding, with and
+    without H16."""
+    tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile),
+                           rows32=native.default_tuning().rows32,
+                           rows32_qdq=native.default_tuning().rows32_qdq)
     blocks = all_bf16_blocks(2)[:1920][::1920 // count]
     # column n of block row b holds blocks[48 b + n]: 48 columns, so both tiles end ragged
     rows = count // 48
