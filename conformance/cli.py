@@ -1,7 +1,10 @@
-"""``ocpmx conform``: run the suite on one backend, print a table, write a JSON report.
+"""``ocpmx conform``: run the suite on one backend, print a summary and a table, write a JSON
+and a Markdown report.
 
-Exit status: 0 pass (or only known deviations), 1 fail, 3 error; with --strict a verdict of
-'deviation' exits 4.
+Verdict and exit status: 'conformant' (every check passed) 0; 'conformant with documented
+deviations' (known deviations only) 0, or 4 with --strict; 'not conformant': 1 when a check
+failed, 3 when a check raised an error. Bad arguments (an unknown backend, an unwritable
+--report path, an invalid --deviations file) exit 2 with one line, before any check runs.
 """
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,29 +31,78 @@ def add_parser(sub) -> None:
     c.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
     c.add_argument("--ops", nargs="+", default=None, choices=OPS)
     c.add_argument("--budget", default="quick", choices=["quick", "full"])
-    c.add_argument("--report", help="write the JSON report here (a .md table goes beside it)")
+    c.add_argument("--report", help="write the JSON report here (the Markdown report goes beside "
+                                    "it, .md); the directory is checked before the suite runs")
+    c.add_argument("--deviations", metavar="FILE",
+                   help="your own known deviations (the schema of conformance/deviations/*.json), "
+                        "added to the backend's built-in ones")
     c.add_argument("--strict", action="store_true", help="exit 4 when known deviations occur")
     c.set_defaults(func=cmd_conform)
 
 
+def report_path_problem(report: str) -> str | None:
+    """Why the JSON report (and the .md beside it) could not be written, or None. Creates the
+    directory if it is missing (it would be created at the end anyway)."""
+    path = Path(report)
+    if path.suffix == ".md":
+        return f"--report {report}: name the JSON file; the Markdown report goes beside it (.md)"
+    if path.is_dir():
+        return f"--report {report} is a directory; name the JSON file to write"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"--report {report}: cannot create the directory {path.parent}: {e.strerror or e}"
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".ocpmx-conform-"):
+            pass
+    except OSError as e:
+        return f"--report {report}: cannot write in {path.parent}: {e.strerror or e}"
+    for p in (path, path.with_suffix(".md")):
+        if p.exists() and (p.is_dir() or not os.access(p, os.W_OK)):
+            return f"--report {report}: cannot overwrite {p}"
+    return None
+
+
 def cmd_conform(args) -> int:
+    def fail(message: str) -> int:
+        print(f"ocpmx conform: error: {message}", file=sys.stderr)
+        return 2
+
+    if args.report:  # before anything slow: a bad path must not cost a whole run
+        problem = report_path_problem(args.report)
+        if problem:
+            return fail(problem)
     if args.backend == "triton" and args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
     from .backends import load_backend
-    from .suite import run_suite, to_json, to_table, verdict
+    from .suite import (SPEC_VERSION, builtin_deviations_path, counts_text, header_text,
+                        load_deviation_file, run_suite, suite_commit, summary_matrix, to_json,
+                        to_markdown, to_table, verdict)
     kwargs = {"device": args.device} if args.device and args.backend == "triton" else {}
     try:
         backend = load_backend(args.backend, **kwargs)
     except (LookupError, RuntimeError) as e:
-        print(f"ocpmx conform: error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
+    extra = []
+    if args.deviations:
+        try:
+            extra = load_deviation_file(args.deviations, backend.name)
+        except ValueError as e:
+            return fail(str(e))
     from .. import __version__
-    header = {"suite": f"ocpmx {__version__}", "backend": backend.name, **backend.info(),
-              "budget": args.budget, "formats": args.formats, "host": platform.node(),
+    builtin = builtin_deviations_path(backend)
+    sources = [f"built-in {builtin.parent.name}/{builtin.name}" if builtin.is_file()
+               else "none built in"]
+    if args.deviations:
+        sources.append(f"{args.deviations} ({len(extra)} rules)")
+    header = {"spec": SPEC_VERSION, "suite": f"ocpmx {__version__}", "commit": suite_commit(),
+              "backend": backend.name, **backend.info(), "budget": args.budget,
+              "formats": args.formats, "ops": args.ops or list(OPS),
+              "deviations": " + ".join(sources), "host": platform.node(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
               "command": "ocpmx conform " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["conform"] else sys.argv[1:])}
     for k, v in header.items():
-        print(f"# {k}: {v}")
+        print(f"# {k}: {header_text(v)}")
     t0 = time.time()
 
     def progress(r):
@@ -57,20 +110,20 @@ def cmd_conform(args) -> int:
         if r.failures:
             line += "\n               " + r.failures[0]
         print(line, flush=True)
-    results = run_suite(backend, args.formats, args.budget, args.ops, progress)
+    results = run_suite(backend, args.formats, args.budget, args.ops, progress, extra)
     header["seconds"] = round(time.time() - t0, 1)
     report = to_json(results, header)
+    print("\nSummary (worst status per format and operation):\n")
+    print(summary_matrix(results, args.formats))
     print()
     print(to_table(results))
-    print(f"\nverdict: {report['verdict']}  {report['counts']}  ({header['seconds']} s)")
+    print(f"\nverdict: {report['verdict_text']} ({counts_text(report['counts'])}; "
+          f"{header['seconds']} s)")
     if args.report:
         path = Path(args.report)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=1))
-        head = "\n".join(f"- {k}: `{v}`" for k, v in header.items())
-        path.with_suffix(".md").write_text(
-            f"# Conformance: {backend.name}\n\n{head}\n\nverdict: **{report['verdict']}** "
-            f"{report['counts']}\n\n{to_table(results)}\n")
+        path.with_suffix(".md").write_text(to_markdown(results, header, backend.name))
     code = EXIT[verdict(results)]
     if args.strict and report["verdict"] == "deviation":
         code = 4

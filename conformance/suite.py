@@ -2,12 +2,17 @@
 
 Every check ends in one status of a closed set (STATUSES). A failure is reported as one line
 per mismatch: the input in hex => got, expected. Known, documented differences of a backend
-are listed in ``deviations/<backend>.json``; mismatches they explain turn a check into
-'deviation' instead of 'fail'.
+are listed in ``deviations/<backend>.json`` (and in a user's file, ``--deviations FILE``);
+mismatches they explain turn a check into 'deviation' instead of 'fail'.
+
+Reports: ``to_json`` (machine-readable: ``verdict`` pass/deviation/fail/error plus the human
+``verdict_text``), ``to_markdown`` (header, verdict, the format x operation summary matrix, the
+flat table), ``summary_matrix`` and ``to_table``.
 """
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +31,12 @@ STATUSES = ("pass", "fail", "deviation", "not-supported", "error")
 BUDGETS = {"quick": dict(examples=8, rules_examples=4, float32_sweep=False),
            "full": dict(examples=60, rules_examples=20, float32_sweep=True)}
 MAX_LINES = 5
+SPEC_VERSION = "OCP Microscaling Formats (MX) v1.0"
+# the verdict's words for people; the JSON's machine-readable ``verdict`` keeps the status names
+VERDICT_TEXT = {"pass": "conformant", "deviation": "conformant with documented deviations",
+                "fail": "not conformant", "error": "not conformant"}
+# worst first: a summary cell shows the worst status among its checks
+SEVERITY = ("error", "fail", "deviation", "not-supported", "pass")
 
 
 @dataclass
@@ -38,6 +49,7 @@ class CheckResult:
     failures: list[str] = field(default_factory=list)
     deviations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    data: dict = field(default_factory=dict)  # structured findings (the accumulation probe's)
 
 
 class Mismatch(AssertionError):
@@ -48,11 +60,53 @@ class Mismatch(AssertionError):
 # Known deviations: declarative rules matched against (input class, got class) of a mismatch
 # ------------------------------------------------------------------------------------------
 
-def load_deviations(backend: Backend) -> list[dict]:
-    path = Path(__file__).parent / "deviations" / f"{backend.name}.json"
-    if not path.is_file():
-        return []
-    rules = json.loads(path.read_text())["deviations"]
+def builtin_deviations_path(backend: Backend) -> Path:
+    return Path(__file__).parent / "deviations" / f"{backend.name}.json"
+
+
+DEVIATION_KEYS = {"id": str, "op": str, "formats": list, "input": list, "got": list,
+                  "description": str}
+
+
+def load_deviation_file(path, backend_name: str | None = None) -> list[dict]:
+    """The rules of a deviations file (the schema of ``conformance/deviations/*.json``:
+    ``{"backend": ..., "source": ..., "deviations": [{"id", "op", "formats", "input", "got",
+    "description"[, "capability", "device_contains"]}, ...]}``); a ValueError says what is
+    wrong, in one line."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read the deviations file {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the deviations file {path} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("deviations"), list):
+        raise ValueError(f"{path}: expected an object with a list 'deviations'")
+    if backend_name is not None and doc.get("backend", backend_name) != backend_name:
+        raise ValueError(f"{path} lists deviations of backend {doc['backend']!r}, "
+                         f"not of {backend_name!r}")
+    for i, r in enumerate(doc["deviations"]):
+        where = f"{path}: deviation {i}"
+        if not isinstance(r, dict):
+            raise ValueError(f"{where} is not an object")
+        for key, typ in DEVIATION_KEYS.items():
+            if not isinstance(r.get(key), typ):
+                raise ValueError(f"{where} ({r.get('id', '?')}): {key!r} must be a "
+                                 f"{typ.__name__}")
+        if r["op"] not in OPS:
+            raise ValueError(f"{where} ({r['id']}): op {r['op']!r} is not one of {', '.join(OPS)}")
+        unknown = [f for f in r["formats"] if f not in FORMATS and f != "e8m0"]
+        if unknown:
+            raise ValueError(f"{where} ({r['id']}): unknown formats {unknown}")
+    return doc["deviations"]
+
+
+def load_deviations(backend: Backend, extra=()) -> list[dict]:
+    """The backend's built-in known deviations, then ``extra`` rules (a user's file), keeping
+    those that apply to the backend's device and capability."""
+    path = builtin_deviations_path(backend)
+    rules = json.loads(path.read_text())["deviations"] if path.is_file() else []
+    rules = list(rules) + list(extra)
     device = str(backend.info().get("device", ""))
     cap = str(backend.info().get("capability", ""))
     return [r for r in rules if r.get("capability", cap) == cap and
@@ -99,6 +153,11 @@ def explain(rules, op, fmt, icls, gcls) -> str | None:
 
 def _hex(v) -> str:
     return f"{np.float32(v).view(np.uint32):#010x}"
+
+
+def _opts_text(opts) -> str:
+    """' scale_rule=even rounding=stochastic' (with a leading space), or '' for the defaults."""
+    return "".join(f" {k}={v}" for k, v in opts.items())
 
 
 def compare_codes(op, fmt, x, got, want, rules, found, scale_exp=None):
@@ -150,7 +209,8 @@ def compare_quantize(fmt, x, got, want, rules, found, opts):
             icls = "block_special" if special else ("block_tiny" if amax < 2.0**-120 else "block")
             g, w = int(gs[idx]), int(ws[idx])
             yield (icls, "scale",
-                   lambda amax=amax, g=g, w=w: f"quantize {fmt} {opts} block amax={_hex(amax)} "
+                   lambda amax=amax, g=g, w=w: f"quantize {fmt}{_opts_text(opts)} "
+                                               f"block amax={_hex(amax)} "
                                                f"({float(amax):.9g}) => scale got {g:#04x}, "
                                                f"expected {w:#04x}")
     lines = unexplained(scale_cases(), "quantize", fmt, rules, found)
@@ -167,7 +227,7 @@ def compare_quantize(fmt, x, got, want, rules, found, opts):
             found.add(dev)
             gc = np.where(in_special, wc, gc)
     for line in compare_codes("quantize", fmt, x, gc, wc, rules, found, exp):
-        lines.append(line.replace("quantize " + fmt, f"quantize {fmt} {opts}", 1))
+        lines.append(line.replace("quantize " + fmt, f"quantize {fmt}{_opts_text(opts)}", 1))
     return lines[:MAX_LINES]
 
 
@@ -485,6 +545,24 @@ def probe_accumulation(backend, k=256) -> dict:
     return out
 
 
+def describe_probe(p: dict) -> str:
+    """The probe's findings as one readable line, e.g. 'alignment bits 25, truncate, 16 products
+    per step; E8M0 0x00 = 0 (spec: 2^-127), 0xFF = NaN; scale applied to bf16 operands ...'."""
+    acc = [f"alignment bits {p.get('alignment_bits', '?')}"]
+    if "alignment_rounding" in p:
+        acc.append(str(p["alignment_rounding"]))
+    steps = p.get("products_per_step")
+    acc.append(f"{steps} products per step" if isinstance(steps, int)
+               else f"products per step {steps}")
+    e00, eff = p.get("e8m0_0x00", "?"), p.get("e8m0_0xff", "?")
+    e8m0 = (f"E8M0 0x00 = {e00}" + ("" if e00 == "2^-127" else " (spec: 2^-127)") +
+            f", 0xFF = {eff}" + ("" if eff == "NaN" else " (spec: NaN)"))
+    text = f"{', '.join(acc)}; {e8m0}"
+    if "scale_applied" in p:
+        text += f"; scale applied {p['scale_applied']}"
+    return text
+
+
 def model_from_probe(p: dict):
     f_bits = p.get("alignment_bits", 0)
     if f_bits >= 34:
@@ -539,7 +617,7 @@ def _probe_checks(backend, rules):
     except Exception as e:  # noqa: BLE001
         return [CheckResult("gemm/probe", "gemm", "e4m3", "error", f"{type(e).__name__}: {e}")]
     dt = time.time() - t0
-    detail = json.dumps(probe)
+    detail = describe_probe(probe)
     for key, want in (("e8m0_0x00", "2^-127"), ("e8m0_0xff", "NaN")):
         dev = explain(rules, "gemm", "e4m3", key, probe[key])
         status = "pass" if probe[key] == want else ("deviation" if dev else "fail")
@@ -551,7 +629,7 @@ def _probe_checks(backend, rules):
                                seconds=dt))
     model = model_from_probe(probe)
     out.append(CheckResult("gemm/probe/accumulation", "gemm", "e4m3", "pass",
-                           f"inferred: {detail}; model: {model}", seconds=dt))
+                           f"inferred: {detail}; model: {model}", seconds=dt, data=probe))
     # the emulator configured with the inferred model must reproduce the backend on random data
     rng = np.random.default_rng(7)
     a = emulator.quantize(rng.standard_normal((64, 1024)).astype(np.float32), "e4m3")
@@ -575,15 +653,17 @@ assert tuple(SECTIONS) == OPS
 
 
 def run_suite(backend: Backend, formats=tuple(FORMATS), budget="quick", ops=None,
-              progress=None) -> list[CheckResult]:
-    """Run the checks of ``ops`` (default all: cast, quantize, dequantize, gemm)."""
+              progress=None, extra_deviations=()) -> list[CheckResult]:
+    """Run the checks of ``ops`` (default all: cast, quantize, dequantize, layout, gemm);
+    ``extra_deviations``: known-deviation rules of the user's (``load_deviation_file``), added
+    to the backend's built-in ones."""
     ops = tuple(SECTIONS) if ops is None else tuple(ops)
     if budget not in BUDGETS:
         raise ValueError(f"unknown budget {budget!r}; expected one of {tuple(BUDGETS)}")
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown formats {unknown}; expected some of {tuple(FORMATS)}")
-    rules = load_deviations(backend)
+    rules = load_deviations(backend, extra_deviations)
     results = []
     for op in ops:
         for r in SECTIONS[op](backend, list(formats), BUDGETS[budget], rules):
@@ -601,10 +681,68 @@ def verdict(results) -> str:
     return "deviation" if "deviation" in statuses else "pass"
 
 
+def counts(results) -> dict:
+    return {s: sum(r.status == s for r in results) for s in STATUSES}
+
+
+def counts_text(c: dict) -> str:
+    """'120 pass, 1 deviation, 1 not-supported' (statuses with no checks left out)."""
+    return ", ".join(f"{n} {s}" for s, n in c.items() if n) or "no checks"
+
+
+def verdict_text(results) -> str:
+    return VERDICT_TEXT[verdict(results)]
+
+
 def to_json(results, header) -> dict:
-    return {"header": header, "verdict": verdict(results),
-            "counts": {s: sum(r.status == s for r in results) for s in STATUSES},
-            "checks": [asdict(r) for r in results]}
+    return {"header": header, "verdict": verdict(results), "verdict_text": verdict_text(results),
+            "counts": counts(results), "checks": [asdict(r) for r in results]}
+
+
+def suite_commit() -> str:
+    """``git rev-parse --short HEAD`` in the package's directory (a git checkout), else
+    'unknown'."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                              cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = done.stdout.strip()
+    return commit if done.returncode == 0 and commit else "unknown"
+
+
+def header_text(value) -> str:
+    """A header value as text: lists joined with spaces, the rest as is."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def summary_matrix(results, formats=None) -> str:
+    """Markdown table: rows formats, columns the operations (cast, quantize, dequantize, layout,
+    gemm); each cell the worst status of that slice's checks ('-' where none ran)."""
+    rows = list(formats or [])
+    rows += [f for f in dict.fromkeys(r.fmt for r in results) if f not in rows]
+    lines = ["| format | " + " | ".join(OPS) + " |", "|---" * (len(OPS) + 1) + "|"]
+    for fmt in rows:
+        cells = []
+        for op in OPS:
+            got = {r.status for r in results if r.fmt == fmt and r.op == op}
+            cells.append(next((s for s in SEVERITY if s in got), "-"))
+        lines.append(f"| {fmt} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def to_markdown(results, header, backend_name: str) -> str:
+    """The Markdown report: header, verdict, the summary matrix, the flat table."""
+    head = "\n".join(f"- {k}: `{header_text(v)}`" for k, v in header.items())
+    return (f"# Conformance: {backend_name}\n\n{head}\n\n"
+            f"verdict: **{verdict_text(results)}** ({counts_text(counts(results))}; "
+            f"machine-readable verdict: `{verdict(results)}`)\n\n"
+            f"## Summary (worst status per format and operation)\n\n"
+            f"{summary_matrix(results, header.get('formats'))}\n\n"
+            f"## Checks\n\n{to_table(results)}\n")
 
 
 def to_table(results) -> str:

@@ -4,6 +4,7 @@ from ..spec.rotation import Rotation, parse_rotation
 from .accumulate import HOPPER_BF16, HOPPER_FP8, MODELS, ChunkedModel, mx_dot, mx_matmul
 from .block_quantize import MXArray, cast, dequantize, quantize
 from .decode import cast_scale, decode, decode_code, decode_scale, decode_table
+from . import gfx950
 from .packing import pack, unpack
 from .philox import random_bits
 from .rotation import rotate
@@ -11,6 +12,6 @@ from .rotation import rotate
 __all__ = [
     "HOPPER_BF16", "HOPPER_FP8", "MODELS", "ChunkedModel", "mx_dot", "mx_matmul",
     "MXArray", "Rotation", "cast", "cast_scale", "decode", "decode_code", "decode_scale",
-    "decode_table", "dequantize", "pack", "parse_rotation", "quantize", "random_bits", "rotate",
-    "unpack",
+    "decode_table", "dequantize", "gfx950", "pack", "parse_rotation", "quantize", "random_bits",
+    "rotate", "unpack",
 ]

@@ -12,6 +12,7 @@ from ..spec import (BLOCK_SIZE, ElementFormat, Rotation, Rounding, ScaleRule, ge
 from . import fast_kernels, packing, reference_kernels
 from .decode import decode_table
 from .rotation import rotate_last_axis
+from ..spec.rules import Conversion
 
 
 @dataclass
@@ -77,7 +78,7 @@ def _check_axis(x: np.ndarray, axis: int, block_size: int) -> int:
 
 def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule="floor",
              rounding="rne", seed: int = 0, rotation=None, int8_min: int = -127,
-             path: str = "auto") -> MXArray:
+             path: str = "auto", conversion="ocp") -> MXArray:
     """Quantize ``x`` to MX format ``fmt`` in blocks of ``block_size`` along ``axis``.
 
     scale_rule: 'floor' (§6.3, default), 'ceil', 'rceil' (NVIDIA), 'even' (torchao/AMD)
@@ -92,7 +93,15 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
     path:       'auto' (the fast kernel where it applies: float32 data and RNE), 'reference'
                 (the readable reference kernel), or 'fast' (an error where it does not apply).
                 Both give the same bits; the choice exists to test that.
+    conversion: 'ocp' (default: the element conversion of §6.3 as above) or 'gfx950' (AMD
+                gfx950's V_CVT_SCALEF32_* element conversion under the scale ``scale_rule``
+                chose: ``ocpmx.emulator.gfx950``; float32/float16/bfloat16 input, no MXINT8).
     """
+    if Conversion.parse(conversion) == Conversion.GFX950:
+        from . import gfx950
+        return gfx950.quantize(x, fmt, axis=axis, block_size=block_size, scale_rule=scale_rule,
+                               rounding=rounding, seed=seed, rotation=rotation,
+                               int8_min=int8_min, path=path)
     fmt = get_format(fmt)
     rule, rnd = ScaleRule.parse(scale_rule), Rounding.parse(rounding)
     kf = lower(fmt, int8_min)
@@ -147,12 +156,17 @@ def dequantize(mx: MXArray) -> np.ndarray:
     return np.moveaxis(out, -1, mx.axis)
 
 
-def cast(x, fmt, *, rounding="rne", seed: int = 0, int8_min: int = -127) -> np.ndarray:
+def cast(x, fmt, *, rounding="rne", seed: int = 0, int8_min: int = -127,
+         conversion="ocp") -> np.ndarray:
     """Element conversion with no scale (scale 2^0): float values -> uint8 codes.
 
     Same rounding and saturation as ``quantize``; NaN -> the format's NaN code (or 0 where it
-    has none); +-Inf -> the Inf code (E5M2) or +-max.
+    has none); +-Inf -> the Inf code (E5M2) or +-max. ``conversion='gfx950'``: AMD gfx950's
+    scaled conversion under scale code 127 instead (``ocpmx.emulator.gfx950``).
     """
+    if Conversion.parse(conversion) == Conversion.GFX950:
+        from . import gfx950
+        return gfx950.cast(x, fmt, rounding=rounding, seed=seed, int8_min=int8_min)
     fmt = get_format(fmt)
     rnd = Rounding.parse(rounding)
     kf = lower(fmt, int8_min)

@@ -60,6 +60,17 @@ class Rounding(_Named):
     STOCHASTIC = 1  # up with probability frac16 / 2^16 (``ocpmx.spec.philox.stochastic_bits``)
 
 
+class Conversion(_Named):
+    """Conversion model: whose rules turn one element value under a block scale into a code.
+
+    The block's scale is always chosen by the ``ScaleRule``; the conversion model decides how
+    the element is converted under it (rounding, overflow, NaN/Inf, the scale codes 0x00 and
+    0xFF). ``emulator.gfx950`` documents the GFX950 rules and their sources."""
+
+    OCP = 0     # OCP MX v1.0 §6.3 as the emulator implements it (default)
+    GFX950 = 1  # AMD gfx950 (CDNA4, MI355X) V_CVT_SCALEF32_* conversion instructions
+
+
 # descriptions, by name (help texts and reports)
 SCALE_RULES: dict[str, str] = {
     "floor": "§6.3: s = floor(log2 amax) - emax_elem (the spec's rule, default)",
@@ -74,7 +85,15 @@ ROUNDINGS: dict[str, str] = {
                   "r 16 random bits of Philox4x32-10 keyed by seed, 8 elements of consecutive "
                   "K-major indices per call (ocpmx.spec.philox.stochastic_bits)",
 }
+CONVERSIONS: dict[str, str] = {
+    "ocp": "OCP MX v1.0 §6.3: RNE (or this project's stochastic rounding), saturate to +-max, "
+           "NaN -> the format's NaN code or 0 (default)",
+    "gfx950": "AMD gfx950 V_CVT_SCALEF32_*: the scale's exponent subtracted before one RNE "
+              "rounding (or add-random-bits-and-truncate SR); FP4/FP6 saturate, E4M3 overflow "
+              "-> NaN, E5M2 overflow -> Inf, NaN -> the format's NaN slot with its sign",
+}
 assert list(SCALE_RULES) == [m.label for m in ScaleRule]
+assert list(CONVERSIONS) == [m.label for m in Conversion]
 assert list(ROUNDINGS) == [m.label for m in Rounding]
 
 # §6.2 "Dot product": Dot(A, B) = X_A * X_B * sum_i P_A,i * P_B,i; internal precision and

@@ -2,6 +2,7 @@
 loading work."""
 import json
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from ocpmx import cli, emulator
 from ocpmx.conformance import load_backend, run_suite, verdict
 from ocpmx.conformance.backends import EmulatorBackend
-from ocpmx.conformance.suite import input_class
+from ocpmx.conformance.suite import (CheckResult, describe_probe, input_class, summary_matrix,
+                                     to_json)
 from ocpmx.emulator.decode import decode_table
 from ocpmx.spec import get_format
 
@@ -159,6 +161,14 @@ def test_cli_exit_status_and_report(tmp_path):
     assert data["verdict"] == "pass" and data["header"]["backend"] == "emulator"
     assert {"suite", "python", "numpy", "device", "date", "command"} <= set(data["header"])
     assert report.with_suffix(".md").read_text().startswith("# Conformance: emulator")
+    head = data["header"]
+    assert head["spec"] == "OCP Microscaling Formats (MX) v1.0"
+    assert head["suite"].startswith("ocpmx ") and head["commit"]  # short hash or 'unknown'
+    assert data["verdict_text"] == "conformant"
+    md = report.with_suffix(".md").read_text()
+    assert "verdict: **conformant**" in md
+    assert "| format | cast | quantize | dequantize | layout | gemm |" in md
+    assert "| e2m1 | pass | - | pass | - | - |" in md
     bad = tmp_path / "bad.py"
     bad.write_text(textwrap.dedent("""
         import numpy as np
@@ -221,4 +231,122 @@ def test_conform_device_cpu_switches_on_the_interpreter():
                            "--device", "cpu", "--ops", "dequantize", "--formats", "e2m1"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "verdict: pass" in done.stdout
+    assert "verdict: conformant (" in done.stdout  # the verdict 'pass', in words
+
+
+def test_verdict_words_and_summary_matrix():
+    """The summary cell is the worst status of its slice; the verdict in words keeps the JSON's
+    machine-readable value."""
+    rs = [CheckResult("cast/a/e2m1", "cast", "e2m1", "pass"),
+          CheckResult("cast/b/e2m1", "cast", "e2m1", "deviation"),
+          CheckResult("gemm/a/e2m1", "gemm", "e2m1", "not-supported"),
+          CheckResult("gemm/b/e2m1", "gemm", "e2m1", "pass"),
+          CheckResult("quantize/a/e4m3", "quantize", "e4m3", "fail"),
+          CheckResult("quantize/b/e4m3", "quantize", "e4m3", "error")]
+    m = summary_matrix(rs, ["e2m1", "e4m3", "e5m2"]).splitlines()
+    assert m[2] == "| e2m1 | deviation | - | - | - | not-supported |"
+    assert m[3] == "| e4m3 | - | error | - | - | - |"
+    assert m[4] == "| e5m2 | - | - | - | - | - |"
+    words = {"pass": "conformant", "deviation": "conformant with documented deviations",
+             "fail": "not conformant", "error": "not conformant"}
+    for status, text in words.items():
+        j = to_json([CheckResult("c", "cast", "e2m1", status)], {})
+        assert (j["verdict"], j["verdict_text"]) == (status, text)
+
+
+def test_probe_details_are_text():
+    p = {"e8m0_0x00": "0", "e8m0_0xff": "NaN",
+         "scale_applied": "to bf16 operands (2^-136 became 0.0)", "alignment_bits": 25, "alignment_rounding": "truncate", "products_per_step": 16}
+    assert describe_probe(p) == ("alignment bits 25, truncate, 16 products per step; E8M0 0x00 = 0 "
+                                 "(spec: 2^-127), 0xFF = NaN; scale applied to bf16 operands "
+                                 "(2^-136 became 0.0)")
+    res = {r.check: r for r in run_suite(EmulatorBackend(), ["e4m3"], ops=["gemm"])}
+    acc = res["gemm/probe/accumulation"]
+    assert "{" not in acc.detail and "alignment bits" in acc.detail
+    assert acc.data["alignment_bits"] >= 34  # the structured findings stay in the JSON
+
+
+NAN_TO_ZERO = """
+    import numpy as np
+    from ocpmx.conformance.backends import EmulatorBackend
+    class NanToZero(EmulatorBackend):
+        name = "nan_to_zero"
+        def cast(self, x, fmt):
+            codes = super().cast(x, fmt)
+            return np.where(np.isnan(x), 0, codes).astype(np.uint8) if fmt == "e4m3" else codes
+"""
+
+
+def test_report_path_checked_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = ["conform", "--backend", "emulator", "--formats", "e2m1", "--ops", "cast"]
+    for bad in (blocker / "r.json", tmp_path / "r.md", tmp_path):
+        capsys.readouterr()
+        assert cli.main(args + ["--report", str(bad)]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and len(out.err.strip().splitlines()) == 1, out  # nothing ran
+        assert out.err.startswith("ocpmx conform: error: --report")
+
+
+def test_user_deviations_file(tmp_path, capsys):
+    """--deviations FILE adds known deviations to the built-in ones: the fail becomes a
+    documented deviation (exit 0, 4 with --strict); a malformed file or one for another
+    backend is refused with one line, exit 2."""
+    backend = tmp_path / "nz.py"
+    backend.write_text(textwrap.dedent(NAN_TO_ZERO))
+    args = ["conform", "--backend", f"{backend}:NanToZero", "--formats", "e4m3", "--ops", "cast"]
+    assert cli.main(args) == 1
+    dev = {"backend": "nan_to_zero", "source": "our chip's manual, section 3",
+           "deviations": [{"id": "e4m3-nan-to-zero", "op": "cast", "formats": ["e4m3"],
+                           "input": ["nan"], "got": ["zero"],
+                           "description": "NaN converts to +0"}]}
+    f = tmp_path / "dev.json"
+    f.write_text(json.dumps(dev))
+    report = tmp_path / "out" / "r.json"
+    assert cli.main(args + ["--deviations", str(f), "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "deviation"
+    assert data["verdict_text"] == "conformant with documented deviations"
+    assert str(f) in data["header"]["deviations"]
+    by = {c["check"]: c for c in data["checks"]}
+    assert by["cast/all-bf16/e4m3"]["deviations"] == ["e4m3-nan-to-zero"]
+    assert cli.main(args + ["--deviations", str(f), "--strict"]) == 4
+    for broken in ({"deviations": [{"id": "x", "op": "cast"}]},
+                   {**dev, "backend": "triton"}, "not json"):
+        f.write_text(broken if isinstance(broken, str) else json.dumps(broken))
+        capsys.readouterr()
+        assert cli.main(args + ["--deviations", str(f)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and str(f) in err
+
+
+def _doc_block(marker: str, lang: str) -> str:
+    """The code block that follows ``marker`` in docs/conformance-on-new-hardware.md."""
+    text = (Path(__file__).parent.parent / "docs" / "conformance-on-new-hardware.md").read_text()
+    return text.split(marker, 1)[1].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+
+
+def test_runbook_gfx950_model_with_its_deviations_file(tmp_path):
+    """The runbook's gfx950 model backend and its deviations file, as printed there: without
+    the file the gfx950 conversions fail the OCP checks; with it every difference is a named
+    deviation, and nothing else differs."""
+    backend = tmp_path / "gfx950_model.py"
+    backend.write_text(_doc_block("<!-- gfx950-model-backend -->", "python"))
+    dev = tmp_path / "gfx950.json"
+    dev.write_text(_doc_block("<!-- gfx950-deviations -->", "json"))
+    args = ["conform", "--backend", f"{backend}:Gfx950Model", "--formats", "e2m1", "e4m3", "e5m2"]
+    assert cli.main(args + ["--ops", "cast"]) == 1
+    report = tmp_path / "r.json"
+    assert cli.main(args + ["--ops", "cast", "quantize", "dequantize", "--deviations", str(dev),
+                            "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "deviation"
+    st = {c["check"]: c["status"] for c in data["checks"]}
+    assert "fail" not in st.values() and "error" not in st.values()
+    assert st["quantize/random/e2m1/stochastic/12345"] == "not-supported"
+    assert st["dequantize/every-code-every-scale/e4m3"] == "pass"
+    found = {d for c in data["checks"] for d in c["deviations"]}
+    assert found == {"gfx950-fp4-fp6-nan-to-max", "gfx950-e5m2-nan-code",
+                     "gfx950-e4m3-overflow-nan", "gfx950-e5m2-overflow-inf",
+                     "gfx950-nan-scale-block-codes"}
