@@ -1,0 +1,160 @@
+"""Folding an MX operand into FP8 E4M3 with one power-of-two scale per group of blocks: how an
+FP4/FP6 GEMM runs on FP8 tensor cores (Hopper) with the MX products unchanged.
+
+Every E2M1 value times 2^d is an exact E4M3 value for d in [-8, 6] (6 * 2^6 = 384 <= 448;
+0.5 * 2^-8 = 2^-9, E4M3's smallest subnormal); E2M3 for d in [-6, 5], E3M2 for [-5, 4]
+(``shift_range``, computed from the table, not restated). So within a group of 32-blocks along K
+(``group`` blocks, or a whole row), an element of block b with scale exponent s_b is stored as
+the E4M3 code of value(code) * 2^(s_b - R), and the group keeps 2^R, R = (the largest s_b among
+the group's blocks holding a nonzero finite element) - d_max. Blocks whose s_b lies within
+d_max - d_min of that largest one fold exactly; a block further below is rounded to nearest
+E4M3 (ties to even; its smallest elements may become zero), and the elements that change are
+counted (``Folded.inexact``), never silently. A block whose scale is NaN (0xFF) folds to E4M3
+NaN codes (0x7F): its products are NaN, as the MX block's are. An all-zero group gets R = 0.
+
+The folded form keeps the MX block scales, so the MX operand stays recoverable: ``unfold``
+returns the codes and scales exactly where the fold was exact (tested on every code under
+every scale).
+
+A GEMM of two folded operands computes every product exactly on FP8 hardware: within one
+32-block the products share 2^(s_a + s_b), so a K = 32 FP8 dot is exact, and only how block
+partial sums are added depends on the kernel: ``ocpmx.emulator.accumulate`` models it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..spec import BLOCK_SIZE, E8M0, FORMATS, ElementFormat
+from .block_quantize import MXArray
+from .decode import decode_table
+
+TARGET = FORMATS["e4m3"]
+
+
+@lru_cache(maxsize=None)
+def shift_range(fmt: ElementFormat, target: ElementFormat = TARGET) -> tuple[int, int]:
+    """(d_min, d_max): the shifts d for which every ``fmt`` value times 2^d is a ``target``
+    value (exact), derived from the two formats' tables."""
+    vals = decode_table(fmt)[: fmt.num_codes]
+    vals = vals[np.isfinite(vals)]
+    target_vals = set(decode_table(target)[: target.num_codes].tolist())
+    ok = [d for d in range(-64, 64) if all(float(v) * 2.0**d in target_vals for v in vals)]
+    if not ok:
+        raise ValueError(f"{fmt.name} does not fold into {target.name} at any shift")
+    lo, hi = min(ok), max(ok)
+    if ok != list(range(lo, hi + 1)):
+        raise AssertionError(f"{fmt.name}: the exact shifts are not an interval")
+    return lo, hi
+
+
+@dataclass
+class Folded:
+    """An MX operand (rows, K), quantized along K, folded into E4M3.
+
+    codes       uint8 E4M3 codes (rows, K)
+    scales      uint8 E8M0: the MX block scales (rows, K / 32), kept so the operand is
+                recoverable
+    exponents   int32 R per (row, group): the group's power-of-two scale 2^R
+    group       blocks per group (K / 32 for whole rows)
+    fmt         the MX element format folded
+    inexact     number of elements whose folded value differs from the MX value (blocks more
+                than d_max - d_min octaves below their group's largest)
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    exponents: np.ndarray
+    group: int
+    fmt: ElementFormat
+    inexact: int
+
+    def values(self) -> np.ndarray:
+        """float64 (rows, K): what the FP8 GEMM multiplies, in true units (E4M3 value times the
+        group scale)."""
+        e4m3 = decode_table(TARGET)[self.codes]
+        r = np.repeat(self.exponents.astype(np.float64), self.group * BLOCK_SIZE, axis=1)
+        return e4m3 * np.exp2(r)
+
+
+def fold(mx: MXArray, group: int | None = None) -> Folded:
+    """Fold a 2-D MX operand quantized along its last axis into E4M3 with a power-of-two scale
+    per ``group`` blocks (None: the whole row). See the module doc."""
+    if not isinstance(mx, MXArray):
+        raise TypeError(f"fold takes an MXArray, got {type(mx).__name__}")
+    if mx.codes.ndim != 2 or mx.axis != 1 or mx.block_size != BLOCK_SIZE:
+        raise ValueError("fold takes a 2-D MXArray quantized along axis 1 in blocks of 32")
+    fmt = mx.fmt
+    if fmt.name not in ("e2m1", "e2m3", "e3m2"):
+        raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly over a range of scales, "
+                         f"not {fmt.name}")
+    d_min, d_max = shift_range(fmt)
+    rows, k = mx.codes.shape
+    nblk = k // BLOCK_SIZE
+    g = nblk if group is None else group
+    if g < 1 or nblk % g:
+        raise ValueError(f"group {group} does not divide the {nblk} blocks of a row")
+    vals = decode_table(fmt)[mx.codes].reshape(rows, nblk, BLOCK_SIZE)
+    s = mx.scales.astype(np.int64) - E8M0.bias
+    nan_block = mx.scales == E8M0.nan_code
+    nonzero = (vals != 0).any(axis=2) & ~nan_block
+    # R per (row, group): the largest exponent among blocks with a nonzero element, minus d_max
+    big = np.where(nonzero, s, np.iinfo(np.int64).min).reshape(rows, nblk // g, g).max(axis=2)
+    r = np.where(big == np.iinfo(np.int64).min, 0, big - d_max)
+    shift = s - np.repeat(r, g, axis=1)  # d per block
+    scaled = vals * np.exp2(shift)[:, :, None].astype(np.float64)
+    from .block_quantize import cast  # noqa: PLC0415 - E4M3 RNE cast of the shifted values
+    codes = cast(scaled.reshape(rows, k).astype(np.float64), TARGET).reshape(rows, nblk, BLOCK_SIZE)
+    codes[nan_block] = TARGET.nan_codes[0]
+    exact = decode_table(TARGET)[codes] == scaled
+    inexact = int(((~exact) & ~nan_block[:, :, None]).sum())
+    return Folded(codes.reshape(rows, k), mx.scales.copy(), r.astype(np.int32), g, fmt, inexact)
+
+
+def unfold(f: Folded) -> MXArray:
+    """The MX operand back from its folded form: exact wherever the fold was exact."""
+    rows, k = f.codes.shape
+    nblk = k // BLOCK_SIZE
+    s = f.scales.astype(np.int64) - E8M0.bias
+    shift = s - np.repeat(f.exponents.astype(np.int64), f.group, axis=1)
+    vals = decode_table(TARGET)[f.codes].reshape(rows, nblk, BLOCK_SIZE) * \
+        np.exp2(-shift)[:, :, None].astype(np.float64)
+    from .block_quantize import cast  # noqa: PLC0415
+    codes = cast(vals.reshape(rows, k), f.fmt)
+    nan_block = f.scales == E8M0.nan_code
+    codes.reshape(rows, nblk, BLOCK_SIZE)[nan_block] = 0  # FP4/FP6 have no NaN code
+    return MXArray(codes, f.scales.copy(), f.fmt, 1, BLOCK_SIZE)
+
+
+def folded_matmul(a: Folded, b: Folded) -> np.ndarray:
+    """C = A Bᵀ (float32) as an FP8 GEMM on folded operands computes it with every K = 32 dot
+    exact and its partial sum promoted at once (Triton ``tl.dot`` with
+    ``max_num_imprecise_acc=32``): in each group g, T_g = the block partials P_b added in K
+    order into a float32 sum from 0 (round to nearest even), P_b = the exact dot of block b's
+    E4M3 values (a K = 32 FP8 dot is exact: its products share the block's 2^(d_a + d_b));
+    then acc = fl(acc + fl(T_g * 2^(R_a + R_b))) over the groups in K order. With one group per
+    row (``group=None`` when folding) that is fl(T * 2^(R_a + R_b)): the ``fp32_sequential``
+    model in units of the group scale, equal to it wherever no partial sum is subnormal or
+    overflows in true units."""
+    if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
+        raise ValueError("folded operands need the same K and the same group")
+    e4 = decode_table(TARGET)
+    av = e4[a.codes]
+    bv = e4[b.codes]
+    rows_a, k = a.codes.shape
+    nblk = k // BLOCK_SIZE
+    acc = np.zeros((rows_a, b.codes.shape[0]), np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for g0 in range(0, nblk, a.group):
+            t = np.zeros_like(acc)
+            for blk in range(g0, g0 + a.group):
+                cols = slice(blk * BLOCK_SIZE, (blk + 1) * BLOCK_SIZE)
+                partial = av[:, cols] @ bv[:, cols].T  # exact in float64 and in float32
+                t = t + partial.astype(np.float32)
+            gi = g0 // a.group
+            r = a.exponents[:, gi].astype(np.float64)[:, None] + \
+                b.exponents[:, gi].astype(np.float64)[None, :]
+            acc = acc + (t.astype(np.float64) * np.exp2(r)).astype(np.float32)
+    return acc
