@@ -9,8 +9,11 @@ the E4M3 code of value(code) * 2^(s_b - R), and the group keeps 2^R, R = (the la
 the group's blocks holding a nonzero finite element) - d_max. Blocks whose s_b lies within
 d_max - d_min of that largest one fold exactly; a block further below is rounded to nearest
 E4M3 (ties to even; its smallest elements may become zero), and the elements that change are
-counted (``Folded.inexact``), never silently. A block whose scale is NaN (0xFF) folds to E4M3
-NaN codes (0x7F): its products are NaN, as the MX block's are. An all-zero group gets R = 0.
+counted (``Folded.inexact``), never silently. A block whose scale is NaN (0xFF) folds to zero
+codes and marks its group's exponent NAN_EXPONENT: the GEMM multiplies that group's partial
+sum by NaN, so every output it reaches is NaN, as with the MX block (NaN is carried outside
+the FP8 products: how an MMA unit treats NaN inputs is not ours to rely on). An all-zero group
+gets R = 0.
 
 The folded form keeps the MX block scales, so the MX operand stays recoverable: ``unfold``
 returns the codes and scales exactly where the fold was exact (tested on every code under
@@ -32,6 +35,7 @@ from .block_quantize import MXArray
 from .decode import decode_table
 
 TARGET = FORMATS["e4m3"]
+NAN_EXPONENT = -(2**31)  # the exponent of a group holding a NaN-scale block
 
 
 @lru_cache(maxsize=None)
@@ -57,7 +61,8 @@ class Folded:
     codes       uint8 E4M3 codes (rows, K)
     scales      uint8 E8M0: the MX block scales (rows, K / 32), kept so the operand is
                 recoverable
-    exponents   int32 R per (row, group): the group's power-of-two scale 2^R
+    exponents   int32 R per (row, group): the group's power-of-two scale 2^R (NAN_EXPONENT:
+                the group holds a NaN block)
     group       blocks per group (K / 32 for whole rows)
     fmt         the MX element format folded
     inexact     number of elements whose folded value differs from the MX value (blocks more
@@ -75,8 +80,7 @@ class Folded:
         """float64 (rows, K): what the FP8 GEMM multiplies, in true units (E4M3 value times the
         group scale)."""
         e4m3 = decode_table(TARGET)[self.codes]
-        r = np.repeat(self.exponents.astype(np.float64), self.group * BLOCK_SIZE, axis=1)
-        return e4m3 * np.exp2(r)
+        return e4m3 * np.repeat(_scale(self.exponents), self.group * BLOCK_SIZE, axis=1)
 
 
 def fold(mx: MXArray, group: int | None = None) -> Folded:
@@ -107,10 +111,18 @@ def fold(mx: MXArray, group: int | None = None) -> Folded:
     scaled = vals * np.exp2(shift)[:, :, None].astype(np.float64)
     from .block_quantize import cast  # noqa: PLC0415 - E4M3 RNE cast of the shifted values
     codes = cast(scaled.reshape(rows, k).astype(np.float64), TARGET).reshape(rows, nblk, BLOCK_SIZE)
-    codes[nan_block] = TARGET.nan_codes[0]
+    codes[nan_block] = 0
     exact = decode_table(TARGET)[codes] == scaled
     inexact = int(((~exact) & ~nan_block[:, :, None]).sum())
+    r = np.where(nan_block.reshape(rows, nblk // g, g).any(axis=2), NAN_EXPONENT, r)
     return Folded(codes.reshape(rows, k), mx.scales.copy(), r.astype(np.int32), g, fmt, inexact)
+
+
+def _scale(exponents: np.ndarray) -> np.ndarray:
+    """2^R as float64, NaN for NAN_EXPONENT."""
+    e = exponents.astype(np.float64)
+    return np.where(exponents == NAN_EXPONENT, np.nan, np.exp2(np.where(
+        exponents == NAN_EXPONENT, 0, e)))
 
 
 def unfold(f: Folded) -> MXArray:
@@ -118,7 +130,17 @@ def unfold(f: Folded) -> MXArray:
     rows, k = f.codes.shape
     nblk = k // BLOCK_SIZE
     s = f.scales.astype(np.int64) - E8M0.bias
-    shift = s - np.repeat(f.exponents.astype(np.int64), f.group, axis=1)
+    r = np.repeat(f.exponents.astype(np.int64), f.group, axis=1)
+    nan_group = r == NAN_EXPONENT
+    if nan_group.any():  # the group's R again, from its finite nonzero blocks
+        d_max = shift_range(f.fmt)[1]
+        nz = (f.codes.reshape(rows, nblk, BLOCK_SIZE) & 0x7F).any(axis=2) & \
+            (f.scales != E8M0.nan_code)
+        big = np.where(nz, s, np.iinfo(np.int64).min).reshape(rows, nblk // f.group, f.group)
+        big = big.max(axis=2)
+        redo = np.where(big == np.iinfo(np.int64).min, 0, big - d_max)
+        r = np.where(nan_group, np.repeat(redo, f.group, axis=1), r)
+    shift = s - r
     vals = decode_table(TARGET)[f.codes].reshape(rows, nblk, BLOCK_SIZE) * \
         np.exp2(-shift)[:, :, None].astype(np.float64)
     from .block_quantize import cast  # noqa: PLC0415
@@ -154,7 +176,6 @@ def folded_matmul(a: Folded, b: Folded) -> np.ndarray:
                 partial = av[:, cols] @ bv[:, cols].T  # exact in float64 and in float32
                 t = t + partial.astype(np.float32)
             gi = g0 // a.group
-            r = a.exponents[:, gi].astype(np.float64)[:, None] + \
-                b.exponents[:, gi].astype(np.float64)[None, :]
-            acc = acc + (t.astype(np.float64) * np.exp2(r)).astype(np.float32)
+            scale = _scale(a.exponents[:, gi])[:, None] * _scale(b.exponents[:, gi])[None, :]
+            acc = acc + (t.astype(np.float64) * scale).astype(np.float32)
     return acc

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ocpmx import emulator
-from ocpmx.emulator.fold import fold, folded_matmul, shift_range, unfold
+from ocpmx.emulator.fold import NAN_EXPONENT, fold, folded_matmul, shift_range, unfold
 from ocpmx.spec import FORMATS, get_format
 
 
@@ -66,10 +66,14 @@ def test_groups_nan_and_zero_blocks():
     codes[1, 32:64] = 0  # an all-zero block with an extreme scale does not set R
     scales = rng.integers(120, 134, (3, 8), dtype=np.uint8)
     scales[1, 1] = 254
-    scales[2, 3] = 0xFF  # a NaN block: NaN codes, the rest of its group exact
+    scales[2, 3] = 0xFF  # a NaN block: zero codes, its group's exponent marked
     folded = fold(emulator.MXArray(codes, scales, f, 1), group=4)
     assert folded.exponents.shape == (3, 2) and folded.inexact == 0
-    assert (folded.codes[2, 96:128] == 0x7F).all()
+    assert (folded.codes[2, 96:128] == 0).all() and folded.exponents[2, 0] == NAN_EXPONENT
+    assert np.isnan(folded.values()[2, :128]).all() and not np.isnan(folded.values()[2, 128:]).any()
+    back = unfold(folded)
+    assert np.array_equal(back.codes[2, 128:], codes[2, 128:])
+    assert np.array_equal(back.codes[2, :96], codes[2, :96])
     assert folded.exponents[1, 0] == int(max(scales[1, [0, 2, 3]])) - 127 - 6
     with pytest.raises(ValueError, match="does not divide"):
         fold(emulator.MXArray(codes, scales, f, 1), group=3)
@@ -106,3 +110,37 @@ def test_folded_gemm_is_the_fp32_sequential_model():
                     .astype(np.float64))
         ref = (ref + (t.astype(np.float64) * r).astype(np.float32)).astype(np.float32)
     assert np.array_equal(got4.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name", ["e2m1", "e2m3", "e3m2"])
+def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
+    """The Triton fold kernel and the folded FP8 GEMM, bit for bit against the emulator: group
+    sizes 1, 4 and a whole row, a block far below its group (rounded), a NaN block, a zero
+    block, bf16 output."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((24, 512)) * np.exp(rng.normal(0, 2, (24, 1)))).astype(np.float32)
+    w = (rng.standard_normal((40, 512)) * np.exp(rng.normal(0, 3, (1, 512)))).astype(np.float32)
+    x[3, :32] *= 2.0**-30
+    x[5, 64:96] = 0.0
+    w[7, 200] = np.nan
+    qa = native.quantize(torch.from_numpy(x).to(device), name)
+    qb = native.quantize(torch.from_numpy(w).to(device), name)
+    for group in (1, 4, 16):
+        fa, fb = native_fold.fold(qa, group), native_fold.fold(qb, group)
+        ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
+        assert np.array_equal(fa.codes.cpu().numpy(), ea.codes)
+        assert np.array_equal(fa.exponents.cpu().numpy(), ea.exponents)
+        assert np.array_equal(fb.codes.cpu().numpy(), eb.codes)
+        want = folded_matmul(ea, eb)
+        got = native_fold.folded_matmul(fa, fb).cpu().numpy()
+        same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), (group, int((~same).sum()))
+        got16 = native_fold.folded_matmul(fa, fb, torch.bfloat16).float().cpu().numpy()
+        want16 = torch.from_numpy(want).bfloat16().float().numpy()
+        assert np.array_equal(np.isnan(got16), np.isnan(want16))
+        assert np.array_equal(got16[~np.isnan(got16)], want16[~np.isnan(want16)])
+    assert fold(qa.to_emulator(), 4).inexact > 0  # the far block was rounded, and counted

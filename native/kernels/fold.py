@@ -1,0 +1,108 @@
+"""Folding FP4/FP6 MX operands into FP8 E4M3 with one power-of-two scale per group of blocks,
+and the FP8 GEMM of two folded operands (``ocpmx.emulator.fold`` defines both; the tests
+compare bit for bit).
+
+The fold of block b in a group with exponent R: every element's value times 2^(s_b - R), as an
+E4M3 code (exact for s_b - R in the format's shift range; else rounded to nearest E4M3, which
+the host counts from the emulator's definition when asked). R = (the largest s_b among the
+group's blocks holding a nonzero element) - D_MAX; a NaN-scale block gives E4M3 NaN codes.
+
+The GEMM: per K tile of one group (GROUP blocks), four (GROUP) K = 32 FP8 dots, each exact,
+each added to the tile's float32 sum T from 0 (``max_num_imprecise_acc=32``: the partial of
+one wgmma promoted at once, round to nearest even), then acc += fl(T * 2^(R_a + R_b)) with the
+scale applied in float64 and one rounding to float32.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ...emulator.fold import NAN_EXPONENT
+from .common import RNE, decode_values, encode, f32_to_bf16_bits
+
+NAN_EXP = tl.constexpr(NAN_EXPONENT)
+
+
+@triton.jit
+def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
+                # the MX element format (the source)
+                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                ENVELOPE: tl.constexpr, PACK: tl.constexpr,
+                # the fold: the largest exact shift, and the target E4M3
+                D_MAX: tl.constexpr, T_MBITS: tl.constexpr, T_BIAS: tl.constexpr,
+                T_MAXC: tl.constexpr, T_NANC: tl.constexpr, T_SIGN: tl.constexpr,
+                # the tile
+                GROUP: tl.constexpr, NG: tl.constexpr):
+    """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
+    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R."""
+    q = tl.program_id(0) * NG + tl.arange(0, NG)
+    valid = q < n_groups
+    blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
+    sc = tl.load(scale_ptr + blk, mask=valid[:, None], other=127).to(tl.int32)
+    e = blk[:, :, None] * 32 + tl.arange(0, 32)[None, None, :]  # element indices
+    m3 = valid[:, None, None] & (e >= 0)
+    if PACK == 2:
+        byte = tl.load(data_ptr + e // 2, mask=m3, other=0).to(tl.int32)
+        code = (byte >> ((e % 2) * 4)) & 0xF
+    else:
+        code = tl.load(data_ptr + e, mask=m3, other=0).to(tl.int32)
+    nan_block = sc == 255
+    nonzero = (tl.max(code & (SIGN - 1), axis=2) > 0) & ~nan_block
+    r = tl.max(tl.where(nonzero, sc - 127, -1000), axis=1)
+    r = tl.where(r == -1000, 0, r - D_MAX)  # an all-zero group: R = 0
+    d = sc - 127 - r[:, None]  # each block's shift
+    # value * 2^d in float32 (exact wherever E4M3 can hold it; far below, both give zero)
+    v = decode_values(code, tl.minimum(tl.maximum(d + 127, 0), 254)[:, :, None], IS_INT=False,
+                      BITS=BITS, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
+                      SUBQ=SUBQ)
+    u = v.to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    c8 = encode(ab, u < 0, 0, False, False, 0, OFF=0, ROUNDING=RNE, IS_INT=False,
+                ENVELOPE=False, MBITS=T_MBITS, BIAS=T_BIAS, MAXC=T_MAXC, NANC=T_NANC, INFC=-1,
+                NEGMAX=T_MAXC, SIGN=T_SIGN, CAST=True)
+    c8 = tl.where(nan_block[:, :, None], 0, c8)
+    r = tl.where(tl.max(nan_block.to(tl.int32), axis=1) > 0, NAN_EXP, r)
+    tl.store(out_ptr + e, c8.to(tl.uint8), mask=m3)
+    tl.store(exp_ptr + q, r, mask=valid)
+
+
+@triton.jit
+def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
+                       GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       OUT_BF16: tl.constexpr):
+    """C[M, N] = A Bᵀ for folded operands: A (M, K), B (N, K) E4M3 codes, group exponents
+    ea (M, K / (32 GROUP)), eb (N, K / (32 GROUP)) (module doc for the order of additions)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    k32 = tl.arange(0, 32)
+    n_groups = K // (32 * GROUP)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for g in range(0, n_groups):
+        t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for j in tl.static_range(GROUP):
+            k0 = (g * GROUP + j) * 32
+            a = tl.load(a_ptr + rm[:, None] * K + (k0 + k32)[None, :], mask=(rm < M)[:, None],
+                        other=0).to(tl.float8e4nv, bitcast=True)
+            b = tl.load(b_ptr + rn[None, :] * K + (k0 + k32)[:, None], mask=(rn < N)[None, :],
+                        other=0).to(tl.float8e4nv, bitcast=True)
+            t = tl.dot(a, b, t, max_num_imprecise_acc=32)  # one exact K = 32 dot, promoted
+        ea = tl.load(ea_ptr + rm * n_groups + g, mask=rm < M, other=0)
+        eb = tl.load(eb_ptr + rn * n_groups + g, mask=rn < N, other=0)
+        # 2^(R_a + R_b) exactly, as float64 bits (|R| stays far inside float64's range); NaN
+        # where a group holds a NaN block
+        nan = (ea == NAN_EXP)[:, None] | (eb == NAN_EXP)[None, :]
+        e_sum = tl.where(nan, 0, ea[:, None].to(tl.int64) + eb[None, :].to(tl.int64))
+        scale = ((e_sum + 1023) << 52).to(tl.float64, bitcast=True)
+        scale = tl.where(nan, float("nan"), scale)
+        acc += (t.to(tl.float64) * scale).to(tl.float32)
+    cmask = (rm < M)[:, None] & (rn < N)[None, :]
+    if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], f32_to_bf16_bits(acc), mask=cmask)
+    else:
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=cmask)
