@@ -3,6 +3,7 @@ rotations and MX dot products with explicit accumulation models (Numba)."""
 from ..spec.rotation import Rotation, parse_rotation
 from .accumulate import HOPPER_BF16, HOPPER_FP8, MODELS, ChunkedModel, mx_dot, mx_matmul
 from .block_quantize import MXArray, cast, dequantize, quantize
+from .interop import codes_as_ml_dtypes, from_ml_dtypes, ml_dtype, scales_as_ml_dtypes
 from .decode import cast_scale, decode, decode_code, decode_scale, decode_table
 from . import gfx950
 from .packing import pack, unpack
@@ -14,4 +15,5 @@ __all__ = [
     "MXArray", "Rotation", "cast", "cast_scale", "decode", "decode_code", "decode_scale",
     "decode_table", "dequantize", "gfx950", "pack", "parse_rotation", "quantize", "random_bits",
     "rotate", "unpack",
+    "codes_as_ml_dtypes", "from_ml_dtypes", "ml_dtype", "scales_as_ml_dtypes",
 ]

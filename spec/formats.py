@@ -180,21 +180,104 @@ E8M0 = ScaleFormat("e8m0", 8, "§5.3 (E8M0 scale)")
 
 # Common aliases accepted at the API boundary; the canonical names above are used everywhere else.
 ALIASES = {
-    "fp4": "e2m1", "mxfp4": "e2m1", "fp6_e3m2": "e3m2", "fp6_e2m3": "e2m3",
-    "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2", "mxint8": "int8",
+    "fp4": "e2m1", "mxfp4": "e2m1", "fp4_e2m1": "e2m1", "mxfp4_e2m1": "e2m1",
+    "fp6_e3m2": "e3m2", "fp6_e2m3": "e2m3", "mxfp6_e3m2": "e3m2", "mxfp6_e2m3": "e2m3",
+    "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2", "mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2",
+    "mxint8": "int8",
 }
 
+# Element dtypes of torch and ml_dtypes that hold exactly one MX element format's codes (the same
+# bits: tests/test_interop.py), by the dtype's name. ``get_format`` takes the dtype objects
+# (torch.float8_e4m3fn, ml_dtypes.float6_e2m3fn, numpy.dtype(ml_dtypes.float4_e2m1fn)) and their
+# names as strings ("float8_e4m3fn", "torch.float8_e4m3fn").
+DTYPE_NAMES = {
+    "float4_e2m1fn_x2": "e2m1",  # torch: two E2M1 codes per byte, element 0 in the low nibble
+    "float4_e2m1fn": "e2m1",     # ml_dtypes: one code per byte (low 4 bits)
+    "float6_e2m3fn": "e2m3",     # ml_dtypes: one code per byte (low 6 bits)
+    "float6_e3m2fn": "e3m2",
+    "float8_e4m3fn": "e4m3",     # torch and ml_dtypes: OCP E4M3 (NaN at S.1111.111, no Inf)
+    "float8_e5m2": "e5m2",       # torch and ml_dtypes: OCP E5M2 (IEEE-style Inf and NaN)
+}
 
-def get_format(fmt: str | ElementFormat) -> ElementFormat:
-    """Look up an element format by name; unknown names raise a ValueError listing the valid ones."""
+# Names that look like MX formats but are not one (or not one format): refused with the reason.
+NOT_MX = {
+    "float8_e4m3fnuz": "FNUZ E4M3 (bias 8, NaN at 0x80, no -0; AMD MI300) is another format "
+                       "than OCP E4M3, not an MX element format: use float8_e4m3fn or 'e4m3'",
+    "float8_e5m2fnuz": "FNUZ E5M2 (bias 16, NaN at 0x80, no Inf or -0) is another format than "
+                       "OCP E5M2, not an MX element format: use float8_e5m2 or 'e5m2'",
+    "float8_e4m3b11fnuz": "E4M3 with bias 11 (FNUZ) is not an MX element format",
+    "float8_e4m3": "ml_dtypes' IEEE-style E4M3 (Inf at 0x78, NaN at 0x79-0x7F) is another format "
+                   "than OCP E4M3: use float8_e4m3fn or 'e4m3'",
+    "float8_e3m4": "E3M4 is not an MX element format",
+    "float8_e8m0fnu": "E8M0 is the MX scale format, not an element format",
+    "mxfp8": "MXFP8 names two element formats: 'mxfp8_e4m3' or 'mxfp8_e5m2'",
+    "fp8": "FP8 names two element formats: 'fp8_e4m3' or 'fp8_e5m2'",
+    "mxfp6": "MXFP6 names two element formats: 'mxfp6_e2m3' or 'mxfp6_e3m2'",
+    "fp6": "FP6 names two element formats: 'fp6_e2m3' or 'fp6_e3m2'",
+}
+
+_ACCEPTED = ("an ElementFormat; a name (e2m1, e2m3, e3m2, e4m3, e5m2, int8) or an alias "
+             "(mxfp4, fp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2, mxint8, ...); "
+             "a torch dtype (float4_e2m1fn_x2, float8_e4m3fn, float8_e5m2); an ml_dtypes type "
+             "or numpy dtype (float4_e2m1fn, float6_e2m3fn, float6_e3m2fn, float8_e4m3fn, "
+             "float8_e5m2); or such a dtype's name")
+
+
+def _dtype_name(fmt) -> tuple[str, str] | None:
+    """(library, dtype name) of a torch dtype, an ml_dtypes scalar type or a numpy dtype, found
+    from the object's type and module (neither torch nor numpy is imported here); else None."""
+    cls = type(fmt)
+    if cls.__module__ == "torch" and cls.__name__ == "dtype":
+        return "torch", str(fmt).removeprefix("torch.")
+    if isinstance(fmt, type) and fmt.__module__.partition(".")[0] in ("ml_dtypes", "numpy"):
+        return fmt.__module__.partition(".")[0], fmt.__name__  # ml_dtypes.float8_e4m3fn
+    if cls.__module__.partition(".")[0] == "numpy" and isinstance(getattr(fmt, "type", None),
+                                                                 type):  # a numpy dtype
+        return fmt.type.__module__.partition(".")[0], fmt.type.__name__
+    return None
+
+
+def get_format(fmt) -> ElementFormat:
+    """The element format named or typed by ``fmt``.
+
+    Accepts an ElementFormat; a canonical name or an alias (``ALIASES``, case-insensitive); a
+    torch dtype or an ml_dtypes type/numpy dtype that stores one MX format's codes bit for bit
+    (``DTYPE_NAMES``: torch.float4_e2m1fn_x2, torch/ml_dtypes float8_e4m3fn and float8_e5m2,
+    ml_dtypes float4_e2m1fn, float6_e2m3fn, float6_e3m2fn), or such a dtype's name. Other
+    formats with similar names (FNUZ FP8, ml_dtypes' IEEE-style float8_e4m3, the E8M0 scale,
+    the ambiguous 'mxfp8'/'fp6') raise a ValueError saying why; unknown names a ValueError
+    listing the valid ones; other objects a TypeError naming what was given and what is
+    accepted. Imports neither torch nor ml_dtypes.
+    """
     if isinstance(fmt, ElementFormat):
         return fmt
-    if not isinstance(fmt, str):
-        raise TypeError(f"format must be a name such as 'e2m1', got {type(fmt).__name__}")
-    key = ALIASES.get(fmt.lower(), fmt.lower())
+    lib = None
+    if isinstance(fmt, str):
+        key = fmt.strip().lower()
+        for prefix in ("torch.", "ml_dtypes.", "np.", "numpy."):
+            key = key.removeprefix(prefix)
+    else:
+        found = _dtype_name(fmt)
+        if found is None:
+            raise TypeError(f"format must be {_ACCEPTED}; got {fmt!r} of type "
+                            f"{type(fmt).__module__}.{type(fmt).__qualname__}")
+        lib, key = found
+    if key in NOT_MX:
+        raise ValueError(f"{fmt!r}: {NOT_MX[key]}")
+    if lib is not None:  # a dtype object: only the dtypes that hold an MX format's codes
+        if lib not in ("torch", "ml_dtypes") or key not in DTYPE_NAMES:
+            hint = (" (MXINT8 codes are int8 two's complement x 2^-6: pass 'int8')"
+                    if key == "int8" else "")
+            raise ValueError(f"{lib} dtype {fmt!r} holds no MX element format's codes{hint}; "
+                             f"accepted dtypes: torch float4_e2m1fn_x2, float8_e4m3fn, "
+                             f"float8_e5m2; ml_dtypes float4_e2m1fn, float6_e2m3fn, "
+                             f"float6_e3m2fn, float8_e4m3fn, float8_e5m2")
+        return FORMATS[DTYPE_NAMES[key]]
+    key = ALIASES.get(key, DTYPE_NAMES.get(key, key))
     try:
         return FORMATS[key]
     except KeyError:
         raise ValueError(
-            f"unknown MX element format {fmt!r}; expected one of {sorted(FORMATS)}"
+            f"unknown MX element format {fmt!r}; expected one of {sorted(FORMATS)}, an alias "
+            f"({', '.join(sorted(ALIASES))}) or a dtype name ({', '.join(sorted(DTYPE_NAMES))})"
         ) from None
