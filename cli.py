@@ -148,15 +148,22 @@ def _demo_train(args) -> int:
     return 0
 
 
+def cmd_audit(args) -> int:
+    from .audit.report import main as audit_main
+    return audit_main(args.arch, args.report, args.subset, args.jobs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .spec import FORMATS, ROTATION_NAMES, ROUNDINGS, SCALE_RULES
+    from .spec.formats import ALIASES
     p = argparse.ArgumentParser(prog="ocpmx", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("quantize", help="quantize a .npy/.safetensors tensor to MX and report the error")
     q.add_argument("input")
     q.add_argument("--key", help="tensor name inside a .safetensors file")
-    q.add_argument("--format", "-f", default="e2m1", choices=sorted(FORMATS))
+    q.add_argument("--format", "-f", default="e2m1", choices=sorted({*FORMATS, *ALIASES}),
+                   help="element format: a canonical name or an alias such as mxfp4, mxfp8_e4m3")
     q.add_argument("--axis", type=int, default=-1)
     q.add_argument("--block-size", type=int, default=32)
     q.add_argument("--scale-rule", default="floor", choices=sorted(SCALE_RULES))
@@ -176,6 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--data", default="data/c4-mini", help="offline corpus directory")
     d.add_argument("--out", default="out", help="run directory root")
     d.set_defaults(func=cmd_demo)
+
+    a = sub.add_parser("audit", help="compile every kernel variant the project launches for a "
+                       "chip that is not here and check the code (MX instructions, shared "
+                       "memory, spills, no hardware conversions); exit code = verdict")
+    a.add_argument("--arch", required=True, choices=["gfx950", "sm_100a"])
+    a.add_argument("--report", metavar="PATH",
+                   help="write PATH.json and PATH.md (PATH's suffix replaced)")
+    a.add_argument("--subset", action="store_true", help="a fast subset (CI)")
+    a.add_argument("--jobs", type=int, default=1, help="compile processes (default 1)")
+    a.set_defaults(func=cmd_audit)
 
     from .conformance.cli import add_parser as add_conform
     add_conform(sub)

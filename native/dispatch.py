@@ -35,5 +35,17 @@ def pick_backend(device: torch.device, backend: str | None) -> str:
 
 
 def nvidia(device: torch.device) -> bool:
-    """A CUDA device of NVIDIA's (not ROCm, not the interpreter): where register caps apply."""
+    """A CUDA device of NVIDIA's (not ROCm, not the interpreter)."""
     return device.type == "cuda" and not torch.version.hip and not interpreting()
+
+
+def hopper(device: torch.device) -> bool:
+    """An NVIDIA Hopper GPU (sm_90): where the row kernel's register cap was measured (on
+    sm_100a the same cap made 54 variants spill: ``ocpmx audit --arch sm_100a``)."""
+    return nvidia(device) and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def blackwell(device: torch.device) -> bool:
+    """An NVIDIA Blackwell data-centre GPU (sm_100): where some GEMM tiles spill registers
+    (``ocpmx audit --arch sm_100a``; ``gemm.spilling_configs``)."""
+    return nvidia(device) and torch.cuda.get_device_capability(device)[0] == 10

@@ -22,7 +22,7 @@ import triton
 from .. import emulator
 from ..spec import BLOCK_SIZE
 from . import kernels, launch
-from .dispatch import interpreting, pick_backend
+from .dispatch import blackwell, interpreting, pick_backend
 from .ops import dequantize_kmajor
 from .tensor import MXTensor, pack_factor
 
@@ -38,16 +38,77 @@ def _configs():
     return out
 
 
+# gfx950 pads its LDS tiles: the compiled kernels use up to 1.5% more than the raw tile bytes
+# (205,792 B for FP8 x FP8 at 128x128x256, 3 stages, against 202,752 B of tiles)
+SMEM_MARGIN = 1.03
+
+
+def smem_estimate(config: triton.Config, fmt_a: str, fmt_b: str) -> int:
+    """Shared memory (LDS) bytes a GEMM config needs: ``num_stages`` buffers of the A and B
+    tiles (FP4 two codes per byte) and their scales, with ``SMEM_MARGIN``. An upper bound of
+    what Triton 3.9 allocated on gfx950 and sm_100a for every config of ``_configs`` and every
+    format pair (``ocpmx audit`` compiles them and checks)."""
+    kw = config.kwargs
+    bm, bn, bk = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"]
+    pack = {name: 2 if name == "e2m1" else 1 for name in (fmt_a, fmt_b)}
+    stage = bm * bk // pack[fmt_a] + bn * bk // pack[fmt_b] + (bm + bn) * bk // BLOCK_SIZE
+    return int(config.num_stages * stage * SMEM_MARGIN)
+
+
+def fitting_configs(configs, fmt_a: str, fmt_b: str, limit: int | None) -> list:
+    """The configs whose ``smem_estimate`` fits in ``limit`` bytes (None: all of them)."""
+    if limit is None:
+        return list(configs)
+    return [c for c in configs if smem_estimate(c, fmt_a, fmt_b) <= limit]
+
+
+def _smem_limit(t: torch.Tensor) -> int | None:
+    """The shared memory (LDS) per block of ``t``'s GPU; None on a CPU or the interpreter."""
+    if interpreting() or t.device.type != "cuda":
+        return None
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+
+
+def spills_on_blackwell(config: triton.Config, fmt_a: str, fmt_b: str, out_bf16: bool,
+                        ragged: bool) -> bool:
+    """Whether Triton 3.9 spills registers compiling ``config`` for sm_100a (measured by
+    ``ocpmx audit --arch sm_100a``, which compiles every config and checks again):
+      * an fp32 output of more than 64 accumulators per thread (BLOCK_M x BLOCK_N over the
+        threads) with M or N not a multiple of 16: the masked store spills ~250 registers;
+      * an FP4 x FP8 product with BLOCK_K 256 and a bf16 output: 2 spilled registers."""
+    kw = config.kwargs
+    per_thread = kw["BLOCK_M"] * kw["BLOCK_N"] // (32 * config.num_warps)
+    if not out_bf16 and ragged and per_thread > 64:
+        return True
+    return out_bf16 and kw["BLOCK_K"] == 256 and fmt_a == "e2m1" and fmt_b != "e2m1"
+
+
+def _prune_configs(configs, named_args, **kwargs) -> list:
+    """The autotuner's early prune: drop the configs that cannot launch on this device (on
+    gfx950 the FP8 x FP8 128x128x256 3-stage tile needs more than its 160 KiB of LDS) and, on
+    sm_100, those that spill registers (``spills_on_blackwell``)."""
+    fa, fb, a = kwargs["FMT_A"], kwargs["FMT_B"], named_args["a_ptr"]
+    kept = fitting_configs(configs, fa, fb, _smem_limit(a))
+    if blackwell(a.device):
+        ragged = named_args["M"] % 16 != 0 or named_args["N"] % 16 != 0
+        kept = [c for c in kept
+                if not spills_on_blackwell(c, fa, fb, kwargs["OUT_BF16"], ragged)]
+    return kept
+
+
 _tuned = None
 
 
 def _tuned_kernel():
     """The GEMM kernel autotuned over tile shapes (tuning cannot change the bits of a single
     dot_scaled step, only the K-chunking the hardware sees; on MX units the result depends on
-    BLOCK_K no more than on the unit itself)."""
+    BLOCK_K no more than on the unit itself). Configs over the device's shared memory are
+    pruned before any is compiled."""
     global _tuned
     if _tuned is None:
-        _tuned = triton.autotune(_configs(), key=["M", "N", "K", "FMT_A", "FMT_B"])(
+        _tuned = triton.autotune(_configs(), key=["M", "N", "K", "FMT_A", "FMT_B"],
+                                 prune_configs_by={"early_config_prune": _prune_configs})(
             kernels.gemm.mx_gemm_kernel)
     return _tuned
 
@@ -137,10 +198,12 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
                 PACK_B=pack_factor(fmt_b), BS=BLOCK_SIZE, OUT_BF16=out_dtype == torch.bfloat16)
     cv = c.view(torch.int16) if out_dtype == torch.bfloat16 else c
     if interpreting() or not tune:
-        bm, bk = (32, 64) if interpreting() else (64, 128)
-        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bm),)
+        # one fixed tile; on sm_100a a BLOCK_M of 64 made Triton fall back to a bf16 MMA
+        # (ocpmx audit): 128 x 64 gets the MX instruction there and on gfx950
+        bm, bn, bk = (32, 32, 64) if interpreting() else (128, 64, 128)
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
         launch.run(kernels.gemm.mx_gemm_kernel, grid, da, db, sa, sb, cv, m, n, k, **meta,
-                   BLOCK_M=bm, BLOCK_N=bm, BLOCK_K=bk, GROUP_M=4)
+                   BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=4)
     else:
         def grid(meta_):
             return (triton.cdiv(m, meta_["BLOCK_M"]) * triton.cdiv(n, meta_["BLOCK_N"]),)

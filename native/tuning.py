@@ -16,7 +16,7 @@ from .dispatch import interpreting
 @dataclass(frozen=True)
 class RowTile:
     """The 32-block row kernel: ``blocks`` per program on ``warps`` warps; ``maxnreg`` caps the
-    registers per thread (NVIDIA only; None: no cap)."""
+    registers per thread (on Hopper, where it was measured; None: no cap)."""
     blocks: int
     warps: int
     maxnreg: int | None = None
