@@ -19,7 +19,13 @@ choice explicit so that a backend's result can be reproduced bit for bit:
 Products are exact: each element is sig * 2^exp with an integer sig, so a product is an
 integer times a power of two; sums are carried in a multi-word integer accumulator.
 Special values follow IEEE 754: NaN anywhere (or a NaN scale) gives NaN; Inf * 0 gives NaN;
-+Inf + -Inf gives NaN.
++Inf + -Inf gives NaN; an accumulator that overflowed to +-Inf stays there.
+
+Two implementations give the same bits: ``_gemm_reference`` below, THE REFERENCE (every
+product evaluated one by one, per output element, in K order: slow, meant to be read), and the
+fast path of ``gemm_fast.py`` (block partial sums from vectorized exact float arithmetic, then
+the model's combination elementwise; its docstring explains why that is exact).
+``mx_matmul(..., path=...)`` picks one; tests/test_accumulate.py checks them against each other.
 """
 from __future__ import annotations
 
@@ -111,6 +117,8 @@ def _round_parts(neg, mag, sticky, exp, mode):
     sh = q - exp
     if sh <= 0:
         n = mag << (-sh)
+    elif sh >= 63:  # |v| < 2^62 * 2^exp <= 2^(q-1) = 2^-150: below half the least subnormal
+        n = np.int64(0)  # (fix: shifting by >= 64 is undefined and gave nonzero garbage)
     else:
         n = mag >> sh
         rem = mag & ((np.int64(1) << sh) - 1)
@@ -202,7 +210,11 @@ def _product(ca, cb, sa, sb, sig_a, exp_a, sp_a, sig_b, exp_b, sp_b):
 
 
 @nb.njit(cache=True, parallel=True)
-def _gemm(ac, asc, bc, bsc, block, tabs_a, tabs_b, model, L, F, align_rne, out_mode, out):
+def _gemm_reference(ac, asc, bc, bsc, block, tabs_a, tabs_b, model, L, F, align_rne, out_mode, out):
+    """THE REFERENCE KERNEL: every product evaluated exactly, per output element, in K order.
+
+    ``mx_matmul(..., path="reference")`` runs it; the default fast path (``gemm_fast``) must
+    give the same bits (tests/test_accumulate.py checks both against each other)."""
     M, K = ac.shape
     N = bc.shape[0]
     sig_a, exp_a, sp_a = tabs_a
@@ -240,6 +252,8 @@ def _gemm(ac, asc, bc, bsc, block, tabs_a, tabs_b, model, L, F, align_rne, out_m
                     acc = np.float32(acc + _limbs_to_f32(limbs, _RNE))
             else:  # chunked alignment
                 for k0 in range(0, K, L):
+                    if not np.isfinite(acc):  # RNE overflow: +-Inf + finite stays +-Inf (fix:
+                        break                 # frexp(Inf) gave an undefined integer, garbage)
                     cnt = 0
                     for k in range(k0, min(k0 + L, K)):
                         s, e, sp = _product(ac[m, k], bc[n, k], asc[m, k // block], bsc[n, k // block],
@@ -305,13 +319,21 @@ def _operand(x: MXArray, name: str):
     return np.ascontiguousarray(x.codes), np.ascontiguousarray(x.scales)
 
 
-def mx_matmul(a: MXArray, b: MXArray, model="exact") -> np.ndarray:
+PATHS = ("auto", "reference", "fast")
+
+
+def mx_matmul(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> np.ndarray:
     """C[m, n] = sum_k A[m, k] * B[n, k] (A @ B^T) in float32, under an accumulation model.
 
     a: MXArray of shape (M, K), b: MXArray of shape (N, K), both quantized along K (axis 1)
     with the same block size. model: 'exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8'
     or a ``ChunkedModel``.
+    path: 'auto' (the fast kernel of ``gemm_fast`` where it applies, else the reference),
+    'reference' (the per-element reference kernel ``_gemm_reference``), or 'fast' (an error
+    where the fast kernel does not apply). Both give the same bits.
     """
+    if path not in PATHS:
+        raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
     ac, asc = _operand(a, "a")
     bc, bsc = _operand(b, "b")
     if ac.shape[1] != bc.shape[1]:
@@ -332,16 +354,24 @@ def mx_matmul(a: MXArray, b: MXArray, model="exact") -> np.ndarray:
         al, om = model.align == "rne", (_RNE if model.output == "rne" else _RTZ)
     else:
         raise TypeError(f"model must be a name or a ChunkedModel, got {model!r}")
+    if path != "reference":
+        from .gemm_fast import gemm_fast   # imports this module's helpers
+        out = gemm_fast(ac, asc, bc, bsc, a.block_size, a.fmt, b.fmt, mid, L, F, al, om)
+        if out is not None:
+            return out
+        if path == "fast":
+            raise ValueError(f"the fast path does not apply to {a.fmt.name} x {b.fmt.name} "
+                             f"with block {a.block_size} under {model!r}")
     out = np.empty((ac.shape[0], bc.shape[0]), np.float32)
-    _gemm(ac, asc, bc, bsc, a.block_size, sig_exp_tables(a.fmt), sig_exp_tables(b.fmt),
-          mid, L, F, al, om, out)
+    _gemm_reference(ac, asc, bc, bsc, a.block_size, sig_exp_tables(a.fmt), sig_exp_tables(b.fmt),
+                    mid, L, F, al, om, out)
     return out
 
 
-def mx_dot(a: MXArray, b: MXArray, model="exact") -> np.float32:
+def mx_dot(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> np.float32:
     """Dot product of two 1-D MX vectors of equal length (§6.2)."""
     def as_row(x):
         if x.codes.ndim != 1:
             raise ValueError(f"mx_dot takes 1-D MXArrays, got shape {x.codes.shape}")
         return MXArray(x.codes[None, :], x.scales[None, :], x.fmt, 1, x.block_size, x.rotation)
-    return mx_matmul(as_row(a), as_row(b), model)[0, 0]
+    return mx_matmul(as_row(a), as_row(b), model, path=path)[0, 0]

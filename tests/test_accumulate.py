@@ -1,11 +1,14 @@
-"""MX dot product accumulation models against exact rational arithmetic and hand-computed cases."""
+"""MX dot product accumulation models against exact rational arithmetic and hand-computed cases,
+and mx_matmul's fast path (emulator/gemm_fast.py) against the reference kernel, bit for bit."""
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
-from ocpmx.emulator import ChunkedModel, MXArray, dequantize, mx_dot, mx_matmul, quantize
-from ocpmx.spec import FORMATS
+from ocpmx.emulator import (ChunkedModel, MXArray, decode_table, dequantize, mx_dot, mx_matmul,
+                            quantize)
+from ocpmx.spec import FORMATS, get_format
 
 
 def exact_f32(a, b):
@@ -141,3 +144,186 @@ def test_errors():
     with pytest.raises(ValueError, match="frac_bits"):
         ChunkedModel(16, 60)
     assert isinstance(a, MXArray)
+
+
+# ------------------------------------------------------------------------------------------
+# The fast path (emulator/gemm_fast.py) against the reference kernel, bit for bit
+# ------------------------------------------------------------------------------------------
+FMTS = ["e2m1", "e2m3", "e3m2", "e4m3", "e5m2", "int8"]
+MODELS = ["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8",
+          ChunkedModel(8, 20, "rne", "rne"), ChunkedModel(64, 30, "truncate", "rtz"),
+          ChunkedModel(48, 13, "rne", "rtz"), ChunkedModel(16, 4, "truncate", "rne")]
+KINDS = ["random", "outliers", "summable", "codes", "specials", "extreme"]
+
+
+def _codes(rng, fmt, shape, finite=True, small=False):
+    f = get_format(fmt)
+    t = decode_table(f)[:f.num_codes]
+    ok = np.isfinite(t) if finite else np.ones(len(t), bool)
+    if small:   # values k/8 with |v| <= 4: every sum of products is exact in float32
+        ok &= (np.abs(t) <= 4) & (t * 8 == np.round(t * 8))
+    return rng.choice(np.flatnonzero(ok), shape).astype(np.uint8)
+
+
+def make_operand(rng, fmt, rows, k, kind, block=32):
+    """An MX operand (rows, k) of one kind:
+    random    normal values, block magnitudes spread over about 2^+-6;
+    outliers  heavy-tailed (Student t, 1.5 degrees) with blocks 2^+-40 away from the rest;
+    summable  small grid values, scales 2^-1..2^1 (the exact sum fits a float32);
+    codes     uniformly random finite codes, scales 2^-20..2^20;
+    specials  as codes, plus NaN/Inf codes, NaN scales 0xFF, scales 0x00 and all-zero blocks;
+    extreme   random codes under scales near 2^-127 and 2^127 (overflow, subnormals, zero)."""
+    nblk = k // block
+    if kind in ("random", "outliers"):
+        if kind == "random":
+            x, mag = rng.standard_normal((rows, k)), rng.normal(0, 3, (rows, nblk))
+        else:
+            x, mag = rng.standard_t(1.5, (rows, k)), rng.choice([-40, 0, 0, 0, 40], (rows, nblk))
+        x = x * np.exp2(mag).repeat(block, 1)
+        return quantize(x.astype(np.float32), fmt, block_size=block)
+    scales = rng.integers(107, 148, (rows, nblk)).astype(np.uint8)
+    codes = _codes(rng, fmt, (rows, k), small=kind == "summable")
+    if kind == "summable":
+        scales = rng.integers(126, 129, (rows, nblk)).astype(np.uint8)
+    elif kind == "specials":
+        codes = np.where(rng.random((rows, k)) < 0.01, _codes(rng, fmt, (rows, k), finite=False), codes)
+        scales[rng.random((rows, nblk)) < 0.05] = 0xFF
+        scales[rng.random((rows, nblk)) < 0.1] = 0
+        codes.reshape(rows, nblk, block)[rng.random((rows, nblk)) < 0.2] = 0
+    elif kind == "extreme":
+        scales = np.where(rng.random((rows, 1)) < 0.5, rng.integers(0, 6, (rows, nblk)),
+                          rng.integers(249, 255, (rows, nblk))).astype(np.uint8)
+    return MXArray(codes.astype(np.uint8), scales, get_format(fmt), 1, block)
+
+
+def assert_paths_agree(a, b, model):
+    want = mx_matmul(a, b, model, path="reference")
+    got = mx_matmul(a, b, model, path="fast")
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    assert len(bad) == 0, (f"{a.fmt.name} x {b.fmt.name} {model}: {len(bad)} of {got.size} differ, "
+                           f"first at {tuple(bad[0])}: fast {got[tuple(bad[0])]!r}, "
+                           f"reference {want[tuple(bad[0])]!r}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fb", FMTS)
+@pytest.mark.parametrize("fa", FMTS)
+def test_fast_path_equals_reference(fa, fb, kind):
+    rng = np.random.default_rng([FMTS.index(fa), FMTS.index(fb), KINDS.index(kind)])
+    a = make_operand(rng, fa, 6, 192, kind)
+    b = make_operand(rng, fb, 5, 192, kind)
+    for model in MODELS:
+        assert_paths_agree(a, b, model)
+
+
+@st.composite
+def gemm_cases(draw):
+    fa, fb = draw(st.sampled_from(FMTS)), draw(st.sampled_from(FMTS))
+    model = draw(st.one_of(
+        st.sampled_from(["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8"]),
+        st.builds(ChunkedModel, st.integers(1, 80), st.integers(0, 40),
+                  st.sampled_from(["truncate", "rne"]), st.sampled_from(["rtz", "rne"]))))
+    block = draw(st.sampled_from([32, 32, 16, 64]))
+    m, n, nblk = draw(st.integers(1, 7)), draw(st.integers(1, 7)), draw(st.integers(1, 5))
+    kind = draw(st.sampled_from(KINDS))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return (make_operand(rng, fa, m, nblk * block, kind, block),
+            make_operand(rng, fb, n, nblk * block, kind, block), model)
+
+
+@given(gemm_cases())
+def test_fast_path_equals_reference_random_models(case):
+    """Any format pair, block size, chunk length (dividing, multiple of or unrelated to the
+    block) and fraction bits."""
+    assert_paths_agree(*case)
+
+
+def test_fast_path_special_values_by_hand():
+    f = get_format("e5m2")
+    one, inf, nan = 0x3C, f.inf_code, f.nan_codes[0]
+    x = np.full((1, 64), one, np.uint8)
+
+    def mx(codes, scales=(127, 127)):
+        return MXArray(np.asarray(codes, np.uint8).reshape(1, 64), np.array([scales], np.uint8), f, 1)
+
+    cases = {
+        "Inf": (mx(np.r_[inf, x[0, 1:]]), mx(x), np.inf),
+        "-Inf": (mx(np.r_[inf | 0x80, x[0, 1:]]), mx(x), -np.inf),
+        "Inf*0": (mx(np.r_[inf, x[0, 1:]]), mx(np.r_[0, x[0, 1:]]), np.nan),
+        "Inf-Inf": (mx(np.r_[inf, inf | 0x80, x[0, 2:]]), mx(x), np.nan),
+        "NaN": (mx(np.r_[x[0, :40], nan, x[0, 41:]]), mx(x), np.nan),
+        "scale 0xFF": (mx(x, (127, 0xFF)), mx(x), np.nan),
+        "scale 0xFF, zero block": (mx(np.r_[x[0, :32], np.zeros(32)], (127, 0xFF)), mx(x), np.nan),
+        "scale 0x00": (mx(x, (0, 127)), mx(x, (254, 127)), 64.0),   # 2^-127 * 2^127 * 32 + 32
+        "all zero": (mx(np.zeros(64)), mx(x), 0.0),
+        "underflow": (mx(x, (0, 0)), mx(x, (0, 0)), 0.0),
+        "overflow": (mx(x, (254, 254)), mx(x, (254, 254)), np.inf),
+    }
+    for name, (a, b, want) in cases.items():
+        for model in MODELS:
+            got = mx_matmul(a, b, model)
+            assert_paths_agree(a, b, model)
+            if model in ("exact", "fp32_sequential") or (name != "overflow" and not np.isfinite(want)):
+                assert np.array_equal(got, [[want]], equal_nan=True), (name, model, got)
+
+
+def test_tiny_and_huge_sums_round_like_ieee():
+    """Sums far below the least float32 subnormal round to zero (the reference used to shift
+    by more than 63 bits there), and an accumulator that overflowed to Inf stays Inf."""
+    f = get_format("e4m3")
+    codes = np.zeros((1, 64), np.uint8)
+    codes[0, 0], codes[0, 32] = 0x7E, 0x38   # 448 in block 1, 1.0 in block 2
+    tiny = MXArray(codes, np.array([[0, 0]], np.uint8), f, 1)          # 448^2 * 2^-254
+    huge = MXArray(codes, np.array([[254, 127]], np.uint8), f, 1)      # 448^2 * 2^254, then 1
+    for path in ("reference", "fast"):
+        for model in MODELS:
+            assert mx_matmul(tiny, tiny, model, path=path)[0, 0] == 0
+        assert mx_matmul(huge, huge, ChunkedModel(16, 20, "truncate", "rne"), path=path)[0, 0] == np.inf
+        assert mx_matmul(huge, huge, "hopper_bf16", path=path)[0, 0] == np.finfo(np.float32).max
+    assert np.array_equal(mx_matmul(tiny, tiny, "exact"), exact_f32(tiny, tiny))
+
+
+def test_matmul_path_really_switches(monkeypatch):
+    import ocpmx.emulator.accumulate as acc
+    import ocpmx.emulator.gemm_fast as fast
+    calls = []
+    real_ref, real_fast = acc._gemm_reference, fast.gemm_fast
+    monkeypatch.setattr(acc, "_gemm_reference", lambda *a: calls.append("reference") or real_ref(*a))
+    monkeypatch.setattr(fast, "gemm_fast", lambda *a: calls.append("fast") or real_fast(*a))
+    a = quantize(np.ones((2, 64), np.float32), "e2m1")
+    for path in ("reference", "fast", "auto"):
+        mx_matmul(a, a, path=path)
+    assert calls == ["reference", "fast", "fast"]
+    wide = ChunkedModel(64, 48)   # (L + 1) * 2^(F + 1) > 2^53: the reference only
+    calls.clear()
+    mx_matmul(a, a, wide)
+    assert calls == ["fast", "reference"]
+    with pytest.raises(ValueError, match="fast path does not apply"):
+        mx_matmul(a, a, wide, path="fast")
+    with pytest.raises(ValueError, match="unknown path"):
+        mx_matmul(a, a, path="quick")
+
+
+def test_exact_sum_wider_than_float64():
+    """1 + 2^-24 + 2^-55 needs 56 bits: a float64 sum loses 2^-55 and leaves a tie that rounds
+    to 1; the exact sum rounds up. The fast path must see that its float64 sum is not exact."""
+    a = np.zeros(96, np.float32)
+    a[0], a[32], a[64] = 1.0, 1.0, 1.0
+    A, B = mx_from_values(a), mx_from_values(np.ones(96, np.float32))
+    A.scales[0, 1], A.scales[0, 2] = 127 - 24, 127 - 55
+    for path in ("reference", "fast"):
+        assert mx_matmul(A, B, "exact", path=path)[0, 0] == np.float32(1 + 2.0**-23)
+    assert mx_matmul(A, B, "exact")[0, 0] == exact_f32(A, B)[0, 0]
+
+
+@pytest.mark.parametrize("chunk", [32, 64])
+def test_chunk_products_that_cancel_are_still_truncated_one_by_one(chunk):
+    # chunk 1: 16. chunk 2: 0.75 + 0.25 - 1 = 0 exactly, but with F = 4 each product is
+    # aligned to q = 4 - 4 = 0 on its own: 0 + 0 - 1, so the accumulator becomes 15.
+    # (chunk 64: the cancelling block is the first of two in its chunk.)
+    a = np.zeros(2 * chunk, np.float32)
+    a[0], a[chunk], a[chunk + 1], a[chunk + 2] = 16.0, 0.75, 0.25, -1.0
+    A, B = mx_from_values(a), mx_from_values(np.ones(2 * chunk, np.float32))
+    for path in ("reference", "fast"):
+        assert mx_matmul(A, B, ChunkedModel(chunk, 4), path=path)[0, 0] == np.float32(15.0)
+        assert mx_matmul(A, B, ChunkedModel(chunk, 4, "rne", "rne"), path=path)[0, 0] == 16.0
