@@ -37,8 +37,9 @@ def _sharded_state(model, opt):
 
 
 def save_checkpoint(out: Path, step: int, model, opt, stream, tokens: int, skipped: int,
-                    keep: int, dist: Dist, fmt: str = "full"):
-    """Checkpoint after ``step`` (collective: every rank calls it)."""
+                    keep: int, dist: Dist, fmt: str = "full", keep_steps=()):
+    """Checkpoint after ``step`` (collective: every rank calls it). The last ``keep``
+    checkpoints stay, and those after the steps in ``keep_steps``."""
     root = out / "checkpoints"
     final = root / f"step_{step:08d}"
     tmp = root / f".tmp_step_{step:08d}"
@@ -82,22 +83,35 @@ def save_checkpoint(out: Path, step: int, model, opt, stream, tokens: int, skipp
         latest_tmp = root / f".latest_{os.getpid()}"
         latest_tmp.write_text(final.name)
         os.replace(latest_tmp, root / "latest")
-        done = sorted(p for p in root.glob("step_*") if p.is_dir())
+        kept = {f"step_{s:08d}" for s in keep_steps}
+        done = sorted(p for p in root.glob("step_*") if p.is_dir() and p.name not in kept)
         for old in done[:-keep]:
             shutil.rmtree(old)
     dist.barrier()
 
 
-def load_checkpoint(out: Path, model, opt, dist: Dist):
-    """Load OUT/checkpoints/latest into ``model`` and ``opt`` and restore the RNG; returns its
-    state.json, or None when there is no checkpoint."""
+def saved_steps(out: Path) -> list[int]:
+    """The steps of the checkpoints in OUT/checkpoints, ascending."""
+    return sorted(int(p.name[5:]) for p in (Path(out) / "checkpoints").glob("step_*")
+                  if p.is_dir() and (p / "state.json").is_file())
+
+
+def load_checkpoint(out: Path, model, opt, dist: Dist, step: int | None = None):
+    """Load OUT/checkpoints/latest (or the checkpoint after ``step``) into ``model`` and ``opt``
+    and restore the RNG; returns its state.json, or None when there is no checkpoint."""
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                          set_optimizer_state_dict)
     latest = out / "checkpoints" / "latest"
-    if not latest.is_file():
+    if step is not None:
+        path = out / "checkpoints" / f"step_{step:08d}"
+        if not (path / "state.json").is_file():
+            raise FileNotFoundError(f"no checkpoint after step {step} in {out}/checkpoints "
+                                    f"(there: {saved_steps(out)})")
+    elif not latest.is_file():
         return None
-    path = out / "checkpoints" / latest.read_text().strip()
+    else:
+        path = out / "checkpoints" / latest.read_text().strip()
     state = json.loads((path / "state.json").read_text())
     if state.get("format", "full") == "sharded":
         import torch.distributed.checkpoint as dcp

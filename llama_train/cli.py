@@ -16,12 +16,26 @@ def add_parsers(sub) -> None:
                         "shards; tokenize: pre-tokenize the shards once (c4-*.tokens.npy), which "
                         "training then reads instead of tokenizing on the fly")
     d.add_argument("--out", default="data/c4-mini", help="corpus directory")
-    d.add_argument("--source", default="stdlib", choices=["stdlib", "debian"],
+    d.add_argument("--source", default="stdlib", choices=["stdlib", "debian", "debian-xl"],
                    help="stdlib: Python's docstrings (any machine); debian: Debian documentation "
-                        "packages via apt-get download (linux-doc, python3.11-doc)")
-    d.add_argument("--packages", default="default", choices=["default", "large"],
+                        "packages via apt-get download (linux-doc, python3.11-doc); debian-xl: "
+                        "the ablation v2 corpus (RFCs, manuals, dictionaries; llama_train/"
+                        "corpus_xl.py), with MANIFEST.json")
+    d.add_argument("--packages", default="default", choices=["default", "large", "v2"],
                    help="Debian package set: default (34 M characters) or large (93 M, for "
-                        "the ablations)")
+                        "the v1 ablation); debian-xl: v2 (its default)")
+    d.add_argument("--manifest", default=None,
+                   help="debian-xl: a previous build's MANIFEST.json; the same package versions "
+                        "are downloaded and their .deb SHA-256 checked")
+    d.add_argument("--workdir", default=None,
+                   help="debian-xl: where downloads are kept (reused by a later build)")
+    d.add_argument("--train-shards", type=int, default=None,
+                   help="training shards (default 4; debian-xl 32)")
+    d.add_argument("--val-fraction", type=float, default=None,
+                   help="documents held out for validation (default 0.05; debian-xl 0.01)")
+    d.add_argument("--tokenizer-chars", type=int, default=None,
+                   help="train the BPE on the first N characters of the training shards "
+                        "(default: all)")
     d.add_argument("--vocab-size", type=int, default=512,
                    help="BPE vocabulary (512 for tiny; 32768 for the 30m/125m presets)")
     d.set_defaults(func=cmd_data)
@@ -40,22 +54,40 @@ def add_parsers(sub) -> None:
     a = sub.add_parser("ablate", help="the study's ablation: run arms x seeds on the GPUs, "
                        "summarize them, analyze the Wgrad error")
     a.add_argument("action", choices=["run", "summarize", "analyze"])
+    a.add_argument("--plan", default="v1", choices=["v1", "v2"],
+                   help="v1: results/ablation's 10 arms (100 M tokens); v2: results/ablation_v2/"
+                        "PLAN.md (Wgrad-only arms, 3 paired seeds each, 250 M tokens, both "
+                        "evaluation fields, the plan's endpoints; analyze: the redone mechanism "
+                        "analysis at the 25/50/100%% checkpoints)")
     a.add_argument("--out", default="runs/ablation", help="ablation directory (run dirs, table)")
-    a.add_argument("--data", default="data/debl")
-    a.add_argument("--arms", default=None, help="comma-separated recipes (default: all 10 arms)")
-    a.add_argument("--seeds", default="0,1,2",
-                   help="seeds; the first for every arm, the others for bf16, mxfp4_all, "
-                        "mxfp4_all_h16")
+    a.add_argument("--data", default=None,
+                   help="corpus directory (run: default data/debl for v1, data/xl for v2; "
+                        "analyze: default the run's own)")
+    a.add_argument("--arms", default=None, help="comma-separated recipes (default: the plan's)")
+    a.add_argument("--seeds", default=None,
+                   help="seeds (default 0,1,2); v1: the first for every arm, the others for "
+                        "bf16, mxfp4_all, mxfp4_all_h16; v2: every seed for every arm")
+    a.add_argument("--stop-after", type=float, default=None,
+                   help="run: seconds after which the batch stops (running runs are stopped and "
+                        "resume at the next call): for device calls of limited length")
     a.add_argument("--gpus", default=None,
                    help="comma-separated GPU ids (default: all visible; none: one CPU slot)")
     a.add_argument("--per-gpu", type=int, default=1, help="runs at a time on each GPU")
     a.add_argument("--train-args", default=None,
-                   help="options for every ocpmx train run, quoted (default: the 30m, 100 M-token "
-                        "settings of results/ablation)")
+                   help="options for every ocpmx train run, quoted (default: the plan's: v1 the "
+                        "30m, 100 M-token settings of results/ablation; v2 PLAN.md's)")
     a.add_argument("--run", default=None,
                    help="analyze: the run whose checkpoint to use (default OUT/bf16/seed0)")
-    a.add_argument("--batches", type=int, default=8, help="analyze: consecutive batches")
-    a.add_argument("--batch-size", type=int, default=16, help="analyze: sequences per batch")
+    a.add_argument("--batches", type=int, default=None,
+                   help="analyze: consecutive batches (v1 default 8; v2 default 128)")
+    a.add_argument("--batch-size", type=int, default=None,
+                   help="analyze: sequences per batch (v1 default 16; v2 default the run's "
+                        "sequences per optimizer step)")
+    a.add_argument("--checkpoints", default=None,
+                   help="analyze v2: comma-separated checkpoint steps (default: every kept "
+                        "checkpoint of the run)")
+    a.add_argument("--bootstrap", type=int, default=1000,
+                   help="analyze v2: bootstrap resamples for the 95%% intervals")
     a.set_defaults(func=cmd_ablate)
 
     p = sub.add_parser("plot", help="train/validation loss against tokens for run directories")
@@ -83,9 +115,22 @@ def cmd_data(args) -> int:
                   f"{Path(args.out) / f'c4-{split}.tokens.npy'}")
         return 0
     if args.action == "build-corpus":
-        info = build_corpus(args.out, args.source, packages=args.packages)
-        print(json.dumps(info))
-    tok = train_tokenizer(args.out, Path(args.out) / "tokenizer.json", args.vocab_size)
+        kw = {}
+        if args.train_shards is not None:
+            kw["n_train_shards"] = args.train_shards
+        if args.val_fraction is not None:
+            kw["val_fraction"] = args.val_fraction
+        if args.source == "debian-xl":
+            if args.manifest:
+                kw["manifest"] = json.loads(Path(args.manifest).read_text())
+            kw["workdir"] = args.workdir
+        elif args.manifest or args.workdir:
+            print("--manifest and --workdir apply to --source debian-xl only", file=sys.stderr)
+            return 2
+        info = build_corpus(args.out, args.source, packages=args.packages, **kw)
+        print(json.dumps({k: v for k, v in info.items() if k not in ("packages", "shards")}))
+    tok = train_tokenizer(args.out, Path(args.out) / "tokenizer.json", args.vocab_size,
+                          max_chars=args.tokenizer_chars)
     print(f"tokenizer: {Path(args.out) / 'tokenizer.json'} ({tok.get_vocab_size()} tokens)")
     return 0
 
@@ -162,29 +207,44 @@ def cmd_train(args) -> int:
 def cmd_ablate(args) -> int:
     import shlex
     from . import ablation
+    plan = ablation.PLANS[args.plan]
     if args.action == "run":
-        arms = args.arms.split(",") if args.arms else ablation.ARMS
-        seeds = [int(x) for x in args.seeds.split(",")]
+        arms = args.arms.split(",") if args.arms else plan["arms"]
+        seeds = [int(x) for x in (args.seeds or "0,1,2").split(",")]
         if args.gpus is None:
             import torch
             gpus = [str(i) for i in range(torch.cuda.device_count())]
         else:
             gpus = [g for g in args.gpus.split(",") if g and g != "none"]
-        train_args = shlex.split(args.train_args) if args.train_args else \
-            ablation.DEFAULT_TRAIN_ARGS
-        res = ablation.run_ablation(args.out, ablation.plan(arms, seeds), args.data, gpus,
-                                    args.per_gpu, train_args)
+        train_args = shlex.split(args.train_args) if args.train_args else plan["train_args"]
+        data = args.data or {"v1": "data/debl", "v2": "data/xl"}[args.plan]
+        res = ablation.run_ablation(args.out, plan["plan"](arms, seeds), data, gpus,
+                                    args.per_gpu, train_args, extra_args=plan["extra_args"],
+                                    stop_after=args.stop_after)
         bad = {k: v for k, v in res.items() if v != "done"}
         print(f"{len(res) - len(bad)} of {len(res)} runs done" +
               "".join(f"\n  {k}: {v}" for k, v in bad.items()))
+        if any(v == "stopped" for v in res.values()):
+            return 4  # stopped by --stop-after: call again to continue
         return 0 if all(v in ("done", "diverged") for v in res.values()) else 1
     if args.action == "summarize":
+        if args.plan == "v2":
+            print(ablation.v2_markdown(ablation.summarize_v2(args.out)))
+            return 0
         table = ablation.summarize(args.out)
         print(ablation.table_markdown(table))
         return 0
+    run = args.run or str(Path(args.out) / "bf16" / "seed0")
+    if args.plan == "v2":
+        from .mechanism import analyze_run, markdown as mech_markdown
+        steps = [int(x) for x in args.checkpoints.split(",")] if args.checkpoints else None
+        res = analyze_run(run, args.out, steps=steps, batches=args.batches or 128,
+                          batch_size=args.batch_size, data=args.data,
+                          bootstrap=args.bootstrap)
+        print(mech_markdown(res))
+        return 0
     from .gradient_error import analyze, markdown
-    res = analyze(args.run or str(Path(args.out) / "bf16" / "seed0"), args.out, args.batches,
-                  args.batch_size, data=args.data)
+    res = analyze(run, args.out, args.batches or 8, args.batch_size or 16, data=args.data)
     print(markdown(res))
     return 0
 

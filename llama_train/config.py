@@ -40,6 +40,10 @@ class DataSection:
     seq_len: int = _field(128, "tokens per sequence")
     batch_size: int = _field(8, "sequences per micro-batch and rank")
     grad_accum: int = _field(1, "micro-batches per optimizer step")
+    data_order: Literal["shards", "sequences"] = _field(
+        "shards", "training order: shards (v1: shard order shuffled per epoch, documents in file "
+                  "order, consecutive sequences) or sequences (a seeded permutation of all "
+                  "seq_len-token windows of the split, drawn afresh every epoch)")
 
 
 @dataclass
@@ -49,6 +53,11 @@ class OptimizerSection:
     min_lr_ratio: float = _field(0.1, "final learning rate as a fraction of lr")
     warmup_steps: int = _field(10, "steps of linear warm-up")
     decay_steps: Optional[int] = _field(None, "length of the cosine decay; None: max_steps")
+    schedule: Literal["cosine", "wsd"] = _field(
+        "cosine", "after the warm-up: cosine to min_lr_ratio over decay_steps, or wsd (warm-up, "
+                  "stable: constant lr, then a linear decay to min_lr_ratio over the last "
+                  "decay_fraction of decay_steps)")
+    decay_fraction: float = _field(0.2, "wsd: the fraction of the steps that decays")
     weight_decay: float = _field(0.1, "AdamW weight decay of the matrices")
     betas: tuple[float, float] = _field((0.9, 0.95), "AdamW betas")
     eps: float = _field(1e-5, "AdamW epsilon")
@@ -77,6 +86,9 @@ class EvalSection:
     eval_every: int = _field(50, "validation loss every N steps and after the last")
     eval_sequences: int = _field(16, "validation sequences")
     target_loss: Optional[float] = _field(None, "stop once the validation loss reaches it")
+    eval_sampling: Literal["first", "spread"] = _field(
+        "first", "validation sequences: the first ones of the validation split (v1), or spread "
+                 "evenly over the whole split")
 
 
 @dataclass
@@ -84,6 +96,8 @@ class CheckpointSection:
     """Checkpoints in OUT/checkpoints."""
     save_every: int = _field(50, "checkpoint every N steps and after the last; 0: never")
     keep: int = _field(2, "checkpoints kept")
+    keep_steps: list[int] = _field([], "also save after these steps and keep those checkpoints "
+                                       "(besides the last --keep): for later analyses")
     checkpoint_format: Literal["full", "sharded"] = _field(
         "full", "full: one safetensors file set, gathered on rank 0; sharded: "
                 "torch.distributed.checkpoint, every rank writing its shards")
@@ -169,6 +183,8 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be {_either(allowed)}, got {value!r}")
         if data.seq_len > cfg.max_seq_len:
             raise ValueError(f"seq_len {data.seq_len} exceeds the preset's {cfg.max_seq_len}")
+        if not 0 <= self.optimizer.decay_fraction <= 1:
+            raise ValueError("decay_fraction must lie in [0, 1]")
         for n, v in (("max_steps", self.training.max_steps), ("batch_size", data.batch_size),
                      ("grad_accum", data.grad_accum), ("seq_len", data.seq_len)):
             if v < 1:
@@ -221,11 +237,25 @@ TRAIN_PRESETS = {
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up over warmup_steps, then cosine from lr to lr * min_lr_ratio."""
+    """Linear warm-up over warmup_steps, then (schedule 'cosine') cosine from lr to
+    lr * min_lr_ratio at decay_steps (default max_steps), or (schedule 'wsd') lr held constant
+    until the last decay_fraction of decay_steps, then a linear decay to lr * min_lr_ratio."""
     o = cfg.optimizer
     if step < o.warmup_steps:
         return o.lr * (step + 1) / o.warmup_steps
     total = o.decay_steps or cfg.training.max_steps
-    t = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
     lo = o.lr * o.min_lr_ratio
+    if o.schedule == "wsd":
+        start = wsd_decay_start(cfg)
+        t = min(1.0, max(0, step - start + 1) / max(1, total - start))
+        return o.lr + (lo - o.lr) * t
+    t = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
     return lo + 0.5 * (o.lr - lo) * (1 + math.cos(math.pi * t))
+
+
+def wsd_decay_start(cfg: TrainConfig) -> int:
+    """The first step of a wsd schedule's decay: the last decay_fraction of decay_steps (at the
+    earliest after the warm-up); the learning rate is constant before it."""
+    o = cfg.optimizer
+    total = o.decay_steps or cfg.training.max_steps
+    return max(o.warmup_steps, total - round(o.decay_fraction * total))

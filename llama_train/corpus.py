@@ -172,9 +172,22 @@ def debian_documents(packages=DEBIAN_PACKAGES, workdir=None, min_chars: int = 20
     return docs
 
 
-def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int = 4,
-                 val_fraction: float = 0.05, packages: str = "default") -> dict:
+def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int | None = None,
+                 val_fraction: float | None = None, packages: str = "default", **xl) -> dict:
+    """Build a corpus in the C4 layout. ``source`` 'debian-xl' (the ablation's v2 corpus) is
+    ``corpus_xl.build``: ``packages`` 'default' or 'v2' means its package set v2, and ``xl``
+    passes its options (``manifest``, ``workdir``, ``n_train_shards``, ``val_fraction``)."""
     pkgs = []
+    if source == "debian-xl":
+        from . import corpus_xl
+        names = corpus_xl.PACKAGE_SETS["v2" if packages == "default" else packages]
+        if n_train_shards is not None:
+            xl["n_train_shards"] = n_train_shards
+        if val_fraction is not None:
+            xl["val_fraction"] = val_fraction
+        return corpus_xl.build(out_dir, names, **xl)
+    n_train_shards = 4 if n_train_shards is None else n_train_shards
+    val_fraction = 0.05 if val_fraction is None else val_fraction
     if source == "stdlib":
         docs = stdlib_documents()
     elif source == "debian":
@@ -185,7 +198,8 @@ def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int = 4,
         docs = debian_documents(pkgs)
         n_train_shards = max(n_train_shards, 8 * len(pkgs) // 2)
     else:
-        raise ValueError(f"unknown corpus source {source!r}; available: 'stdlib', 'debian'")
+        raise ValueError(f"unknown corpus source {source!r}; available: 'stdlib', 'debian', "
+                         "'debian-xl'")
     if not docs:
         raise RuntimeError("found no documentation strings")
     # documents in a seeded random order: the sources come package by package, and a shard (or

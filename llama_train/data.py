@@ -2,9 +2,12 @@
 layout: one JSON object per line with a ``"text"`` field), tokenized with HF ``tokenizers``,
 EOS appended to every document, packed into fixed-length sequences.
 
-The training stream is deterministic for a seed (shard order shuffled per epoch) and resumable:
-``state()`` is a small dict (epoch, shard, document, leftover tokens) saved with every
-checkpoint; ``TokenStream(..., state=...)`` continues exactly where it stopped.
+Two training orders (``data_order``), both deterministic for a seed and resumable (``state()``
+is a small dict saved with every checkpoint; a stream built with it continues exactly):
+* 'shards' (``TokenStream``, the v1 ablation's): shard order shuffled per epoch, documents in
+  file order, packed into consecutive sequences; state (epoch, shard, document, leftover tokens);
+* 'sequences' (``SequenceStream``, the v2 ablation's): the split cut into fixed windows, visited
+  in a seeded permutation drawn afresh each epoch; state (epoch, position).
 
 Pre-tokenized cache: ``tokenize_split`` writes ``c4-<split>.tokens.npy`` (every shard's documents
 in file order, EOS after each) and ``c4-<split>.tokens.json`` (shard names, their offsets, the
@@ -15,6 +18,7 @@ test checks it), only the data position in ``state()`` is then a token offset.
 from __future__ import annotations
 
 import gzip
+import io
 import hashlib
 import json
 import random
@@ -63,18 +67,23 @@ def eos_id(tokenizer) -> int:
     raise ValueError(f"the tokenizer has none of the end-of-text tokens {EOS_CANDIDATES}")
 
 
-def train_tokenizer(data_dir, out_path, vocab_size: int = 32768, max_docs: int | None = None):
+def train_tokenizer(data_dir, out_path, vocab_size: int = 32768, max_docs: int | None = None,
+                    max_chars: int | None = None):
     """Train a byte-level BPE on the training shards (the fallback when no Llama 3.1
-    tokenizer.json is supplied); EOS is <|endoftext|>."""
+    tokenizer.json is supplied); EOS is <|endoftext|>. ``max_docs`` / ``max_chars``: train on
+    the first documents only (the shards in file order; a corpus whose shards are random
+    samples, as debian-xl's, gives a random sample)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     def texts():
-        n = 0
+        n = chars = 0
         for shard in shards(data_dir, "train"):
             for _, t in iter_documents(shard):
                 yield t
                 n += 1
-                if max_docs is not None and n >= max_docs:
+                chars += len(t)
+                if (max_docs is not None and n >= max_docs) or \
+                        (max_chars is not None and chars >= max_chars):
                     return
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -236,15 +245,128 @@ class TokenStream:
         return torch.tensor(rows, dtype=torch.int64)
 
 
-def validation_set(data_dir, tokenizer, seq_len: int, n_sequences: int) -> torch.Tensor:
-    """The first ``n_sequences`` packed sequences of the validation shards, in file order: a
-    fixed held-out set (the MLPerf evaluation takes the first 1,024 sequences likewise)."""
+def split_tokens(data_dir, tokenizer, split: str) -> np.ndarray:
+    """Every token of a split in the cache's order (every shard's documents in file order, EOS
+    after each): the cache where one matches, else tokenized in memory (small corpora; run
+    ``ocpmx data tokenize`` for large ones)."""
+    cache = load_cache(data_dir, tokenizer, split)
+    if cache is not None:
+        return cache[0]
+    eos = eos_id(tokenizer)
+    dtype = np.uint16 if tokenizer.get_vocab_size() <= 65536 else np.uint32
+    parts = []
+    for path in shards(data_dir, split):
+        texts = [t for _, t in iter_documents(path)]
+        for i in range(0, len(texts), 4096):
+            parts += [np.asarray(e.ids + [eos], dtype=dtype)
+                      for e in tokenizer.encode_batch(texts[i:i + 4096])]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+class SequenceStream:
+    """Training sequences in a random order (``data_order='sequences'``): the split's tokens
+    (``split_tokens``) cut into windows of ``seq_len + 1`` tokens at stride ``seq_len`` (window
+    i = tokens[i * seq_len : (i + 1) * seq_len + 1], so every token is a target once per epoch),
+    visited in a permutation drawn from (seed, epoch) afresh every epoch. A micro-batch is thus
+    ``batch_size`` windows from anywhere in the corpus, never a run of consecutive ones.
+
+    ``state()`` is {"order": "sequences", "epoch", "position", "windows", "seq_len"}; a stream
+    built with it continues exactly where the saved one stopped (checked: same number of
+    windows and sequence length)."""
+
+    def __init__(self, data_dir, tokenizer, seq_len: int, seed: int, state: dict | None = None,
+                 split: str = "train"):
+        self.tokens = split_tokens(data_dir, tokenizer, split)
+        self.seq_len = seq_len
+        self.seed = seed
+        self.windows = (len(self.tokens) - 1) // seq_len
+        if self.windows < 1:
+            raise ValueError(f"the {split} split holds {len(self.tokens)} tokens: fewer than one "
+                             f"sequence of {seq_len + 1}")
+        st = state or {}
+        if st and st.get("order") != "sequences":
+            raise ValueError("the saved data position was taken with data_order 'shards'; this "
+                             "run uses 'sequences'")
+        if st and (st["windows"], st["seq_len"]) != (self.windows, seq_len):
+            raise ValueError(f"the saved data position is for {st['windows']} windows of "
+                             f"{st['seq_len']} tokens; this split gives {self.windows} of "
+                             f"{seq_len}: another corpus or tokenizer")
+        self.epoch = st.get("epoch", 0)
+        self.position = st.get("position", 0)
+        self._perm_epoch, self._perm = None, None
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        """The window order of an epoch: a permutation of range(windows) from (seed, epoch)."""
+        if self._perm_epoch != epoch:
+            rng = np.random.Generator(np.random.PCG64([self.seed, epoch, 0x5E9]))
+            self._perm, self._perm_epoch = rng.permutation(self.windows), epoch
+        return self._perm
+
+    def state(self) -> dict:
+        return {"order": "sequences", "epoch": self.epoch, "position": self.position,
+                "windows": self.windows, "seq_len": self.seq_len}
+
+    def next_indices(self, n: int) -> np.ndarray:
+        """The window indices of the next n sequences (across epoch boundaries)."""
+        out = []
+        while n:
+            perm = self.permutation(self.epoch)
+            k = min(n, self.windows - self.position)
+            out.append(perm[self.position:self.position + k])
+            self.position += k
+            n -= k
+            if self.position == self.windows:
+                self.epoch, self.position = self.epoch + 1, 0
+        return np.concatenate(out)
+
+    def next_batch(self, batch_size: int) -> torch.Tensor:
+        """(batch_size, seq_len + 1) int64 tokens."""
+        L = self.seq_len
+        rows = [np.asarray(self.tokens[i * L:i * L + L + 1], dtype=np.int64)
+                for i in self.next_indices(batch_size)]
+        return torch.from_numpy(np.stack(rows))
+
+
+def open_stream(data_dir, tokenizer, seq_len: int, seed: int, state: dict | None = None,
+                order: str = "shards"):
+    """The training stream of ``data_order`` ``order``: TokenStream ('shards', v1) or
+    SequenceStream ('sequences')."""
+    if order == "sequences":
+        return SequenceStream(data_dir, tokenizer, seq_len, seed, state)
+    if state and state.get("order") == "sequences":
+        raise ValueError("the saved data position was taken with data_order 'sequences'; this "
+                         "run uses 'shards'")
+    return TokenStream(data_dir, tokenizer, seq_len, seed, state)
+
+
+def validation_set(data_dir, tokenizer, seq_len: int, n_sequences: int,
+                   sampling: str = "first") -> torch.Tensor:
+    """A fixed held-out set of ``n_sequences`` sequences of ``seq_len + 1`` tokens.
+    'first': the first packed sequences of the validation shards, in file order (the MLPerf
+    evaluation takes the first 1,024 sequences likewise); 'spread': windows evenly spaced over
+    the whole validation split (every part of the corpus the split samples)."""
+    if sampling == "spread":
+        tokens = split_tokens(data_dir, tokenizer, "validation")
+        windows = (len(tokens) - 1) // seq_len
+        if windows < n_sequences:
+            raise ValueError(f"the validation split holds {windows} sequences of {seq_len + 1} "
+                             f"tokens; {n_sequences} were asked for")
+        idx = (np.arange(n_sequences) * windows) // n_sequences
+        return torch.from_numpy(np.stack([np.asarray(tokens[i * seq_len:(i + 1) * seq_len + 1],
+                                                     dtype=np.int64) for i in idx]))
+    if sampling != "first":
+        raise ValueError(f"unknown validation sampling {sampling!r}")
     stream = TokenStream(data_dir, tokenizer, seq_len, seed=0, split="validation", shuffle=False)
     return stream.next_batch(n_sequences)
 
 
 def write_shard(path, texts) -> None:
-    """Write documents as one C4-format shard (gzip'd JSON lines with a "text" field)."""
-    with gzip.open(path, "wt", encoding="utf-8") as f:
+    """Write documents as one C4-format shard (gzip'd JSON lines with a "text" field).
+
+    The gzip header holds no file name and a zero time stamp, so the same documents give the
+    same bytes (a corpus rebuilt from its manifest is checked by the shards' SHA-256)."""
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                mtime=0) as gz, \
+            io.TextIOWrapper(gz, encoding="utf-8") as f:
         for t in texts:
             f.write(json.dumps({"text": t}) + "\n")

@@ -1,7 +1,8 @@
 """A run's numbers: ``OUT/metrics.jsonl``, one JSON object per step (step, tokens, loss, lr,
 grad_norm, tokens_per_s, mfu, skipped; max_mem_gb on a GPU; resumed: true on the first step of a
-resumed process) and per evaluation (step, tokens, val_loss); TensorBoard scalars in OUT/tb; a
-progress bar."""
+resumed process) and per evaluation (step, tokens, val_loss: the master weights through a bf16
+forward, val_loss_recipe: the recipe's own forward; runs from before issue 16 have val_loss
+alone, the recipe's forward); TensorBoard scalars in OUT/tb; a progress bar."""
 from __future__ import annotations
 
 import json
@@ -52,12 +53,20 @@ class Metrics:
             self.bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}",
                                  mfu=f"{row['mfu']:.1%}")
 
-    def log_eval(self, step: int, tokens: int, val_loss: float) -> None:
+    def log_eval(self, step: int, tokens: int, val_loss: float,
+                 val_loss_recipe: float | None = None) -> None:
+        """val_loss: the master weights through a bf16 forward; val_loss_recipe: the training
+        recipe's own forward (runs from before the two fields logged the recipe's forward as
+        val_loss alone)."""
+        row = {"step": step, "tokens": tokens, "val_loss": val_loss}
+        if val_loss_recipe is not None:
+            row["val_loss_recipe"] = val_loss_recipe
         if self.file is not None:
-            self.file.write(json.dumps({"step": step, "tokens": tokens, "val_loss": val_loss})
-                            + "\n")
+            self.file.write(json.dumps(row) + "\n")
         if self.tb is not None:
             self.tb.add_scalar("eval/val_loss", val_loss, tokens)
+            if val_loss_recipe is not None:
+                self.tb.add_scalar("eval/val_loss_recipe", val_loss_recipe, tokens)
 
     def flush(self) -> None:
         if self.file is not None:

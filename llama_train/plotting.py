@@ -7,7 +7,9 @@ from .metrics import read_metrics
 
 
 def plot(runs: list[str], out_png: str):
-    """Train and validation loss against tokens for several run directories."""
+    """Train and validation loss against tokens for several run directories: val_loss (the
+    master weights through a bf16 forward) solid, val_loss_recipe (the recipe's own forward)
+    dashed where it differs."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -17,8 +19,15 @@ def plot(runs: list[str], out_png: str):
         label = Path(r).name
         a.plot([x["tokens"] for x in train_rows], [x["loss"] for x in train_rows], label=label)
         if val_rows:
-            b.plot([x["tokens"] for x in val_rows], [x["val_loss"] for x in val_rows], "o-", label=label)
-    for ax, t in ((a, "train loss"), (b, "validation loss")):
+            line, = b.plot([x["tokens"] for x in val_rows], [x["val_loss"] for x in val_rows],
+                           "o-", label=label)
+            if any("val_loss_recipe" in x and x["val_loss_recipe"] != x["val_loss"]
+                   for x in val_rows):
+                b.plot([x["tokens"] for x in val_rows],
+                       [x.get("val_loss_recipe", x["val_loss"]) for x in val_rows], "x--",
+                       color=line.get_color(), label=f"{label} (recipe's forward)")
+    for ax, t in ((a, "train loss"),
+                  (b, "validation loss (bf16 forward; dashed: the recipe's own)")):
         ax.set_xlabel("tokens")
         ax.set_title(t)
         ax.legend()

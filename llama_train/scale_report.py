@@ -54,6 +54,10 @@ def run_row(d: Path, warmup: int = 10) -> dict:
         "loss_first": train_rows[0]["loss"] if train_rows else None,
         "loss_last": train_rows[-1]["loss"] if train_rows else None,
         "val_loss": val_rows[-1]["val_loss"] if val_rows else None,
+        # the recipe's own forward (runs from before issue 16 logged only that, as val_loss)
+        "val_loss_recipe": val_rows[-1].get("val_loss_recipe", val_rows[-1]["val_loss"])
+        if val_rows else None,
+        "val_loss_is_bf16_forward": bool(val_rows) and "val_loss_recipe" in val_rows[-1],
     }
 
 
@@ -77,10 +81,13 @@ def markdown(rows: list[dict], warmup: int = 10) -> str:
     lines = [f"Timed: steps from {warmup} on, without the profiled steps and the first step after "
              "a resume; medians. GPU ms per step by kernel category from the profiled steps "
              "(rank 0; communication overlaps compute, so the categories can add up to more "
-             "than the step).", "",
+             "than the step). Val loss: the last evaluation, the master weights through a bf16 "
+             "forward / the recipe's own forward (runs from before issue 16: the recipe's only).",
+             "",
              "| run | GPUs | tokens/s/GPU | MFU | step s | peak GiB allocated / reserved (max over GPUs) | "
-             + " | ".join(f"{c} ms" for c in cats) + " | loss first → last |",
-             "|---" * (7 + len(cats)) + "|"]
+             + " | ".join(f"{c} ms" for c in cats) + " | loss first → last | val loss bf16 fwd / "
+             "recipe fwd |",
+             "|---" * (8 + len(cats)) + "|"]
     for r in rows:
         ms = r["gpu_ms_per_step"] or {}
         mem = (f"{r['max_allocated_gb']:.1f} / {r['max_reserved_gb']:.1f}"
@@ -89,5 +96,13 @@ def markdown(rows: list[dict], warmup: int = 10) -> str:
             f"| {r['run']} | {r['world']} | {r['tokens_per_s_per_gpu']:,.0f} | {r['mfu']:.1%} | "
             f"{r['step_s']:.2f} | {mem} | "
             + " | ".join(f"{ms[c]:.0f}" if c in ms else "—" for c in cats)
-            + f" | {r['loss_first']:.3f} → {r['loss_last']:.3f} |")
+            + f" | {r['loss_first']:.3f} → {r['loss_last']:.3f} | {_val(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _val(r: dict) -> str:
+    if r.get("val_loss") is None:
+        return "—"
+    if not r.get("val_loss_is_bf16_forward", False):
+        return f"— / {r['val_loss_recipe']:.3f}"
+    return f"{r['val_loss']:.3f} / {r['val_loss_recipe']:.3f}"

@@ -18,16 +18,17 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..native import RECIPES, convert_linears, set_step
+from ..native import GEMMS, RECIPES, MXLinear, convert_linears, set_step
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TRAIN_PRESETS, TrainConfig, TrainingDiverged, lr_at
-from .data import TokenStream, load_tokenizer, validation_set
+from .data import load_tokenizer, open_stream, validation_set
 from .distributed import Dist, setup_dist
 from .metrics import Metrics, read_metrics
 from .model import Llama, flops_per_token
@@ -76,17 +77,54 @@ def loss_fn(model, batch, device):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
 
+@contextmanager
+def bf16_forward(model):
+    """For the duration: every MXLinear of ``model`` computes with recipe 'bf16' (exactly
+    nn.Linear's bf16 computation, no quantization) from the same master weights; the recipes are
+    restored after. Swaps module attributes only, so it works under FSDP2 (DTensor parameters)
+    and leaves a compiled twin's graph valid (its guards see the restored recipe objects)."""
+    mods = [m for m in model.modules() if isinstance(m, MXLinear)]
+    saved = [(m.recipe, m.keyed) for m in mods]
+    try:
+        for m in mods:
+            m.recipe, m.keyed = RECIPES["bf16"], False  # keyed False: the key buffer stays as is
+        yield model
+    finally:
+        for m, (recipe, keyed) in zip(mods, saved):
+            m.recipe, m.keyed = recipe, keyed
+
+
+def quantizes(model) -> bool:
+    """Whether any Linear of ``model`` computes other than in bf16."""
+    return any(isinstance(m, MXLinear) and any(m.recipe.gemm(g).precision != "bf16"
+                                               for g in GEMMS)
+               for m in model.modules())
+
+
 @torch.no_grad()
 def evaluate(model, val, dist: Dist, batch_size: int) -> float:
-    """Mean validation loss; under FSDP every rank takes a slice of the set."""
+    """Mean validation loss through the model as it is (its recipe's forward); under FSDP every
+    rank takes a slice of the set."""
     model.eval()
     mine = val[dist.rank::dist.world]
     total = 0.0
-    for i in range(0, len(mine), batch_size):
-        chunk = mine[i:i + batch_size]
-        total += float(loss_fn(model, chunk, dist.device)) * len(chunk)
-    model.train()
+    try:
+        for i in range(0, len(mine), batch_size):
+            chunk = mine[i:i + batch_size]
+            total += float(loss_fn(model, chunk, dist.device)) * len(chunk)
+    finally:
+        model.train()
     return dist.mean(total) * dist.world / len(val)
+
+
+def evaluate_both(model, val, dist: Dist, batch_size: int) -> dict[str, float]:
+    """{'val_loss': the master weights through a bf16 forward with no quantization (the measure
+    of what training did to the weights), 'val_loss_recipe': the training recipe's own forward}.
+    Equal (one evaluation) when the model computes in bf16. Runs on the eager model."""
+    with bf16_forward(model):
+        plain = evaluate(model, val, dist, batch_size)
+    own = evaluate(model, val, dist, batch_size) if quantizes(model) else plain
+    return {"val_loss": plain, "val_loss_recipe": own}
 
 
 def forward_backward(model, step_model, stream, step: int, cfg: TrainConfig,
@@ -129,9 +167,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     start, tokens, skipped = 0, 0, 0
     if state:
         start, tokens, skipped = state["step"] + 1, state["tokens"], state["skipped"]
-    stream = TokenStream(cfg.data.data, tok, seq_len, cfg.training.seed,
-                         state["data"] if state else None)
-    val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences)
+    stream = open_stream(cfg.data.data, tok, seq_len, cfg.training.seed,
+                         state["data"] if state else None, cfg.data.data_order)
+    val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences,
+                         cfg.eval.eval_sampling)
     if dist.main:
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), "model": asdict(mcfg),
                                                      "world": dist.world}, indent=1))
@@ -179,16 +218,18 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
             metrics.log_step(row)
             last, reached = step == steps - 1, False
             if (step + 1) % cfg.eval.eval_every == 0 or last:
-                val_loss = evaluate(model, val, dist, cfg.data.batch_size)
-                metrics.log_eval(step, tokens, val_loss)
-                reached = target is not None and val_loss <= target
+                # both through the eager model: a compiled twin's graph stays as it is
+                losses = evaluate_both(model, val, dist, cfg.data.batch_size)
+                metrics.log_eval(step, tokens, **losses)
+                reached = target is not None and losses["val_loss"] <= target
                 if reached:
                     result["tokens_to_target"] = tokens
             metrics.flush()
-            every = cfg.checkpoint.save_every
-            if every and ((step + 1) % every == 0 or last or reached):
+            every, keep_steps = cfg.checkpoint.save_every, cfg.checkpoint.keep_steps
+            if (every and ((step + 1) % every == 0 or last or reached)) or step in keep_steps:
                 save_checkpoint(out, step, model, opt, stream, tokens, skipped,
-                                cfg.checkpoint.keep, dist, cfg.checkpoint.checkpoint_format)
+                                cfg.checkpoint.keep, dist, cfg.checkpoint.checkpoint_format,
+                                keep_steps)
             if reached:
                 break
     result.update(tokens=tokens, skipped=skipped, world=dist.world)

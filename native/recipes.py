@@ -101,11 +101,21 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "contraction dimension, on every MXFP4 operand (weights included)"),
     Recipe("mxfp4_all_h16_wgrad", _MX4, _MX4, _H16, "MXFP4 everywhere, fixed H16 on Wgrad only"),
     Recipe("mxfp4_all_sr_wgrad", _MX4, _MX4, replace(_MX4, rounding=("stochastic", "stochastic")),
-           "MXFP4 everywhere, stochastic rounding of both Wgrad operands"),
+           "MXFP4 everywhere, stochastic rounding of both Wgrad operands (dY and X; the usual "
+           "placement, dY only, is mxfp4_wgrad_sr's)"),
     Recipe("mxfp4_all_rht_wgrad", _MX4, _MX4, replace(_MX4, rotation="random_sign"),
            "MXFP4 everywhere, random-sign H16 on Wgrad re-drawn every step"),
     Recipe("mxfp4_all_rht_fixed_wgrad", _MX4, _MX4, replace(_MX4, rotation="random_sign_fixed"),
            "MXFP4 everywhere, random-sign H16 on Wgrad drawn once"),
+    # Wgrad-only arms (issue 16): Fprop and Dgrad in bf16, so the forward and the gradients
+    # flowing back are exact, and only the weight gradient carries MXFP4's error
+    Recipe("mxfp4_wgrad", _BF16, _BF16, _MX4, "MXFP4 in Wgrad only (dY and X), no rotation"),
+    Recipe("mxfp4_wgrad_h16", _BF16, _BF16, _H16,
+           "MXFP4 in Wgrad only, fixed 16-point Hadamard on both Wgrad operands"),
+    Recipe("mxfp4_wgrad_rht", _BF16, _BF16, replace(_MX4, rotation="random_sign"),
+           "MXFP4 in Wgrad only, random-sign H16 on both Wgrad operands, re-drawn every step"),
+    Recipe("mxfp4_wgrad_sr", _BF16, _BF16, replace(_MX4, rounding=("stochastic", "rne")),
+           "MXFP4 in Wgrad only, stochastic rounding of dY (X round-to-nearest-even)"),
 ]}
 
 

@@ -230,3 +230,94 @@ def test_recipe_table_names_the_studys_arms():
     assert all(h16.gemm(g).rotation == "hadamard16" and h16.gemm(g).precision == "mxfp4" for g in GEMMS)
     ladder = native.RECIPES["mxfp4_fprop_dgrad"]
     assert [ladder.gemm(g).precision for g in GEMMS] == ["mxfp4", "mxfp4", "bf16"]
+
+
+# ---- issue 16: the Wgrad-only arms quantize exactly the operands they name -------------------
+
+# What each arm's name promises, written out by hand (not read from the recipe table):
+# {(GEMM, operand): (rounding, rotation)} for every operand that is quantized; all others bf16.
+WGRAD_ONLY = {
+    "mxfp4_wgrad": {("wgrad", "dy"): ("rne", "none"), ("wgrad", "x"): ("rne", "none")},
+    "mxfp4_wgrad_h16": {("wgrad", "dy"): ("rne", "hadamard16"),
+                        ("wgrad", "x"): ("rne", "hadamard16")},
+    "mxfp4_wgrad_rht": {("wgrad", "dy"): ("rne", "random_sign"),
+                        ("wgrad", "x"): ("rne", "random_sign")},
+    "mxfp4_wgrad_sr": {("wgrad", "dy"): ("stochastic", "none"), ("wgrad", "x"): ("rne", "none")},
+    "mxfp4_all_sr_wgrad": {**{(g, o): ("rne", "none") for g in ("fprop", "dgrad")
+                              for o in OPERANDS[g]},
+                           ("wgrad", "dy"): ("stochastic", "none"),
+                           ("wgrad", "x"): ("stochastic", "none")},
+}
+
+
+def quantized_operands(recipe, monkeypatch) -> dict:
+    """Run one MXLinear forward and backward (emulator) with a spy on the quantizers that
+    ``recipe_gemm`` calls; {(GEMM, operand): (rounding, rotation kind)} of every quantized
+    operand. The operands have distinct (shape, axis) pairs, which name them: x (64, 96), W
+    (160, 96), dY (64, 160); fprop along in-features (axis 1 of x and W), dgrad along
+    out-features (axis 1 of dY, axis 0 of W), wgrad along tokens (axis 0 of dY and x)."""
+    from ocpmx.native import linear as L
+    names = {((64, 96), 1): ("fprop", "x"), ((160, 96), 1): ("fprop", "w"),
+             ((64, 160), 1): ("dgrad", "dy"), ((160, 96), 0): ("dgrad", "w"),
+             ((64, 160), 0): ("wgrad", "dy"), ((64, 96), 0): ("wgrad", "x")}
+    seen = {}
+
+    def spy(real):
+        def f(t, element, axis=1, rounding="rne", rotation=None, **kw):
+            rot = "none" if rotation is None else (
+                "random_sign" if rotation.has_signs else f"hadamard{rotation.size}")
+            key = names[(tuple(t.shape), axis)]
+            assert key not in seen, f"{key} quantized twice"
+            seen[key] = (rounding, rot)
+            return real(t, element, axis=axis, rounding=rounding, rotation=rotation, **kw)
+        return f
+    with monkeypatch.context() as m:
+        m.setattr(L, "quantize", spy(L.quantize))
+        m.setattr(L, "quantize_dequantize", spy(L.quantize_dequantize))
+        torch.manual_seed(1)
+        lin = native.MXLinear(96, 160, recipe=recipe, seed=2, backend="emulator")
+        native.set_step(lin, 5)
+        x = torch.randn(64, 96, dtype=torch.bfloat16, requires_grad=True)
+        lin(x).backward(torch.randn(64, 160, dtype=torch.bfloat16))
+    return seen
+
+
+def check_named_operands(name, recipe, monkeypatch):
+    got = quantized_operands(recipe, monkeypatch)
+    assert got == WGRAD_ONLY[name], f"{name}: quantized {got}, named {WGRAD_ONLY[name]}"
+
+
+@pytest.mark.parametrize("name", list(WGRAD_ONLY))
+def test_wgrad_arms_quantize_exactly_the_named_operands(name, monkeypatch):
+    """Each Wgrad arm quantizes the operands its name gives, with the rounding and rotation it
+    names, and nothing else; its Fprop and Dgrad are then nn.Linear's bf16 results bit for bit."""
+    check_named_operands(name, native.RECIPES[name], monkeypatch)
+    if name.startswith("mxfp4_wgrad"):
+        torch.manual_seed(3)
+        lin = native.MXLinear(96, 160, recipe=name, seed=2, backend="emulator")
+        ref = nn.Linear(96, 160)
+        ref.load_state_dict(lin.state_dict())
+        x = torch.randn(64, 96, dtype=torch.bfloat16, requires_grad=True)
+        xr = x.detach().clone().requires_grad_()
+        gy = torch.randn(64, 160, dtype=torch.bfloat16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, yr = lin(x), ref(xr)
+        y.backward(gy)
+        yr.backward(gy)
+        assert torch.equal(y, yr) and torch.equal(x.grad, xr.grad)
+        assert not torch.equal(lin.weight.grad, ref.weight.grad)  # Wgrad: MXFP4's error
+
+
+def test_a_planted_recipe_fails_the_operand_check(monkeypatch):
+    """The check catches a recipe that quantizes more than its name says (Fprop too), less
+    (Wgrad's X in bf16), or rounds the wrong operand stochastically."""
+    from dataclasses import replace
+    from ocpmx.native.recipes import Recipe
+    mx4, bf = native.GemmRecipe("mxfp4"), native.GemmRecipe("bf16")
+    planted = [("mxfp4_wgrad", Recipe("mxfp4_wgrad", mx4, bf, mx4)),
+               ("mxfp4_wgrad_sr", Recipe("mxfp4_wgrad_sr", bf, bf,
+                                         replace(mx4, rounding=("rne", "stochastic")))),
+               ("mxfp4_wgrad_h16", Recipe("mxfp4_wgrad_h16", bf, bf, mx4))]
+    for name, recipe in planted:
+        with pytest.raises(AssertionError, match=name):
+            check_named_operands(name, recipe, monkeypatch)

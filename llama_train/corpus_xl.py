@@ -1,0 +1,544 @@
+"""The ablation's v2 corpus (``ocpmx data build-corpus --source debian-xl``): enough unique,
+mostly natural-language text that a run of several hundred million tokens never sees a token
+twice, built offline and reproducibly from packages that Debian's archive serves by name.
+
+What goes in (``XL_PACKAGES``, one table: package -> (category, [(file glob, kind)])):
+* ``rfc``: the IETF RFCs (``doc-rfc-*``, Debian's non-free component), their plain-text
+  editions with the page headers, footers and dot leaders removed;
+* ``manual``: TeX Live's package manuals (the PDFs, through ``pdftotext``), HTML manuals of
+  large projects (Erlang/OTP, the JDK, pandas, SciPy, statsmodels, scikit-learn, SageMath,
+  Django, Rust, Racket, Qt, ...), GNU info manuals (GCC, GDB, glibc, gawk, make, Bison, Emacs),
+  man pages, the Debian Administrator's Handbook, the v1 set (Linux and Python docs, Perl, git,
+  PostgreSQL);
+* ``dictionary``: GCIDE, WordNet, the Jargon File, FOLDOC, the Devil's Dictionary;
+* ``comments``: the comments of the Linux kernel's and GCC's C sources (natural language about
+  code; a minority of the corpus, listed separately in the manifest).
+
+Every document is cleaned (whitespace, boilerplate lines that recur across a package's
+documents), filtered (at least ``min_chars`` characters, mostly letters), de-duplicated across
+the whole corpus (SHA-256 of the text), then assigned by a seeded hash of its text to the
+validation split (``val_fraction``) or to one of ``n_train_shards`` training shards, and shuffled
+within its shard. Training shards are thus uniform random samples of the corpus: any subset of
+them is one too, and validation is drawn across the whole corpus.
+
+``MANIFEST.json`` (written to OUT, committed as results/ablation_v2/corpus_manifest.json) lists
+every package with its version, the SHA-256 of its .deb, its documents, characters and the
+SHA-256 of its extracted text, the tools' versions and the shards' SHA-256. Given a manifest,
+``build(..., manifest=...)`` downloads exactly those versions (``apt-get download name=version``)
+and fails if a .deb's hash differs.
+
+Needs apt-get and dpkg (a Debian or Ubuntu machine; nothing is installed, packages are unpacked
+with ``dpkg -x``) and ``pdftotext`` (``apt-get install poppler-utils``) for the PDF manuals.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unicodedata
+from collections import Counter
+from pathlib import Path
+
+from .corpus import chunks, html_text
+from .data import write_shard
+
+HTML = [("**/*.html", "html"), ("**/*.htm", "html"), ("**/*.html.gz", "html")]
+INFO = [("**/*.info*", "info")]
+RFC = [("**/rfc*.txt.gz", "rfc"), ("**/rfc*.txt", "rfc")]
+PDF = [("**/*.pdf", "pdf")]
+MAN = [("**/man/**/*.gz", "man")]
+DICT = [("**/*.dict.dz", "chunks")]
+
+_RFC_PACKAGES = ("doc-rfc-std", "doc-rfc-std-proposed", "doc-rfc-informational",
+                 "doc-rfc-experimental", "doc-rfc-fyi-bcp", "doc-rfc-old-std", "doc-rfc-others",
+                 "doc-rfc-misc")
+# TeX Live's pstricks and fonts-extra manuals are left out: mostly drawings and font samples
+# (pstricks: 6 M characters of text from 270 MB of PDFs, and 6 minutes of pdftotext)
+_TEXLIVE = ("texlive-latex-extra-doc", "texlive-pictures-doc", "texlive-publishers-doc",
+            "texlive-latex-base-doc", "texlive-science-doc", "texlive-latex-recommended-doc",
+            "texlive-metapost-doc", "texlive-humanities-doc")
+_HTML_MANUALS = ("erlang-doc", "openjdk-17-doc", "python-pandas-doc", "python-scipy-doc",
+                 "python-statsmodels-doc", "python-sklearn-doc", "sagemath-doc",
+                 "python-django-doc", "debian-handbook", "rust-doc", "racket-doc",
+                 "qtbase5-doc-html", "python-astropy-doc", "python-sympy-doc",
+                 "python-skimage-doc", "python-biopython-doc", "twisted-doc", "gimp-help-en",
+                 "cppreference-doc-en-html", "lilypond-doc-html", "installation-guide-amd64",
+                 "postgresql-doc-15")
+_INFO_MANUALS = ("gcc-12-doc", "gdb-doc", "glibc-doc-reference", "gawk-doc", "make-doc",
+                 "bison-doc", "emacs-common-non-dfsg", "gfortran-12-doc", "cpp-12-doc")
+
+# package -> (category, [(glob, kind)]); kinds: see EXTRACTORS
+XL_PACKAGES: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    **{p: ("rfc", RFC) for p in _RFC_PACKAGES},
+    **{p: ("manual", PDF) for p in _TEXLIVE},
+    **{p: ("manual", HTML) for p in _HTML_MANUALS},
+    **{p: ("manual", INFO) for p in _INFO_MANUALS},
+    "linux-doc-6.1": ("manual", [("**/Documentation/**/*.rst", "text"),
+                                 ("**/Documentation/**/*.txt", "text")]),
+    "python3.11-doc": ("manual", [("**/_sources/**/*.txt", "text")]),
+    "perl-doc": ("manual", [("**/pod/*.pod", "text")]),
+    "git-doc": ("manual", [("**/git-doc/*.txt", "text")]),
+    "manpages": ("manual", MAN),
+    "manpages-dev": ("manual", MAN),
+    "manpages-posix": ("manual", MAN),
+    "manpages-posix-dev": ("manual", MAN),
+    "dict-gcide": ("dictionary", DICT),
+    "dict-wn": ("dictionary", DICT),
+    "dict-jargon": ("dictionary", DICT),
+    "dict-foldoc": ("dictionary", DICT),
+    "dict-devil": ("dictionary", DICT),
+    "linux-source-6.1": ("comments", [("**/linux-source-*.tar.xz", "c_comments_tar")]),
+    "gcc-12-source": ("comments", [("**/gcc-*.tar.*", "c_comments_tar")]),
+}
+PACKAGE_SETS = {"v2": tuple(XL_PACKAGES)}
+COMPONENTS = ("main", "contrib", "non-free")  # the doc-rfc-* and GNU manuals are non-free
+CHUNK = 20_000
+
+
+# ---- text extraction, one function per kind: (path) -> list of documents ----------------------
+
+def _read(path: Path) -> str:
+    if path.suffix in (".gz", ".dz"):
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def normalize(text: str) -> str:
+    """Trailing spaces stripped, tabs expanded, runs of blank lines cut to one, NUL and other
+    control characters (form feeds included) removed."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(8)
+    text = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "", text)
+    lines = [l.rstrip() for l in text.split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+_RFC_FOOTER = re.compile(r"^\S.*\[Page [0-9ivxlc]+\]\s*$", re.IGNORECASE)
+_RFC_HEADER = re.compile(r"^(RFC|Internet-Draft|INTERNET-DRAFT) .*\b(19|20)\d\d\s*$")
+
+
+def rfc_text(text: str) -> str:
+    """An RFC's plain text without its pagination: page footers ('Author  Category  [Page 3]'),
+    running headers ('RFC 3411  Title  December 2002') after form feeds, dot leaders of the table
+    of contents, and the three-space indentation of the body."""
+    out = []
+    after_break = False
+    for line in text.replace("\r", "").split("\n"):
+        if "\f" in line:
+            after_break = True
+            line = line.replace("\f", "")
+        if _RFC_FOOTER.match(line):
+            after_break = True
+            continue
+        if after_break and _RFC_HEADER.match(line):
+            after_break = False
+            continue
+        if line.strip():
+            after_break = False
+        line = re.sub(r"\s?\.{4,}\s?", " ", line)
+        out.append(line[3:] if line.startswith("   ") else line)
+    return normalize("\n".join(out))
+
+
+def pdf_text(path: Path) -> str:
+    """The text of a PDF through poppler's pdftotext (reading order), Unicode NFKC (ligatures
+    such as 'ﬁ' become 'fi'), words hyphenated at line ends joined."""
+    done = subprocess.run(["pdftotext", "-q", "-enc", "UTF-8", "-nopgbrk", str(path), "-"],
+                          capture_output=True, timeout=300)
+    text = unicodedata.normalize("NFKC", done.stdout.decode("utf-8", "replace"))
+    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
+    return normalize(text)
+
+
+_ROFF_ESC = [(re.compile(r"\\f(\[[^\]]*\]|\(..|.)"), ""), (re.compile(r"\\\((..)"), ""),
+             (re.compile(r"\\\[[^\]]*\]"), ""), (re.compile(r"\\[s][+-]?\d"), ""),
+             (re.compile(r"\\[&|^%:]"), ""), (re.compile(r"\\[-e]"), "-"),
+             (re.compile(r"\\ "), " "), (re.compile(r"\\\*(\(..|\[[^\]]*\]|.)"), "")]
+_ROFF_TEXT_MACROS = {"SH", "SS", "B", "I", "BR", "IR", "RB", "RI", "BI", "IB", "SM", "TH", "IP",
+                     "TP", "Nm", "Nd", "Sh", "Ss", "Fn", "Fa", "Ar", "Pa", "Xr", "Dv", "Er",
+                     "Ev", "Fl", "Va", "Li", "Em", "Sy", "Cm", "Ic", "Dq", "Qq", "Sq", "Pq"}
+
+
+def man_text(roff: str) -> str:
+    """A man page's text from its roff source: macro lines kept for their words (section titles,
+    bold and italic runs), requests dropped, escapes removed; approximate, as a reader sees it."""
+    out = []
+    for line in roff.split("\n"):
+        if line.startswith(('.\\"', "'\\\"", '.\\\'')):
+            continue
+        if line.startswith((".", "'")):
+            parts = line[1:].split(None, 1)
+            if not parts:
+                continue
+            macro, rest = parts[0], parts[1] if len(parts) > 1 else ""
+            if macro in ("SH", "SS", "Sh", "Ss"):
+                out.append("")
+            if macro in _ROFF_TEXT_MACROS and rest:
+                line = rest.replace('"', "")
+            elif macro in ("PP", "LP", "P", "sp", "br", "Pp"):
+                out.append("")
+                continue
+            else:
+                continue
+        for pat, rep in _ROFF_ESC:
+            line = pat.sub(rep, line)
+        out.append(line.replace("\\\\", "\\"))
+    return normalize("\n".join(out))
+
+
+def info_documents(text: str, size: int = CHUNK) -> list[str]:
+    """A GNU info file cut at its nodes (0x1f separators, the 'File: ..., Node: ...' line
+    dropped) into documents of about ``size`` characters."""
+    nodes = []
+    for node in text.split("\x1f"):
+        lines = node.lstrip("\n").split("\n")
+        if lines and lines[0].startswith(("File:", "Tag Table:", "End Tag Table", "Indirect:")):
+            if not lines[0].startswith("File:"):
+                continue
+            lines = lines[1:]
+        nodes.append("\n".join(lines))
+    return chunks(normalize("\n\n".join(nodes)), size)
+
+
+_C_COMMENT = re.compile(r"/\*(.*?)\*/|//([^\n]*)", re.DOTALL)
+_C_SOURCES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hh", ".def")
+
+
+def c_comments(source: str) -> str:
+    """The comments of a C/C++ source, block by block (leading '*' of block comments removed);
+    string literals are not parsed, so '//' inside a string may start a false comment (rare)."""
+    blocks = []
+    for m in _C_COMMENT.finditer(source):
+        body = m.group(1) if m.group(1) is not None else m.group(2)
+        lines = [re.sub(r"^\s*\*+ ?", "", l).rstrip() for l in body.split("\n")]
+        block = "\n".join(lines).strip()
+        if block and re.search(r"[A-Za-z]{3}", block):
+            blocks.append(block)
+    return normalize("\n\n".join(blocks))
+
+
+def tar_comment_documents(path: Path, min_chars: int) -> list[str]:
+    """One document per C/C++ source file of a source tarball (its comments), in archive order."""
+    docs = []
+    with tarfile.open(path, "r:*") as tar:
+        for m in tar:
+            if not (m.isfile() and m.name.endswith(_C_SOURCES)) or m.size > 4_000_000:
+                continue
+            f = tar.extractfile(m)
+            text = c_comments(f.read().decode("utf-8", "replace"))
+            if len(text) >= min_chars:
+                docs.append(text)
+    return docs
+
+
+def file_documents(path: Path, kind: str, min_chars: int = 200) -> list[str]:
+    """The documents of one file of kind ``kind``."""
+    if kind == "pdf":
+        texts = [pdf_text(path)]
+    elif kind == "c_comments_tar":
+        return tar_comment_documents(path, min_chars)
+    else:
+        raw = _read(path)
+        if kind == "html":
+            texts = [normalize(html_text(raw))]
+        elif kind == "rfc":
+            texts = [rfc_text(raw)]
+        elif kind == "man":
+            texts = [man_text(raw)]
+        elif kind == "info":
+            texts = info_documents(raw)
+        elif kind == "chunks":
+            texts = chunks(normalize(raw))
+        elif kind == "text":
+            texts = [normalize(raw)]
+        else:
+            raise ValueError(f"unknown document kind {kind!r}")
+    return [t for t in texts if len(t) >= min_chars]
+
+
+def _file_job(args):
+    path, kind, min_chars = args
+    try:
+        return file_documents(Path(path), kind, min_chars)
+    except (subprocess.TimeoutExpired, OSError, EOFError, tarfile.TarError, UnicodeError):
+        return []
+
+
+# ---- filters -------------------------------------------------------------------------------------
+
+_SPACE = re.compile(r"\s")
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def mostly_words(doc: str, min_letters: float = 0.6) -> bool:
+    """Natural-language check: letters are at least ``min_letters`` of the non-space
+    characters (drops tables of numbers, hex dumps, typeset-glyph garbage from PDFs)."""
+    visible = len(doc) - _SPACE.subn("", doc)[1]
+    return visible > 0 and _LETTER.subn("", doc)[1] >= min_letters * visible
+
+
+def drop_boilerplate(docs: list[str], min_docs: int = 20, share: float = 0.02,
+                     min_len: int = 12) -> list[str]:
+    """Remove the lines that recur across a package's documents (navigation bars, licence and
+    copyright paragraphs, running titles): a line of at least ``min_len`` characters found in at
+    least max(min_docs, share x documents) documents. Short lines (code braces) stay."""
+    if len(docs) < min_docs:
+        return docs
+    seen: Counter = Counter()
+    for d in docs:
+        seen.update({hash(l.strip()) for l in d.split("\n") if len(l.strip()) >= min_len})
+    limit = max(min_docs, share * len(docs))
+    common = {h for h, n in seen.items() if n >= limit}
+    if not common:
+        return docs
+    out = []
+    for d in docs:
+        kept = [l for l in d.split("\n") if len(l.strip()) < min_len or hash(l.strip()) not in common]
+        out.append(normalize("\n".join(kept)))
+    return out
+
+
+# ---- fetching -------------------------------------------------------------------------------------
+
+def apt_sources(components=COMPONENTS) -> str:
+    """A one-line-style sources list with this machine's Debian archive entries (their URIs and
+    suites), each with ``components``: the machine may list main only, and the RFCs are in
+    non-free. Reads /etc/apt/sources.list and /etc/apt/sources.list.d/*.sources|*.list."""
+    entries = []
+    etc = Path("/etc/apt")
+    files = [etc / "sources.list"] + sorted((etc / "sources.list.d").glob("*.list"))
+    for f in files:
+        if f.is_file():
+            for line in f.read_text().splitlines():
+                m = re.match(r"\s*deb\s+(\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s+(.*)", line)
+                if m and "main" in m.group(4).split():
+                    entries.append((m.group(2), m.group(3)))
+    for f in sorted((etc / "sources.list.d").glob("*.sources")):
+        for stanza in f.read_text().split("\n\n"):
+            fields = {}
+            for line in stanza.splitlines():
+                if ":" in line and not line.startswith((" ", "#")):
+                    k, _, v = line.partition(":")
+                    fields[k.strip()] = v.strip()
+            if "deb" in fields.get("Types", "").split() and "main" in \
+                    fields.get("Components", "").split():
+                for uri in fields.get("URIs", "").split():
+                    for suite in fields.get("Suites", "").split():
+                        entries.append((uri, suite))
+    if not entries:
+        raise RuntimeError("no Debian archive with a 'main' component in /etc/apt: source "
+                           "'debian-xl' needs one")
+    return "".join(f"deb {uri} {suite} {' '.join(components)}\n" for uri, suite in entries)
+
+
+def _apt(work: Path) -> list[str]:
+    """apt-get with its own sources list (main, contrib, non-free) and package lists in
+    ``work``: the machine's apt configuration is read, never changed."""
+    src = work / "sources.list"
+    if not src.is_file():
+        src.write_text(apt_sources())
+    lists = work / "lists"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    (work / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    return ["apt-get", f"-oDir::Etc::SourceList={src}", "-oDir::Etc::SourceParts=/nonexistent",
+            f"-oDir::State::Lists={lists}", f"-oDir::Cache={work / 'cache'}"]
+
+
+def fetch_debs(packages, work: Path, pins: dict[str, str] | None = None) -> dict[str, Path]:
+    """{package: its .deb in work/debs}, downloaded with ``apt-get download`` (``name=version``
+    where ``pins`` names a version); .debs already there are reused."""
+    for tool in ("apt-get", "dpkg"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"source 'debian-xl' needs {tool} (a Debian or Ubuntu machine)")
+    debs = work / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    have = {p: sorted(debs.glob(f"{p}_*.deb")) for p in packages}
+    missing = [p for p in packages if not have[p]
+               or (pins and p in pins and not any(_deb_version(d) == pins[p] for d in have[p]))]
+    if missing:
+        apt = _apt(work)
+        subprocess.run(apt + ["update"], check=True, capture_output=True)
+        for p in missing:
+            name = f"{p}={pins[p]}" if pins and p in pins else p
+            done = subprocess.run(apt + ["download", name], cwd=debs, capture_output=True,
+                                  text=True)
+            if done.returncode:
+                raise RuntimeError(f"apt-get download {name} failed: {done.stderr.strip()}")
+    out = {}
+    for p in packages:
+        found = sorted(debs.glob(f"{p}_*.deb"))
+        if pins and p in pins:
+            found = [d for d in found if _deb_version(d) == pins[p]]
+        out[p] = found[-1]
+    return out
+
+
+def _deb_version(deb: Path) -> str:
+    return subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tool_versions() -> dict:
+    v = {"python": sys.version.split()[0]}
+    if shutil.which("pdftotext"):
+        done = subprocess.run(["pdftotext", "-v"], capture_output=True, text=True)
+        v["pdftotext"] = (done.stderr or done.stdout).splitlines()[0].strip()
+    return v
+
+
+# ---- the build --------------------------------------------------------------------------------
+
+def package_documents(root: Path, rules, min_chars: int = 200, processes: int | None = None):
+    """The documents of an unpacked package under ``root``, in file order (sorted paths)."""
+    jobs = []
+    for pattern, kind in rules:
+        for f in sorted(root.glob(pattern)):
+            if f.is_file() and not f.is_symlink():
+                jobs.append((str(f), kind, min_chars))
+    if kind_needs_pdftotext(rules) and shutil.which("pdftotext") is None:
+        raise RuntimeError("the PDF manuals need pdftotext: apt-get install poppler-utils")
+    processes = processes or os.cpu_count() or 1
+    if processes > 1 and len(jobs) > 8:
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(processes) as pool:
+            parts = pool.map(_file_job, jobs, chunksize=4)
+    else:
+        parts = [_file_job(j) for j in jobs]
+    return [d for p in parts for d in p]
+
+
+def kind_needs_pdftotext(rules) -> bool:
+    return any(kind == "pdf" for _, kind in rules)
+
+
+def _key(text: str, seed: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}\0{text}".encode()).digest()[:8], "little")
+
+
+def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
+          val_fraction: float = 0.01, seed: int = 0, min_chars: int = 200, workdir=None,
+          manifest: dict | None = None, keep_work: bool = True, log=print) -> dict:
+    """Build the corpus in ``out_dir`` (C4 layout: c4-train.NNNNN-of-NNNNN.json.gz,
+    c4-validation.00000-of-00001.json.gz, MANIFEST.json, CORPUS.json); returns the manifest.
+
+    ``packages``: names from ``table`` (default ``XL_PACKAGES``), all by default; ``manifest``:
+    a previous build's manifest, whose versions are downloaded and whose .deb hashes must match.
+    ``workdir`` keeps the downloads (reused by a later build) and the temporary buckets."""
+    t_start = time.time()
+    table = table or XL_PACKAGES
+    pins = None
+    if manifest is not None:
+        pins = {p["package"]: p["version"] for p in manifest["packages"]}
+        packages = packages or list(pins)
+    packages = list(packages or table)
+    unknown = [p for p in packages if p not in table]
+    if unknown:
+        raise ValueError(f"packages without extraction rules: {unknown}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(workdir or tempfile.mkdtemp(prefix="ocpmx-xl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    buckets_dir = work / "buckets"
+    if buckets_dir.exists():
+        shutil.rmtree(buckets_dir)
+    buckets_dir.mkdir()
+    names = [f"train{i:05d}" for i in range(n_train_shards)] + ["validation"]
+    bucket = {n: open(buckets_dir / f"{n}.jsonl", "w", encoding="utf-8") for n in names}
+    seen: set[bytes] = set()
+    rows, t_fetch = [], time.time()
+    debs = fetch_debs(packages, work, pins)
+    t_fetch = time.time() - t_fetch
+    for pkg in packages:
+        t0 = time.time()
+        deb = debs[pkg]
+        sha = _sha256_file(deb)
+        if pins is not None:
+            want = {p["package"]: p for p in manifest["packages"]}[pkg]["deb_sha256"]
+            if sha != want:
+                raise RuntimeError(f"{deb.name}: SHA-256 {sha} differs from the manifest's {want}")
+        root = work / "x" / pkg
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+        category, rules = table[pkg]
+        docs = package_documents(root, rules, min_chars)
+        n_files = len(docs)
+        docs = [d for d in drop_boilerplate(docs) if len(d) >= min_chars and mostly_words(d)]
+        text_hash, kept, chars, dups = hashlib.sha256(), 0, 0, 0
+        for d in docs:
+            digest = hashlib.sha256(d.encode()).digest()[:16]
+            if digest in seen:
+                dups += 1
+                continue
+            seen.add(digest)
+            text_hash.update(digest)
+            k = _key(d, seed)
+            name = "validation" if k % 1_000_000 < val_fraction * 1_000_000 else \
+                names[(k >> 20) % n_train_shards]
+            bucket[name].write(json.dumps({"text": d}) + "\n")
+            kept += 1
+            chars += len(d)
+        shutil.rmtree(root)
+        row = {"package": pkg, "version": _deb_version(deb), "category": category,
+               "deb": deb.name, "deb_sha256": sha, "deb_bytes": deb.stat().st_size,
+               "rules": [list(r) for r in rules], "extracted_documents": n_files,
+               "documents": kept, "duplicates_dropped": dups, "characters": chars,
+               "text_sha256": text_hash.hexdigest(), "seconds": round(time.time() - t0, 1)}
+        rows.append(row)
+        log(f"{pkg} {row['version']}: {kept} documents, {chars / 1e6:.1f} M characters "
+            f"({row['seconds']} s)")
+    for f in bucket.values():
+        f.close()
+    shards, totals = [], Counter()
+    for i, n in enumerate(names):
+        with open(buckets_dir / f"{n}.jsonl", encoding="utf-8") as f:
+            docs = [json.loads(l)["text"] for l in f]
+        random.Random(seed * 1_000_003 + i).shuffle(docs)
+        split = "validation" if n == "validation" else "train"
+        path = out / (f"c4-validation.00000-of-00001.json.gz" if split == "validation" else
+                      f"c4-train.{i:05d}-of-{n_train_shards:05d}.json.gz")
+        write_shard(path, docs)
+        totals[f"{split}_documents"] += len(docs)
+        totals[f"{split}_characters"] += sum(map(len, docs))
+        shards.append({"file": path.name, "documents": len(docs),
+                       "characters": sum(map(len, docs)), "sha256": _sha256_file(path),
+                       "bytes": path.stat().st_size})
+    shutil.rmtree(buckets_dir)
+    if not keep_work and workdir is None:
+        shutil.rmtree(work)
+    by_cat = Counter()
+    for r in rows:
+        by_cat[r["category"]] += r["characters"]
+    info = {"source": "debian-xl", "seed": seed, "val_fraction": val_fraction,
+            "min_chars": min_chars, "n_train_shards": n_train_shards,
+            "apt_components": list(COMPONENTS), "tools": tool_versions(),
+            "documents": totals["train_documents"] + totals["validation_documents"],
+            "characters": sum(r["characters"] for r in rows),
+            "characters_by_category": dict(by_cat), **dict(totals),
+            "build_seconds": round(time.time() - t_start, 1),
+            "download_seconds": round(t_fetch, 1),
+            "download_bytes": sum(r["deb_bytes"] for r in rows),
+            "packages": rows, "shards": shards}
+    (out / "MANIFEST.json").write_text(json.dumps(info, indent=1))
+    (out / "CORPUS.json").write_text(json.dumps(
+        {k: v for k, v in info.items() if k not in ("packages", "shards")} |
+        {"packages": [r["package"] for r in rows], "shuffled": True}, indent=1))
+    return info

@@ -1,0 +1,485 @@
+"""Issue 16 (plan v2, CPU): both evaluation fields, the sequence-level shuffle and its resume,
+the wsd schedule and kept checkpoints, the debian-xl corpus builder on fake packages (no
+network), the plan's endpoints on synthetic metrics, and the redone mechanism analysis on the
+tiny model."""
+import gzip
+import json
+import math
+import random
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from ocpmx import cli
+from ocpmx.llama_train import ablation as A
+from ocpmx.llama_train import corpus_xl as X
+from ocpmx.llama_train import mechanism as M
+from ocpmx.llama_train import train as T
+from ocpmx.llama_train.data import SequenceStream, load_tokenizer, tokenize_split, validation_set
+
+
+def cfg(corpus, out, **kw):
+    base = dict(preset="tiny", recipe="bf16", out=str(out), data=str(corpus), max_steps=4,
+                batch_size=2, seq_len=32, warmup_steps=1, eval_every=2, eval_sequences=4,
+                save_every=2, progress=False, tensorboard=False, backend="emulator")
+    base.update(kw)
+    return T.TrainConfig.from_flat(**base)
+
+
+# ---- evaluation: val_loss (bf16 forward of the master weights) and val_loss_recipe ------------
+
+def test_both_evaluation_fields(corpus, tmp_path):
+    """bf16: the two fields are equal; an MX recipe: they differ (its forward quantizes); the
+    target is checked on val_loss."""
+    T.train(cfg(corpus, tmp_path / "b"))
+    T.train(cfg(corpus, tmp_path / "m", recipe="mxfp4_all"))
+    _, vb = T.read_metrics(tmp_path / "b" / "metrics.jsonl")
+    _, vm = T.read_metrics(tmp_path / "m" / "metrics.jsonl")
+    assert len(vb) == len(vm) == 2
+    assert all(r["val_loss"] == r["val_loss_recipe"] for r in vb)
+    assert all(r["val_loss"] != r["val_loss_recipe"] for r in vm)
+    assert all(abs(r["val_loss"] - r["val_loss_recipe"]) < 0.5 for r in vm)
+
+
+def test_bf16_forward_is_the_bf16_arms_and_restores_the_recipe(corpus):
+    """Inside bf16_forward an MX model computes exactly what the same weights give in the bf16
+    arm's model (MXLinear with recipe bf16, no quantization), and within bf16 rounding what
+    plain nn.Linear layers give (those hand bf16 outputs on, where MXLinear hands its input's
+    dtype); after it, its recipe's forward again."""
+    from ocpmx.llama_train.distributed import Dist
+    from ocpmx.llama_train.model import Llama, get_config
+    from ocpmx.native import MXLinear, convert_linears
+    tok = load_tokenizer(corpus / "tokenizer.json")
+    mcfg = get_config("tiny")
+    torch.manual_seed(0)
+    plain = Llama(mcfg)
+    plain.init_weights(0.02, torch.Generator().manual_seed(0))
+    mx, arm = Llama(mcfg), Llama(mcfg)
+    for m, recipe in ((mx, "mxfp4_all_h16"), (arm, "bf16")):
+        m.load_state_dict(plain.state_dict())
+        convert_linears(m, recipe, rules=[("output", None)], backend="emulator")
+    dist = Dist(rank=0, world=1, device=torch.device("cpu"))
+    val = validation_set(corpus, tok, 32, 4)
+    before = T.evaluate(mx, val, dist, 2)
+    with T.bf16_forward(mx):
+        inside = T.evaluate(mx, val, dist, 2)
+        assert not T.quantizes(mx)
+    assert inside == T.evaluate(arm, val, dist, 2)
+    assert inside == pytest.approx(T.evaluate(plain, val, dist, 2), rel=1e-4)
+    assert T.evaluate(mx, val, dist, 2) == before != inside
+    assert all(m.recipe.name == "mxfp4_all_h16" for m in mx.modules() if isinstance(m, MXLinear))
+    both = T.evaluate_both(mx, val, dist, 2)
+    assert both == {"val_loss": inside, "val_loss_recipe": before}
+
+
+# ---- data: the sequence-level shuffle ----------------------------------------------------------
+
+def test_sequence_shuffle_covers_every_window_once_and_resumes_exactly(corpus, tmp_path):
+    tok = load_tokenizer(corpus / "tokenizer.json")
+    a = SequenceStream(corpus, tok, 32, seed=3)
+    n = a.windows
+    assert n > 100
+    # one epoch: every window exactly once, in an order that is not the file order
+    idx = a.next_indices(n)
+    assert sorted(idx.tolist()) == list(range(n)) and a.epoch == 1 and a.position == 0
+    assert (np.diff(idx) == 1).mean() < 0.05
+    # the next epoch draws another permutation; another seed another one
+    assert not np.array_equal(a.next_indices(n), idx)
+    assert not np.array_equal(SequenceStream(corpus, tok, 32, seed=4).next_indices(n), idx)
+    # cut anywhere (across the epoch boundary too) and resumed: the same stream
+    full = SequenceStream(corpus, tok, 32, seed=3)
+    want = [full.next_batch(7) for _ in range(2 * n // 7 + 3)]
+    for cut in (1, n // 7, n // 7 + 1, 2 * n // 7):
+        s = SequenceStream(corpus, tok, 32, seed=3)
+        for _ in range(cut):
+            s.next_batch(7)
+        r = SequenceStream(corpus, tok, 32, seed=3, state=json.loads(json.dumps(s.state())))
+        for i in range(cut, len(want)):
+            assert torch.equal(r.next_batch(7), want[i]), (cut, i)
+    # a window is the cache's tokens at stride seq_len; the cache gives the same windows
+    d = tmp_path / "c"
+    shutil.copytree(corpus, d)
+    tokenize_split(d, tok, "train")
+    cached = SequenceStream(d, tok, 32, seed=3)
+    assert cached.windows == n
+    assert torch.equal(cached.next_batch(7), want[0])
+    with pytest.raises(ValueError, match="windows of 32 tokens; this split gives"):
+        SequenceStream(corpus, tok, 16, seed=3, state=a.state())
+    with pytest.raises(ValueError, match="data_order 'shards'"):
+        SequenceStream(corpus, tok, 32, seed=3, state={"epoch": 0, "shard": 0, "offset": 0})
+
+
+def test_training_with_shuffled_sequences_resumes_bit_exactly(corpus, tmp_path):
+    kw = dict(data_order="sequences", eval_sampling="spread", schedule="wsd")
+    T.train(cfg(corpus, tmp_path / "full", **kw))
+    T.train(cfg(corpus, tmp_path / "cut", max_steps=2, decay_steps=4, **kw))
+    T.train(cfg(corpus, tmp_path / "cut", **kw), resume=True)
+    full, vf = T.read_metrics(tmp_path / "full" / "metrics.jsonl")
+    cut, vc = T.read_metrics(tmp_path / "cut" / "metrics.jsonl")
+    assert [r["loss"] for r in cut] == [r["loss"] for r in full] and len(full) == 4
+    assert [r["val_loss"] for r in vc] == [r["val_loss"] for r in vf]
+    state = json.loads((tmp_path / "cut" / "checkpoints" / "step_00000003" / "state.json")
+                       .read_text())
+    assert state["data"]["order"] == "sequences" and state["data"]["position"] == 4 * 2
+    with pytest.raises(ValueError, match="taken with data_order 'sequences'"):
+        T.train(cfg(corpus, tmp_path / "cut", max_steps=6), resume=True)
+
+
+def test_validation_spread_over_the_split(corpus):
+    tok = load_tokenizer(corpus / "tokenizer.json")
+    v = validation_set(corpus, tok, 32, 8, sampling="spread")
+    first = validation_set(corpus, tok, 32, 8)
+    assert v.shape == first.shape == (8, 33) and torch.equal(v[0], first[0])
+    assert not torch.equal(v, first)
+    with pytest.raises(ValueError, match="were asked for"):
+        validation_set(corpus, tok, 32, 10**6, sampling="spread")
+
+
+def test_wsd_schedule_and_kept_checkpoints(corpus, tmp_path):
+    c = T.TrainConfig.from_flat(lr=1e-3, warmup_steps=10, max_steps=110, min_lr_ratio=0.1,
+                                schedule="wsd", decay_fraction=0.2)
+    lrs = [T.lr_at(s, c) for s in range(110)]
+    assert lrs[9] == pytest.approx(1e-3) and all(x == 1e-3 for x in lrs[10:88])
+    assert lrs[88] < 1e-3 and lrs[109] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(lrs[88:], lrs[89:]))
+    T.train(cfg(corpus, tmp_path / "k", max_steps=6, save_every=2, keep=1, keep_steps=[0, 3]))
+    ck = sorted(p.name for p in (tmp_path / "k" / "checkpoints").glob("step_*"))
+    assert ck == ["step_00000000", "step_00000003", "step_00000005"]
+
+
+# ---- the recipes and the plan ------------------------------------------------------------------
+
+def test_v2_plan_pairs_every_arm_with_every_seed():
+    p = A.plan_v2()
+    assert len(p) == len(A.V2_ARMS) * 3 == len(set(p))
+    assert {s for a, s in p if a == "mxfp4_wgrad_sr"} == {0, 1, 2}
+    assert p[:5] == [(a, 0) for a in A.V2_PRIMARY]
+    assert all(a in A.V2_PRIMARY for a, _ in p[:15])
+    args = A.PLANS["v2"]["train_args"]
+    steps = int(args[args.index("--max-steps") + 1])
+    assert steps * A.V2_TOKENS_PER_STEP >= 250e6
+    c = T.TrainConfig.from_flat(**{k: v for k, v in cli.build_parser().parse_args(
+        ["train", "--out", "o", *args]).__dict__.items()
+        if k in T.TrainConfig().to_flat() and v is not None})
+    assert c.data.data_order == "sequences" and c.optimizer.schedule == "wsd"
+    assert c.eval.eval_sampling == "spread" and c.training.compile
+    assert A.V2_ANALYSIS_STEPS == (953, 1907)
+    from ocpmx.native import RECIPES
+    assert set(A.V2_ARMS) <= set(RECIPES)
+
+
+# ---- summarize_v2: the plan's endpoints ----------------------------------------------------------
+
+def _write(out, arm, seed, curve, recipe_shift=0.0, legacy=False):
+    d = A.run_dir(out, arm, seed)
+    d.mkdir(parents=True)
+    rows = []
+    for i, (t, v) in enumerate(curve):
+        rows.append({"step": i, "tokens": t, "loss": v, "lr": 1e-3, "grad_norm": 1.0,
+                     "tokens_per_s": 1.0, "mfu": 0.1, "skipped": 0})
+        ev = {"step": i, "tokens": t, "val_loss": v}
+        if not legacy:
+            ev["val_loss_recipe"] = v + recipe_shift
+        rows.append(ev)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "status.json").write_text(json.dumps({"status": "done"}))
+
+
+def test_summarize_v2_endpoints(tmp_path):
+    """Curves with known offsets: the paired differences, their t-intervals, the verdicts, and
+    tokens-to-target against one target (bf16's mean at 40%) in stretched-token arms."""
+    f = lambda t: 3.0 + 50.0 / math.sqrt(t)  # noqa: E731
+    tokens = list(range(1000, 100_001, 1000))
+    noise = {0: 0.0, 1: 0.004, 2: -0.004}
+    for s in (0, 1, 2):
+        _write(tmp_path, "bf16", s, [(t, f(t) + 0.01 * s) for t in tokens])
+        # Wgrad-only MXFP4: 20% more tokens for the same loss; its own forward 0.05 worse
+        _write(tmp_path, "mxfp4_wgrad", s, [(t, f(t / 1.2) + 0.01 * s) for t in tokens],
+               recipe_shift=0.05)
+        # H16 on top: back to bf16's curve up to per-seed noise
+        _write(tmp_path, "mxfp4_wgrad_h16", s, [(t, f(t) + 0.01 * s + noise[s]) for t in tokens])
+    t = A.summarize_v2(tmp_path)
+    e = {x["endpoint"]: x for x in t["endpoints"]}
+    assert set(e) == {"wgrad_cost", "h16_on_wgrad"} and all(x["primary"] for x in e.values())
+    gap = f(100_000 / 1.2) - f(100_000)
+    w = e["wgrad_cost"]
+    assert w["val_loss"]["mean"] == pytest.approx(gap, abs=1e-12)
+    assert w["val_loss"]["sd"] == pytest.approx(0.0, abs=1e-12)
+    assert w["verdict"] == "present"
+    assert w["val_loss_recipe"]["mean"] == pytest.approx(gap + 0.05, abs=1e-12)
+    h = e["h16_on_wgrad"]
+    d = [noise[s] - gap for s in (0, 1, 2)]
+    m, sd = sum(d) / 3, 0.004
+    assert h["val_loss"]["mean"] == pytest.approx(m, abs=1e-12)
+    assert h["val_loss"]["sd"] == pytest.approx(sd, rel=1e-9)
+    half = 4.303 * sd / math.sqrt(3)
+    assert h["val_loss"]["ci95"] == pytest.approx([m - half, m + half], abs=1e-9)
+    assert h["verdict"] == "helps"
+    # the target: bf16's mean val_loss at 40% of 100,000 tokens, one number for all seeds
+    assert t["target_val_loss"] == pytest.approx(f(40_000) + 0.01, abs=1e-12)
+    arm = t["arms"]["mxfp4_wgrad"]
+    for s in (0, 1, 2):  # reaches bf16's seed-s loss 1.2x later (linear interpolation)
+        assert arm["extra_tokens"][s] == pytest.approx(0.2, abs=5e-3)
+    md = (tmp_path / "v2_table.md").read_text()
+    assert "**wgrad_cost**" in md and "present" in md and "val_loss_recipe" in md
+    assert (tmp_path / "val_loss_v2.png").stat().st_size > 10_000
+    assert cli.main(["ablate", "summarize", "--plan", "v2", "--out", str(tmp_path)]) == 0
+
+
+def test_verdicts_and_legacy_runs(tmp_path):
+    est = lambda m, lo, hi: {"mean": m, "ci95": [lo, hi], "n": 3}  # noqa: E731
+    assert A.verdict("wgrad_cost", est(0.05, 0.02, 0.08)) == "present"
+    assert A.verdict("wgrad_cost", est(0.005, 0.001, 0.009)) == "absent"  # below the floor
+    assert A.verdict("wgrad_cost", est(0.0, -0.02, 0.02)) == "absent"
+    assert A.verdict("wgrad_cost", est(0.02, -0.01, 0.05)) == "inconclusive"
+    assert A.verdict("h16_on_wgrad", est(-0.05, -0.08, -0.02)) == "helps"
+    assert A.verdict("h16_on_wgrad", est(0.0, -0.02, 0.02)) == "no effect"
+    assert A.verdict("h16_on_wgrad", est(-0.02, -0.05, 0.01)) == "inconclusive"
+    assert A.verdict("h16_on_wgrad", {"mean": 0.1, "ci95": None, "n": 1}) == "not enough seeds"
+    # a run from before the two fields: flagged, its val_loss read as the recipe's
+    _write(tmp_path, "bf16", 0, [(100, 4.0), (200, 3.5)], legacy=True)
+    runs = A.load_runs(tmp_path)
+    assert runs["bf16"][0]["legacy_eval"] and runs["bf16"][0]["val_recipe"][-1] == (200, 3.5)
+    t = A.summarize(tmp_path)
+    assert "recipe's forward (before issue 16)" in (tmp_path / "table.md").read_text()
+    assert t["rows"][0]["final_val_loss_recipe_mean"] == 3.5
+
+
+def test_scale_report_shows_both_fields():
+    from ocpmx.llama_train.scale_report import _val
+    assert _val({"val_loss": 3.0, "val_loss_recipe": 3.1, "val_loss_is_bf16_forward": True}) \
+        == "3.000 / 3.100"
+    assert _val({"val_loss": 3.1, "val_loss_recipe": 3.1, "val_loss_is_bf16_forward": False}) \
+        == "— / 3.100"
+
+
+def test_driver_stops_after_a_deadline(corpus, tmp_path):
+    """stop_after ends a batch: the running run is stopped without a status (it resumes at the
+    next call)."""
+    args = ("--preset", "tiny", "--seq-len", "32", "--batch-size", "2", "--max-steps", "100000",
+            "--eval-every", "1000", "--save-every", "1000", "--no-progress", "--mx-backend",
+            "emulator")
+    res = A.run_ablation(tmp_path, [("bf16", 0)], str(corpus), gpus=[], per_gpu=1,
+                         train_args=args, poll_s=0.2, stop_after=2.0,
+                         extra_args={("bf16", 0): ("--keep-steps", "5")})
+    assert list(res.values()) == ["stopped"]
+    assert not (A.run_dir(tmp_path, "bf16", 0) / "status.json").exists()
+    assert "--keep-steps 5" in (tmp_path / "commands.txt").read_text()
+
+
+# ---- the debian-xl corpus builder, offline ----------------------------------------------------
+
+WORDS = ("the a protocol message server client field value data packet section document "
+         "shall must may option header request response error state time network address "
+         "length type is are be with for and of to in on by this that which when").split()
+
+
+def _prose(rng, n_words=80):
+    return " ".join(rng.choice(WORDS) for _ in range(n_words)).capitalize() + "."
+
+
+def _fake_deb(tmp, name, version, files):
+    root = tmp / "roots" / name
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: t <t@example.org>\n"
+        "Description: test package\n")
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    debs = tmp / "work" / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    deb = debs / f"{name}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+                   check=True, capture_output=True)
+    return deb
+
+
+def _fake_packages(tmp):
+    import io
+    import tarfile
+    rng = random.Random(0)
+    gz = lambda s: gzip.compress(s.encode())  # noqa: E731
+    rfc = {}
+    for i in range(30):
+        body = "\n\n".join("   " + _prose(rng) for _ in range(6))
+        rfc[f"usr/share/doc/RFC/std/rfc{1000 + i}.txt.gz"] = gz(
+            f"{'Network Working Group' if i else 'Unique'}\n\n{body}\n\n"
+            "Author        Standards Track       [Page 1]"
+            f"\n\f\nRFC {1000 + i}        Title         May 1990\n\n   {_prose(rng)}\n")
+    shared = rfc["usr/share/doc/RFC/std/rfc1000.txt.gz"]
+    html = {f"usr/share/doc/h/p{i}.html": (
+        "<html><head><style>x{}</style></head><body><div>Skip navigation links Overview "
+        f"Package Class Tree</div><p>{_prose(rng)}</p><p>{_prose(rng)}</p></body></html>"
+    ).encode() for i in range(25)}
+    man = {"usr/share/man/man1/tool.1.gz": gz(
+        ".\\\" comment\n.TH TOOL 1\n.SH NAME\ntool \\- does things\n.SH DESCRIPTION\n"
+        + "\n".join(_prose(rng) for _ in range(4)) + "\n.B bold words\n")}
+    info = {"usr/share/info/m.info.gz": gz(
+        "This is m.info\n\x1f\nFile: m.info,  Node: Top\n\n" + _prose(rng, 120)
+        + "\n\x1f\nFile: m.info,  Node: Two\n\n" + _prose(rng, 120) + "\n\x1fTag Table:\n")}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for i in range(3):
+            src = (f"/* {_prose(rng, 30)}\n * {_prose(rng, 30)}\n */\nint f{i}(void) "
+                   f"{{ return 0; }} // {_prose(rng, 10)}\n").encode()
+            ti = tarfile.TarInfo(f"src/f{i}.c")
+            ti.size = len(src)
+            tar.addfile(ti, io.BytesIO(src))
+    pkgs = {"fake-rfc": ("1.0", rfc),
+            "fake-rfc-dup": ("2.0", {"usr/share/doc/RFC/x/rfc1000.txt.gz": shared}),
+            "fake-html": ("3.1", html), "fake-man": ("1", man), "fake-info": ("1", info),
+            "fake-dict": ("1", {"usr/share/dictd/d.dict.dz": gzip.compress(
+                "\n\n".join(_prose(rng, 40) for _ in range(40)).encode())}),
+            "fake-src": ("1", {"usr/src/fake.tar.xz": buf.getvalue()})}
+    for name, (version, files) in pkgs.items():
+        _fake_deb(tmp, name, version, files)
+    table = {"fake-rfc": ("rfc", X.RFC), "fake-rfc-dup": ("rfc", X.RFC),
+             "fake-html": ("manual", X.HTML), "fake-man": ("manual", X.MAN),
+             "fake-info": ("manual", X.INFO), "fake-dict": ("dictionary", X.DICT),
+             "fake-src": ("comments", [("**/*.tar.xz", "c_comments_tar")])}
+    return table
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("apt-get") is None,
+                    reason="needs dpkg and apt-get (a Debian machine)")
+def test_corpus_builder_on_fake_packages(tmp_path):
+    """The debian-xl builder on seven fake .debs already in the work directory (no download):
+    every kind extracts, boilerplate and duplicates go, the split is by document, the shards
+    are reproducible, and a manifest pins versions and hashes."""
+    table = _fake_packages(tmp_path)
+    work = tmp_path / "work"
+    info = X.build(tmp_path / "a", table=table, n_train_shards=3, val_fraction=0.1,
+                   workdir=work, log=lambda *a: None)
+    rows = {r["package"]: r for r in info["packages"]}
+    assert rows["fake-rfc"]["documents"] == 30 and rows["fake-rfc-dup"]["documents"] == 0
+    assert rows["fake-rfc-dup"]["duplicates_dropped"] == 1
+    assert rows["fake-html"]["documents"] == 25 and rows["fake-src"]["documents"] == 3
+    assert rows["fake-info"]["documents"] >= 1 and rows["fake-man"]["documents"] == 1
+    assert rows["fake-dict"]["documents"] >= 1
+    assert rows["fake-html"]["version"] == "3.1" and len(rows["fake-html"]["deb_sha256"]) == 64
+    docs = {}
+    for shard in sorted((tmp_path / "a").glob("c4-*.json.gz")):
+        with gzip.open(shard, "rt") as f:
+            docs[shard.name] = [json.loads(l)["text"] for l in f]
+    every = [d for ds in docs.values() for d in ds]
+    assert len(every) == len(set(every)) == info["documents"]
+    assert 0 < len(docs["c4-validation.00000-of-00001.json.gz"]) < len(every) // 2
+    assert not any("Skip navigation" in d for d in every)   # boilerplate line dropped
+    assert not any("[Page 1]" in d for d in every)          # RFC pagination removed
+    assert not any("\\-" in d or ".SH" in d for d in every)  # roff removed
+    assert any("does things" in d for d in every)
+    assert info["characters"] == sum(map(len, every))
+    assert set(info["characters_by_category"]) == {"rfc", "manual", "dictionary", "comments"}
+    # rebuilt from the manifest: the same versions, the same shards bit for bit
+    manifest = json.loads((tmp_path / "a" / "MANIFEST.json").read_text())
+    again = X.build(tmp_path / "b", table=table, n_train_shards=3, val_fraction=0.1,
+                    workdir=work, manifest=manifest, log=lambda *a: None)
+    assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
+    manifest["packages"][0]["deb_sha256"] = "0" * 64
+    with pytest.raises(RuntimeError, match="differs from the manifest"):
+        X.build(tmp_path / "c", table=table, n_train_shards=3, workdir=work,
+                manifest=manifest, log=lambda *a: None)
+
+
+def test_text_cleaners():
+    assert X.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"
+                      "RFC 1   Title   May 1990\n\n   1. Intro ........ 4\n") == \
+        "Hello world\n\n1. Intro 4"
+    assert X.man_text('.TH X 1\n.SH NAME\nx \\- y\n.B "bold"\n.\\" c\n') == \
+        "X 1\n\nNAME\nx - y\nbold"
+    assert X.c_comments("/* a\n * b long */ int x; // trailing note\n") == \
+        "a\nb long\n\ntrailing note"
+    assert X.mostly_words("plain words here") and not X.mostly_words("0x1f 0x2e 0x3d ====")
+    docs = [f"doc {i} unique words\nThis line recurs everywhere in the package" for i in range(30)]
+    assert X.drop_boilerplate(docs)[0] == "doc 0 unique words"
+    assert "sources" not in X.apt_sources().split()[0] and " non-free" in X.apt_sources()
+
+
+# ---- the mechanism analysis --------------------------------------------------------------------
+
+def test_lagged_products_give_the_projected_statistics():
+    """_projected and _window_acc against the direct computation on random vectors with a
+    planted common error component."""
+    rng = np.random.default_rng(0)
+    K, n, L = 12, 50, 4
+    G = rng.normal(size=(K, n))
+    E = 0.3 * rng.normal(size=(K, n)) + rng.normal(size=n)[None, :]
+    ee, eg, ge, gg = (np.full((K, L + 1), np.nan) for _ in range(4))
+    for t in range(K):
+        for k in range(min(L, t) + 1):
+            ee[t, k], eg[t, k] = E[t] @ E[t - k], E[t] @ G[t - k]
+            ge[t, k], gg[t, k] = G[t] @ E[t - k], G[t] @ G[t - k]
+    p = M._projected(ee, eg, ge, gg)
+    Ep = E - (np.sum(E * G, 1) / np.sum(G * G, 1))[:, None] * G
+    for t in range(K):
+        for k in range(min(L, t) + 1):
+            assert p[t, k] == pytest.approx(Ep[t] @ Ep[t - k], rel=1e-9)
+    W = 4
+    want = [np.linalg.norm(Ep[w:w + W].sum(0)) / math.sqrt((Ep[w:w + W] ** 2).sum())
+            for w in range(0, K - W + 1, W)]
+    assert M._window_acc(p, W) == pytest.approx(want, rel=1e-9)
+    ci = M.block_bootstrap(np.arange(20.0), n=200)
+    assert ci[0] < 9.5 < ci[1]
+
+
+@pytest.fixture(scope="module")
+def bf16_run(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mechrun")
+    T.train(cfg(corpus, out, max_steps=3, seq_len=64, save_every=3, keep=1, keep_steps=[0]))
+    return out
+
+
+class _SameBatch:
+    def __init__(self, batch):
+        self.batch = batch
+
+    def next_batch(self, n):
+        return self.batch[:n]
+
+
+def test_mechanism_on_repeated_batches(corpus, bf16_run):
+    """Frozen weights and one batch repeated: a deterministic treatment repeats its error
+    (cos1 = 1, accumulation = sqrt(W)); re-drawn signs and stochastic rounding do not."""
+    from ocpmx.llama_train.checkpoint import load_checkpoint
+    from ocpmx.llama_train.data import TokenStream
+    from ocpmx.llama_train.gradient_error import load_run
+    model, tok, c, dist, _ = load_run(bf16_run)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-5)
+    load_checkpoint(bf16_run, model, opt, dist, step=0)
+    batch = TokenStream(corpus, tok, 64, seed=9).next_batch(2)
+    r = M.analyze_checkpoint(model, opt, _SameBatch(batch), c, dist, 1, batches=4, max_lag=3,
+                             window=4, advance=False, fractions_every=2, bootstrap=50)
+    tr = r["treatments"]
+    for q in ("none", "h16"):
+        m = tr[q]["scopes"]["model"]
+        assert m["cos1"] == pytest.approx(1.0, abs=1e-9) and m["acc_w"] == pytest.approx(2.0)
+        assert m["acc_all"] == pytest.approx(2.0, abs=1e-6)
+    for q in ("random_sign", "sr"):
+        m = tr[q]["scopes"]["model"]
+        assert m["cos1"] < 0.9 and m["acc_w"] < 1.9
+    m = tr["none"]["scopes"]["model"]
+    assert m["gradient_acc_all"] == pytest.approx(2.0, abs=1e-9)
+    assert 0.01 < m["rel_error"] < 0.5 and m["cos_eg"] < 0
+    assert 0 < m["adam_rel"] < 1 and 0.5 < m["adam_cos"] <= 1 and m["adam_perp"] <= m["adam_rel"]
+    assert len(tr["none"]["scopes"]) == 1 + 14  # the model and its 14 MXLinear layers
+    fr = r["fractions"]
+    assert set(fr) == {"none", "h16", "random_sign", "sr"}
+    assert fr["none"]["wgrad.dy"]["zero_flushed"] > fr["h16"]["wgrad.dy"]["zero_flushed"]
+    assert "fprop.x" in fr["h16"] and fr["none"]["wgrad.dy"]["sampled_steps"] == 2
+
+
+def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
+    r = M.analyze_run(bf16_run, tmp_path, steps=[0], batches=3, max_lag=2, window=3,
+                      fractions_every=3, bootstrap=20)
+    c = r["checkpoints"]["0"]
+    assert c["steps"] == 3 and c["first_step"] == 1 and c["advance"]
+    md = (tmp_path / "mechanism.md").read_text()
+    assert "Checkpoint after step 0" in md and "random_sign" in md and "wgrad.dy" in md
+    assert json.loads((tmp_path / "mechanism.json").read_text())["checkpoints"].keys() == {"0"}
+    with pytest.raises(FileNotFoundError, match="no checkpoint after step 7"):
+        M.analyze_run(bf16_run, tmp_path, steps=[7], batches=2)
