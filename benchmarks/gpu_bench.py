@@ -30,6 +30,7 @@ import triton
 from triton.testing import do_bench
 
 from ocpmx import emulator, native
+from ocpmx.native import fold
 from ocpmx.native.tuning import GPU, ColumnTile, RowTile
 from ocpmx.spec import Rotation
 
@@ -203,9 +204,18 @@ def section_gemm(rows):
         native.mx_matmul(q8a, q8b, **ds)
         t_mx8 = bench(lambda: native.mx_matmul(q8a, q8b, **ds))
         t_deq = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16, method="bf16"))
-        for name, t in (("cuBLAS bf16", t_bf16), ("FP8 _scaled_mm", t_fp8),
-                        ("dot_scaled mxfp4", t_mx), ("dot_scaled mxfp8", t_mx8),
-                        ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq)):
+        # issue 17: MXFP4 folded into E4M3 (groups of 4 blocks = one 128-wide K tile), then the
+        # FP8 GEMM of folded operands (untuned: one 128x128 tile, 8 warps); fold time apart
+        fa, fb = fold.fold(qa, 4), fold.fold(qb, 4)
+        t_fgemm = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16))
+        t_fold = bench(lambda: fold.fold(qa, 4))
+        cases = (("cuBLAS bf16", t_bf16), ("FP8 _scaled_mm", t_fp8),
+                 ("dot_scaled mxfp4", t_mx), ("dot_scaled mxfp8", t_mx8),
+                 ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq),
+                 ("mxfp4 folded FP8 GEMM (group 4, GEMM only)", t_fgemm))
+        rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group 4)", ms=t_fold,
+                         of_bf16=t_bf16 / t_fold))
+        for name, t in cases:
             rows.append(dict(case=f"gemm M={m} N={n} K={k} {name}", ms=t,
                              tflops=flop / t / 1e9, of_bf16=t_bf16 / t,
                              config=str(cfg) if name == "dot_scaled mxfp4" else ""))

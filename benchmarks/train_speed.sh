@@ -2,8 +2,8 @@
 # Training speed on one GPU (issue 18): tokens/s per configuration, eager and compiled, the
 # stdlib corpus, sequence 1024, 32 sequences a step, 40 steps (median over steps 10-39), the
 # step profiled at 30 (GPU busy time per step against the step's wall time).
-#   bash benchmarks/train_speed.sh OUT [PRESETS] [RECIPES]
-OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxfp4_all_h16"}
+#   bash benchmarks/train_speed.sh OUT [PRESETS] [RECIPES] [MODES]
+OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxfp4_all_h16"}; MODES=${4:-"eager compiled"}
 DATA=/tmp/ocpmx_data/c4-mini
 mkdir -p $OUT
 [ -f $DATA/tokenizer.json ] || python3 -m ocpmx.cli data build-corpus --out $DATA
@@ -11,7 +11,7 @@ mkdir -p $OUT
 [ -f $DATA/c4-train.tokens.npy ] || python3 -m ocpmx.cli data tokenize --out $DATA
 for preset in $PRESETS; do
   for recipe in $RECIPES; do
-    for mode in eager compiled; do
+    for mode in $MODES; do
       d=$OUT/$preset-$recipe-$mode
       [ -f $d/metrics.jsonl ] && [ "$(grep -c '"loss"' $d/metrics.jsonl)" -ge 40 ] && continue
       rm -rf $d
