@@ -3,9 +3,18 @@ native side of ``ocpmx.emulator.fold``, which defines the fold and the folded GE
 
 ``fold(mx, group)`` turns an MXTensor (K-major codes and E8M0 scales) into E4M3 codes and one
 power-of-two exponent per group of ``group`` 32-blocks along K; ``folded_matmul(a, b)`` is the
-FP8 GEMM of two folded operands with every K = 32 partial sum promoted at once (the emulator's
-``folded_matmul``, bit for bit). Not yet fused into the quantize pass, and not yet measured on
-a GPU.
+FP8 GEMM of two folded operands with every K = 32 partial sum promoted at once.
+
+Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on every device
+(H100 included). The GEMM equals the emulator's ``folded_matmul``, which takes every K = 32 FP8
+dot as exact, under the interpreter for every format, and on Hopper's FP8 tensor cores for
+E2M1 only (``models_exactly``): measured on an H100 (``benchmarks/fold_probe.py``,
+results/native_gpu/fold_probe.md), E2M1 matched every output at groups of 1, 4 and 32 blocks;
+E2M3 differed in 2 of 12,288 outputs and E3M2 in nearly all. The wgmma aligns the products of
+a dot to the largest and truncates: E2M1's folded products span 7 octaves and survive it,
+E2M3's 12 rarely do not, E3M2's 18 do not. That alignment is not modelled yet. Not yet fused
+into the quantize pass; untuned (one 128 x 128 tile): 123-127 TFLOP/s on an H100 at Llama-8B
+shapes, 0.15-0.18x cuBLAS bf16 (results/native_gpu/bench_gemm.md).
 """
 from __future__ import annotations
 
@@ -57,6 +66,14 @@ def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
                    T_BIAS=t.bias, T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit,
                    GROUP=group, NG=ng)
     return FoldedTensor(codes, exps, mx.scales_kmajor.reshape(rows, nblk), group, mx.fmt)
+
+
+def models_exactly(fmt, device) -> bool:
+    """Whether the emulator's ``folded_matmul`` gives this device's bits for operands folded
+    from ``fmt``: always for CPU tensors (the interpreter), E2M1 only on a GPU (measured on
+    Hopper; see the module doc)."""
+    name = fmt if isinstance(fmt, str) else fmt.name
+    return torch.device(device).type != "cuda" or name == "e2m1"
 
 
 def folded_matmul(a: FoldedTensor, b: FoldedTensor,

@@ -150,17 +150,12 @@ def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int
     if cast:  # one code per byte, whatever the format
         consts = {**consts, "PACK": 1}
     seed_arg, sign_arg = random_args(n, seed, keys)
-    # stochastic rounding holds each element's random bits too: on sm_100a the 64 x 64 tile on
-    # 4 warps spilled (int8, blocks of 16; ``ocpmx audit --arch sm_100a``), so it gets twice the
-    # warps (the same tile, half the elements a thread; the bits do not depend on warps)
-    warps = tile.warps * (2 if n.rounding is Rounding.STOCHASTIC and not cast
-                          and tile.rows * kb * block_size >= 4096 else 1)
     run(kernels.quantize.quantize_kernel, (triton.cdiv(rows, tile.rows), triton.cdiv(nblk, kb)),
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg,
         rows, k, inner, seed_arg, n.rot_scale, **consts, CAST=cast, ROWS=tile.rows, KB=kb, BS=block_size,
         LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, INNER1=inner == 1,
         BIG=x.numel() >= BIG_NUMEL, EVEN=rows % tile.rows == 0 and nblk % kb == 0,
-        num_warps=warps)
+        num_warps=tile.warps)
 
 
 def dequantize(data: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, k: int,

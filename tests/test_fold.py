@@ -135,6 +135,8 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
         assert np.array_equal(fa.codes.cpu().numpy(), ea.codes)
         assert np.array_equal(fa.exponents.cpu().numpy(), ea.exponents)
         assert np.array_equal(fb.codes.cpu().numpy(), eb.codes)
+        if not native_fold.models_exactly(name, device):
+            continue  # the fold is checked; the GEMM's sums are not modelled there (below)
         want = folded_matmul(ea, eb)
         got = native_fold.folded_matmul(fa, fb).cpu().numpy()
         same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
@@ -144,3 +146,15 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
         assert np.array_equal(np.isnan(got16), np.isnan(want16))
         assert np.array_equal(got16[~np.isnan(got16)], want16[~np.isnan(want16)])
     assert fold(qa.to_emulator(), 4).inexact > 0  # the far block was rounded, and counted
+
+
+def test_where_the_folded_gemm_is_modelled():
+    """The emulator's folded_matmul (every K = 32 FP8 dot exact) is the device's sum: under the
+    interpreter for every format; on Hopper's FP8 tensor cores for E2M1 only, measured on an
+    H100 (results/native_gpu/fold_probe.md: E2M3 2 of 12,288 outputs differ, E3M2 nearly all,
+    the wgmma's alignment truncating products that span more octaves than E2M1's)."""
+    from ocpmx.native import fold as native_fold
+    assert native_fold.models_exactly("e2m1", "cuda")
+    assert not native_fold.models_exactly("e3m2", "cuda")
+    assert not native_fold.models_exactly("e2m3", "cuda")
+    assert all(native_fold.models_exactly(f, "cpu") for f in ("e2m1", "e2m3", "e3m2"))
