@@ -66,6 +66,10 @@ class ChunkedModel:
 
 
 HOPPER_BF16 = ChunkedModel(16, 25, "truncate", "rtz")
+# HOPPER_FP8 follows the published description and is not validated on hardware. The K = 32
+# FP8 wgmma measured on an H100 (emulator.fold.hopper_dot32, results/native_gpu/fold_probe.md)
+# differs: products keep unnormalized exponents (e_a + e_b) for the alignment, and the dot's
+# result is truncated to 14 significant bits, outside any running accumulator.
 HOPPER_FP8 = ChunkedModel(32, 13, "truncate", "rtz")
 MODELS = {"exact": "exact", "fp32_sequential": "fp32_sequential",
           "hopper_bf16": HOPPER_BF16, "hopper_fp8": HOPPER_FP8}

@@ -19,9 +19,24 @@ The folded form keeps the MX block scales, so the MX operand stays recoverable: 
 returns the codes and scales exactly where the fold was exact (tested on every code under
 every scale).
 
-A GEMM of two folded operands computes every product exactly on FP8 hardware: within one
-32-block the products share 2^(s_a + s_b), so a K = 32 FP8 dot is exact, and only how block
-partial sums are added depends on the kernel: ``ocpmx.emulator.accumulate`` models it.
+A GEMM of two folded operands multiplies exactly on FP8 hardware (each E4M3 product is exact);
+what differs is how a K = 32 dot sums its products, and how the dots' partial sums are added.
+``folded_matmul`` gives both models of the dot:
+
+``dot="exact"``  the 32 products summed exactly (what the interpreter computes);
+``dot="hopper"``  Hopper's FP8 wgmma, measured bit for bit on an H100 (Triton 3.6,
+    ``benchmarks/fold_probe.py``; 221,184 outputs of E2M1, E2M3 and E3M2 operands at groups
+    of 1, 4 and 32 blocks, results/native_gpu/fold_probe.md): each product a*b exact, with
+    the exponent e_a + e_b of its unbiased E4M3 factors (floor(log2|x|), E4M3's emin -6 for a
+    subnormal; not renormalized: the product's significand lies in [1, 4)); every nonzero
+    product truncated toward zero to a multiple of 2^(E - 13), E the largest such exponent
+    among the 32; the truncated products summed exactly; the sum truncated toward zero to 14
+    significant bits. The accumulator C does not take part (Triton's ``max_num_imprecise_acc
+    = 32`` zeroes the wgmma's partial sum and adds it to C in float32, round to nearest even).
+    Folded E2M1 products span at most 7 octaves and 4 significant bits, so the two models agree
+    for E2M1; for E2M3 they rarely differ, for E3M2 mostly. Cases the measurement did not
+    reach: NaN and Inf inputs (the fold keeps them out of the products), a subnormal float32
+    result of the dot.
 """
 from __future__ import annotations
 
@@ -150,16 +165,40 @@ def unfold(f: Folded) -> MXArray:
     return MXArray(codes, f.scales.copy(), f.fmt, 1, BLOCK_SIZE)
 
 
-def folded_matmul(a: Folded, b: Folded) -> np.ndarray:
+DOTS = ("exact", "hopper")
+
+
+def _e4m3_exponents(v: np.ndarray) -> np.ndarray:
+    """floor(log2|v|) of E4M3 values, E4M3's emin (-6) for subnormals and zero."""
+    a = np.abs(v)
+    return np.where(a >= 2.0**-6, np.floor(np.log2(np.where(a > 0, a, 1.0))), -6).astype(np.int64)
+
+
+def hopper_dot32(av: np.ndarray, bv: np.ndarray) -> np.ndarray:
+    """Hopper's FP8 wgmma dot of 32 products from a zero accumulator (module doc): av (..., 32)
+    and bv (..., 32) float64 E4M3 values, broadcast against each other; float64 results (each a
+    float32 of at most 14 significant bits)."""
+    p = av * bv
+    pe = _e4m3_exponents(av) + _e4m3_exponents(bv)
+    pe = np.where(p == 0, np.iinfo(np.int64).min // 2, pe)
+    big = pe.max(axis=-1, keepdims=True)
+    ulp = np.exp2(np.maximum(big, -1000) - 13).astype(np.float64)
+    s = (np.trunc(p / ulp) * ulp).sum(axis=-1)  # multiples of ulp below 2^20 ulp: exact
+    m, e = np.frexp(s)
+    return np.ldexp(np.trunc(m * 2.0**14) / 2.0**14, e)
+
+
+def folded_matmul(a: Folded, b: Folded, dot: str = "exact") -> np.ndarray:
     """C = A Bᵀ (float32) as an FP8 GEMM on folded operands computes it with every K = 32 dot
-    exact and its partial sum promoted at once (Triton ``tl.dot`` with
-    ``max_num_imprecise_acc=32``): in each group g, T_g = the block partials P_b added in K
-    order into a float32 sum from 0 (round to nearest even), P_b = the exact dot of block b's
-    E4M3 values (a K = 32 FP8 dot is exact: its products share the block's 2^(d_a + d_b));
-    then acc = fl(acc + fl(T_g * 2^(R_a + R_b))) over the groups in K order. With one group per
-    row (``group=None`` when folding) that is fl(T * 2^(R_a + R_b)): the ``fp32_sequential``
-    model in units of the group scale, equal to it wherever no partial sum is subnormal or
-    overflows in true units."""
+    promoted at once (Triton ``tl.dot`` with ``max_num_imprecise_acc=32``): in each group g,
+    T_g = the block partials P_b added in K order into a float32 sum from 0 (round to nearest
+    even), P_b = block b's K = 32 dot of E4M3 values by ``dot`` ("exact", or "hopper": the
+    measured wgmma rule, module doc); then acc = fl(acc + fl(T_g * 2^(R_a + R_b))) over the
+    groups in K order. With one group per row (``group=None`` when folding) and exact dots that
+    is fl(T * 2^(R_a + R_b)): the ``fp32_sequential`` model in units of the group scale, equal
+    to it wherever no partial sum is subnormal or overflows in true units."""
+    if dot not in DOTS:
+        raise ValueError(f"unknown dot {dot!r}; expected one of {DOTS}")
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     e4 = decode_table(TARGET)
@@ -173,7 +212,13 @@ def folded_matmul(a: Folded, b: Folded) -> np.ndarray:
             t = np.zeros_like(acc)
             for blk in range(g0, g0 + a.group):
                 cols = slice(blk * BLOCK_SIZE, (blk + 1) * BLOCK_SIZE)
-                partial = av[:, cols] @ bv[:, cols].T  # exact in float64 and in float32
+                if dot == "exact":
+                    partial = av[:, cols] @ bv[:, cols].T  # exact in float64 and in float32
+                else:
+                    partial = np.empty(acc.shape)
+                    for r0 in range(0, rows_a, 64):  # bounded (rows, N, 32) temporaries
+                        partial[r0:r0 + 64] = hopper_dot32(av[r0:r0 + 64, None, cols],
+                                                           bv[None, :, cols])
                 t = t + partial.astype(np.float32)
             gi = g0 // a.group
             scale = _scale(a.exponents[:, gi])[:, None] * _scale(b.exponents[:, gi])[None, :]

@@ -6,15 +6,12 @@ power-of-two exponent per group of ``group`` 32-blocks along K; ``folded_matmul(
 FP8 GEMM of two folded operands with every K = 32 partial sum promoted at once.
 
 Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on every device
-(H100 included). The GEMM equals the emulator's ``folded_matmul``, which takes every K = 32 FP8
-dot as exact, under the interpreter for every format, and on Hopper's FP8 tensor cores for
-E2M1 only (``models_exactly``): measured on an H100 (``benchmarks/fold_probe.py``,
-results/native_gpu/fold_probe.md), E2M1 matched every output at groups of 1, 4 and 32 blocks;
-E2M3 differed in 2 of 12,288 outputs and E3M2 in nearly all. The wgmma aligns the products of
-a dot to the largest and truncates: E2M1's folded products span 7 octaves and survive it,
-E2M3's 12 rarely do not, E3M2's 18 do not. That alignment is not modelled yet. Not yet fused
+(H100 included). The GEMM is the emulator's ``folded_matmul`` with ``dot=dot_model(device)``:
+"exact" dots under the interpreter, Hopper's measured FP8 wgmma rule on an H100 (every format
+and group size; ``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md). Not yet fused
 into the quantize pass; untuned (one 128 x 128 tile): 123-127 TFLOP/s on an H100 at Llama-8B
-shapes, 0.15-0.18x cuBLAS bf16 (results/native_gpu/bench_gemm.md).
+shapes, 0.15-0.18x cuBLAS bf16 (results/native_gpu/bench_gemm_h100.md): the float64 scale epilogue
+per group and the unpipelined group loop, not the dots (K = 128 per dot changed nothing).
 """
 from __future__ import annotations
 
@@ -27,7 +24,7 @@ import triton
 from ..emulator.fold import TARGET, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
 from . import kernels, launch
-from .dispatch import interpreting
+from .dispatch import hopper, interpreting
 from .tensor import MXTensor, pack_factor
 
 
@@ -68,17 +65,21 @@ def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
     return FoldedTensor(codes, exps, mx.scales_kmajor.reshape(rows, nblk), group, mx.fmt)
 
 
-def models_exactly(fmt, device) -> bool:
-    """Whether the emulator's ``folded_matmul`` gives this device's bits for operands folded
-    from ``fmt``: always for CPU tensors (the interpreter), E2M1 only on a GPU (measured on
-    Hopper; see the module doc)."""
-    name = fmt if isinstance(fmt, str) else fmt.name
-    return torch.device(device).type != "cuda" or name == "e2m1"
+def dot_model(device) -> str | None:
+    """The emulator's ``folded_matmul(..., dot=...)`` that gives this device's bits: "exact"
+    for CPU tensors (the interpreter), "hopper" on an sm_90 GPU (measured on an H100), None on
+    other GPUs (not measured)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "exact"
+    return "hopper" if hopper(device) else None
 
 
-def folded_matmul(a: FoldedTensor, b: FoldedTensor,
-                  out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul``, bit for bit."""
+def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
+                  *, k_per_dot: int | None = None) -> torch.Tensor:
+    """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul`` with
+    ``dot=dot_model(device)``, bit for bit. ``k_per_dot``: K of one ``tl.dot`` (a multiple of 32 dividing
+    32 * group; default 32 under the interpreter, up to 128 on a GPU)."""
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
@@ -88,9 +89,14 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor,
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
     if m and n:
         bm = bn = 32 if interpreting() else 128
+        kt = k_per_dot or (32 if interpreting() else 32 * math.gcd(a.group, 4))
+        if kt % 32 or (32 * a.group) % kt:
+            raise ValueError(f"k_per_dot {kt} must be a multiple of 32 dividing the group's "
+                             f"{32 * a.group} elements")
         launch.run(kernels.fold.folded_gemm_kernel, (triton.cdiv(m, bm), triton.cdiv(n, bn)),
                    a.codes, b.codes, a.exponents, b.exponents,
                    c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k,
-                   GROUP=a.group, BLOCK_M=bm, BLOCK_N=bn, OUT_BF16=out_dtype == torch.bfloat16,
+                   GROUP=a.group, BLOCK_M=bm, BLOCK_N=bn, KT=kt,
+                   OUT_BF16=out_dtype == torch.bfloat16,
                    num_warps=4 if interpreting() else 8)
     return c

@@ -1,11 +1,14 @@
 """Folding FP4/FP6 MX operands into E4M3 with group scales (emulator.fold): the exact range from
 the tables, the round trip on every code under every scale, out-of-range blocks counted, and the
 folded GEMM against the emulator's own accumulation models."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from ocpmx import emulator
-from ocpmx.emulator.fold import NAN_EXPONENT, fold, folded_matmul, shift_range, unfold
+from ocpmx.emulator.fold import (NAN_EXPONENT, Folded, fold, folded_matmul, hopper_dot32,
+                                 shift_range, unfold)
 from ocpmx.spec import FORMATS, get_format
 
 
@@ -135,9 +138,10 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
         assert np.array_equal(fa.codes.cpu().numpy(), ea.codes)
         assert np.array_equal(fa.exponents.cpu().numpy(), ea.exponents)
         assert np.array_equal(fb.codes.cpu().numpy(), eb.codes)
-        if not native_fold.models_exactly(name, device):
-            continue  # the fold is checked; the GEMM's sums are not modelled there (below)
-        want = folded_matmul(ea, eb)
+        dot = native_fold.dot_model(device)
+        if dot is None:
+            continue  # a GPU whose FP8 dot is not measured: the fold's bits are checked above
+        want = folded_matmul(ea, eb, dot)
         got = native_fold.folded_matmul(fa, fb).cpu().numpy()
         same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
         assert same.all(), (group, int((~same).sum()))
@@ -148,13 +152,98 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
     assert fold(qa.to_emulator(), 4).inexact > 0  # the far block was rounded, and counted
 
 
-def test_where_the_folded_gemm_is_modelled():
-    """The emulator's folded_matmul (every K = 32 FP8 dot exact) is the device's sum: under the
-    interpreter for every format; on Hopper's FP8 tensor cores for E2M1 only, measured on an
-    H100 (results/native_gpu/fold_probe.md: E2M3 2 of 12,288 outputs differ, E3M2 nearly all,
-    the wgmma's alignment truncating products that span more octaves than E2M1's)."""
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_longer_dots_load_the_same_tiles(device):
+    """k_per_dot 64 and 128 (a GPU runs 128 for groups of 4) against 32: on a GPU Triton splits
+    the longer dot into K = 32 wgmmas promoted one by one, the same sums; under the interpreter
+    one float32 dot, exact here (E2M1: every partial sum fits 24 bits). Bit for bit against the
+    emulator; a k_per_dot not dividing the group is refused."""
+    import torch
+    from ocpmx import native
     from ocpmx.native import fold as native_fold
-    assert native_fold.models_exactly("e2m1", "cuda")
-    assert not native_fold.models_exactly("e3m2", "cuda")
-    assert not native_fold.models_exactly("e2m3", "cuda")
-    assert all(native_fold.models_exactly(f, "cpu") for f in ("e2m1", "e2m3", "e3m2"))
+    rng = np.random.default_rng(5)
+    qa = native.quantize(torch.from_numpy(rng.standard_normal((40, 512)).astype(np.float32))
+                         .to(device), "e2m1", scale_rule="even")
+    qb = native.quantize(torch.from_numpy(rng.standard_normal((24, 512)).astype(np.float32))
+                         .to(device), "e2m1", scale_rule="even")
+    fa, fb = native_fold.fold(qa, 4), native_fold.fold(qb, 4)
+    want = folded_matmul(fold(qa.to_emulator(), 4), fold(qb.to_emulator(), 4))
+    for kt in (32, 64, 128):
+        got = native_fold.folded_matmul(fa, fb, k_per_dot=kt).cpu().numpy()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), kt
+    with pytest.raises(ValueError, match="k_per_dot 96"):
+        native_fold.folded_matmul(fa, fb, k_per_dot=96)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_group_scales_far_from_one(device):
+    """Exponent sums R_a + R_b below float32's normal range (results are float32 subnormals,
+    rounded once) beside a row of ordinary magnitude in the same tile: the emulator's bits."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 256)).astype(np.float32) * np.float32(2.0**-80)
+    w = rng.standard_normal((24, 256)).astype(np.float32) * np.float32(2.0**-60)
+    x[0] = rng.standard_normal(256).astype(np.float32)  # ordinary row: the normal-range sums
+    w[0] = rng.standard_normal(256).astype(np.float32)
+    qa = native.quantize(torch.from_numpy(x).to(device), "e2m1")
+    qb = native.quantize(torch.from_numpy(w).to(device), "e2m1")
+    ea, eb = fold(qa.to_emulator(), 4), fold(qb.to_emulator(), 4)
+    assert (ea.exponents[1:, None, 0] + eb.exponents[None, 1:, 0] < -126).all()
+    want = folded_matmul(ea, eb)
+    got = native_fold.folded_matmul(native_fold.fold(qa, 4), native_fold.fold(qb, 4)).cpu().numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert (np.abs(want[1:, 1:]) < np.float32(2.0**-126)).mean() > 0.9  # subnormal results
+    assert (want[1:, 1:] != 0).mean() > 0.5
+
+
+def test_hopper_dot_reproduces_measured_h100_bits():
+    """``folded_matmul(dot="hopper")`` against outputs an H100 computed (rows of three cases of
+    benchmarks/fold_probe.py, 2026-11-23, Triton 3.6: tests/data/h100_folded_gemm.npz holds the
+    folded operands and the GPU's float32 outputs): bit for bit, where the exact-dot model is
+    not (E2M3: 2 outputs, E3M2: most)."""
+    data = np.load(Path(__file__).parent / "data" / "h100_folded_gemm.npz")
+    differs = {}
+    for case in ("e2m1_s2_g32", "e2m3_s0_g1", "e3m2_s2_g4"):
+        fmt = FORMATS[case.split("_")[0]]
+        group = int(data[f"{case}/group"])
+        a = Folded(data[f"{case}/a_codes"], None, data[f"{case}/a_exp"], group, fmt, 0)
+        b = Folded(data[f"{case}/b_codes"], None, data[f"{case}/b_exp"], group, fmt, 0)
+        got = data[f"{case}/got"]
+        hop = folded_matmul(a, b, "hopper")
+        assert np.array_equal(hop.view(np.uint32), got.view(np.uint32)), case
+        differs[case] = int((folded_matmul(a, b, "exact").view(np.uint32)
+                             != got.view(np.uint32)).sum())
+    assert differs["e2m1_s2_g32"] == 0 and differs["e2m3_s0_g1"] == 2
+    assert differs["e3m2_s2_g4"] > 300
+
+
+def test_hopper_dot_by_hand():
+    """The rule on products worked out by hand (E4M3 exponents: 256 = 2^8, 240 = 1.875 * 2^7,
+    128 = 2^7, 64 = 2^6, 0.125 = 2^-3)."""
+    def dot(pairs):
+        a, b = np.zeros(32), np.zeros(32)
+        for i, (x, y) in enumerate(pairs):
+            a[i], b[i] = x, y
+        return hopper_dot32(a, b), a @ b
+    # 2^16 beside 2^-6: the grid is 2^(16 - 13), the small product truncates to zero, toward
+    # zero whatever its sign (floor would give 65528 for the negative one)
+    assert dot([(256, 256), (0.125, 0.125)]) == (65536.0, 65536.015625)
+    assert dot([(256, 256), (0.125, -0.125)]) == (65536.0, 65535.984375)
+    # E = 14 (grid 2^1): sixteen products 1.265625 each truncate to zero
+    assert dot([(240, 240)] + [(1.125, 1.125)] * 16)[0] == 57600.0
+    # one exponent (E = 0, grid 2^-13): seventeen products 3.515625 sum exactly (12 bits)
+    assert dot([(1.875, 1.875)] * 17)[0] == 17 * 3.515625
+    # E = 13, grid 2^0: 8192 + 1 = 8193 keeps its 14 significant bits; 8192 * 2 + 1 = 16385
+    # has 15, and the sum is truncated to 14: 16384
+    assert dot([(128, 64), (1, 1)])[0] == 8193.0
+    assert dot([(128, 64), (128, 64), (1, 1)]) == (16384.0, 16385.0)
+    with pytest.raises(ValueError, match="unknown dot"):
+        q = fold(emulator.quantize(np.ones((2, 32), np.float32), "e2m1"), 1)
+        folded_matmul(q, q, "wgmma")
+
+
+def test_dot_model_of_a_cpu_tensor_is_exact():
+    from ocpmx.native import fold as native_fold
+    assert native_fold.dot_model("cpu") == "exact"

@@ -73,29 +73,38 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
 @triton.jit
 def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
                        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       OUT_BF16: tl.constexpr):
+                       KT: tl.constexpr, OUT_BF16: tl.constexpr):
     """C[M, N] = A Bᵀ for folded operands: A (M, K), B (N, K) E4M3 codes, group exponents
-    ea (M, K / (32 GROUP)), eb (N, K / (32 GROUP)) (module doc for the order of additions)."""
+    ea (M, K / (32 GROUP)), eb (N, K / (32 GROUP)) (module doc for the order of additions).
+
+    KT: the K of one ``tl.dot`` (32, or a multiple of 32 dividing the group's 32 GROUP). With
+    ``max_num_imprecise_acc=32`` Triton splits a dot of K = KT into KT / 32 wgmmas, each into a
+    zeroed partial sum, each partial added to the accumulator in K order (Triton's WGMMA
+    lowering): the same sums as KT = 32, in fewer, longer dots. The interpreter has no such
+    split (its dot is one float32 matmul), so the host passes KT = 32 there."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
-    k32 = tl.arange(0, 32)
+    kk = tl.arange(0, KT)
     n_groups = K // (32 * GROUP)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g in range(0, n_groups):
         t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for j in range(GROUP):  # a loop, not unrolled: GROUP 16 unrolled overflowed shared memory
-            k0 = (g * GROUP + j) * 32
-            a = tl.load(a_ptr + rm[:, None] * K + (k0 + k32)[None, :], mask=(rm < M)[:, None],
+        for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
+            k0 = g * (GROUP * 32) + j * KT  # overflowed shared memory)
+            a = tl.load(a_ptr + rm[:, None] * K + (k0 + kk)[None, :], mask=(rm < M)[:, None],
                         other=0).to(tl.float8e4nv, bitcast=True)
-            b = tl.load(b_ptr + rn[None, :] * K + (k0 + k32)[:, None], mask=(rn < N)[None, :],
+            b = tl.load(b_ptr + rn[None, :] * K + (k0 + kk)[:, None], mask=(rn < N)[None, :],
                         other=0).to(tl.float8e4nv, bitcast=True)
-            t = tl.dot(a, b, t, max_num_imprecise_acc=32)  # one exact K = 32 dot, promoted
+            t = tl.dot(a, b, t, max_num_imprecise_acc=32)  # K = 32 dots, each promoted at once
         ea = tl.load(ea_ptr + rm * n_groups + g, mask=rm < M, other=0)
         eb = tl.load(eb_ptr + rn * n_groups + g, mask=rn < N, other=0)
         # 2^(R_a + R_b) exactly, as float64 bits (|R| stays far inside float64's range); NaN
-        # where a group holds a NaN block
+        # where a group holds a NaN block. (A float32 multiply would round the same wherever
+        # the sum is a normal float32 exponent, and cost less than this float64 epilogue, which
+        # holds the folded GEMM near 120 TFLOP/s on an H100; the branch form tried on
+        # 2026-11-23 failed to compile there: to do.)
         nan = (ea == NAN_EXP)[:, None] | (eb == NAN_EXP)[None, :]
         e_sum = tl.where(nan, 0, ea[:, None].to(tl.int64) + eb[None, :].to(tl.int64))
         scale = ((e_sum + 1023) << 52).to(tl.float64, bitcast=True)
