@@ -29,12 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import emulator
 from ..spec import BLOCK_SIZE, Rotation, parse_rotation
 from .baselines import bf16_matmul, fp8_matmul
 from .dispatch import pick_backend
 from .gemm import auto_method, bf16_product, mx_matmul
 from .ops import dequantize, quantize, quantize_dequantize
-from .recipes import FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe, get_recipe
+from .recipes import (FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe,
+                      check_accumulation, get_recipe)
 
 _MASK64 = (1 << 64) - 1
 
@@ -63,6 +65,7 @@ class GemmContext:
     micro: int = 0
     backend: str | None = None
     method: str = "auto"
+    accumulation: str | None = None  # an emulator model name: the MX GEMMs' sums (CPU)
 
     def rotation(self, g: GemmRecipe, gemm: str) -> Rotation | None:
         """The rotation GEMM ``gemm`` applies under recipe entry ``g`` in this context."""
@@ -134,6 +137,8 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
     if g.precision == "fp8":
         names = OPERANDS[gemm]
         return fp8_matmul(am, bm, FP8_ELEMENT[names[0]], FP8_ELEMENT[names[1]], out_dtype)
+    if ctx.accumulation is not None:
+        return _emulated_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys)
     keyed = keys is not None and needs_keys(g)
     if keyed and g.rotation == "random_sign":  # the signs come from the keys
         rot = Rotation(RANDOM_SIGN_SIZE, mask=0)
@@ -165,6 +170,35 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
     return mx_matmul(ops[0], ops[1], out_dtype=out_dtype, backend=ctx.backend, method=method)
 
 
+
+
+def _emulated_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out_dtype,
+                   ctx: GemmContext, keys) -> torch.Tensor:
+    """An MX GEMM whose products are summed under the emulator's accumulation model
+    ``ctx.accumulation`` (``emulator.mx_matmul``): the operands quantized as in any MX GEMM,
+    then the model's sum, bit for bit, rounded once to ``out_dtype``."""
+    if a.device.type != "cpu":
+        raise NotImplementedError(
+            f"accumulation={ctx.accumulation!r} runs on CPU tensors (the emulator); the GPU "
+            f"GEMM that emulates accumulation models is not written yet (issue 23)")
+    keyed = keys is not None and needs_keys(g)
+    rot = (Rotation(RANDOM_SIGN_SIZE, mask=0) if keyed and g.rotation == "random_sign"
+           else ctx.rotation(g, gemm))
+    arrays = []
+    for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis))):
+        kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
+                  backend=ctx.backend)
+        if keyed:
+            kw["keys"] = keys[GEMMS.index(gemm), j]
+        elif g.rounding[j] == "stochastic":
+            kw["seed"] = ctx.rounding_seed(gemm, j)
+        mx = quantize(t, g.element, **kw).to_emulator()
+        if axis == 0:  # (K, rows) quantized along K -> the (rows, K) view mx_matmul takes
+            mx = emulator.MXArray(mx.codes.T, mx.scales.T, mx.fmt, 1, mx.block_size,
+                                  mx.rotation)
+        arrays.append(mx)
+    out = emulator.mx_matmul(arrays[0], arrays[1], ctx.accumulation)
+    return torch.from_numpy(out).to(out_dtype)
 
 
 def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -208,20 +242,32 @@ class MXLinear(nn.Linear):
     layer_id and seed key the random bits; ``backend`` None (GPU: Triton; CPU: emulator),
     'emulator' or 'triton' (on CPU: the Triton interpreter). ``method``: how a Triton-backend MX
     GEMM multiplies ('auto', 'dot_scaled', or 'bf16': quantize-dequantize each operand in one
-    pass, then a bf16 GEMM; see ``mx_matmul``). Weights are quantized afresh in
+    pass, then a bf16 GEMM; see ``mx_matmul``). ``accumulation``: an emulator accumulation model
+    ('exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8'; default the recipe's, usually
+    None) under which every MX GEMM sums its products bit for bit (``emulator.mx_matmul``), to
+    train under a chip's numerics; CPU tensors and eager mode only for now; bf16 GEMMs are
+    unaffected, per-tensor fp8 ones refuse it. Weights are quantized afresh in
     every GEMM: no cache, because under FSDP2 an all-gathered weight keeps its storage and its
     version counter across optimizer steps, and a cache keyed on them served stale weights (found
     by the FSDP2 resume test)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe="bf16", layer_id: int = 0, seed: int = 0, backend: str | None = None,
-                 method: str = "auto", device=None, dtype=None):
+                 method: str = "auto", accumulation: str | None = None, device=None,
+                 dtype=None):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe = get_recipe(recipe)
         check_mx_shapes(self.recipe, in_features, out_features)
+        accumulation = accumulation if accumulation is not None else self.recipe.accumulation
+        check_accumulation(accumulation)
+        fp8 = [g for g in GEMMS if self.recipe.gemm(g).precision == "fp8"]
+        if accumulation is not None and fp8:
+            raise ValueError(f"accumulation={accumulation!r} applies to MX GEMMs; recipe "
+                             f"{self.recipe.name} runs {', '.join(fp8)} in per-tensor fp8")
         # step-free: the step keys random bits through the key buffer only, so that a compiled
         # graph, which guards on this object, stays valid from step to step
-        self.context = GemmContext(seed=seed, layer=layer_id, backend=backend, method=method)
+        self.context = GemmContext(seed=seed, layer=layer_id, backend=backend, method=method,
+                                   accumulation=accumulation)
         self.step, self.micro = 0, 0
         self.keyed = any(needs_keys(self.recipe.gemm(g)) for g in GEMMS)
         # (GEMM, operand) -> [rounding seed, sign mask]; written by set_step, read by the kernels
@@ -274,6 +320,9 @@ class MXLinear(nn.Linear):
                                  f"{BLOCK_SIZE}")
         if not torch.compiler.is_compiling():  # compiled callers call set_step (outside)
             self._write_keys()
+        elif self.context.accumulation is not None:
+            raise NotImplementedError(f"accumulation={self.context.accumulation!r} runs "
+                                      "eagerly (the emulator's GEMM is not a custom op)")
         elif any(self.recipe.gemm(g).precision == "fp8" for g in GEMMS):
             raise NotImplementedError(
                 f"{self.recipe.name}: the hand-written per-tensor FP8 baseline gives other "
@@ -284,7 +333,9 @@ class MXLinear(nn.Linear):
                                  self.context)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, recipe={self.recipe.name}, layer_id={self.layer_id}"
+        acc = self.context.accumulation
+        return (f"{super().extra_repr()}, recipe={self.recipe.name}, layer_id={self.layer_id}"
+                + (f", accumulation={acc}" if acc else ""))
 
 
 def check_mx_shapes(recipe: Recipe, in_features: int, out_features: int) -> None:
@@ -296,13 +347,15 @@ def check_mx_shapes(recipe: Recipe, in_features: int, out_features: int) -> None
 
 
 def convert_linears(model: nn.Module, recipe="bf16", rules=(), *, seed: int = 0,
-                    backend: str | None = None, method: str = "auto") -> nn.Module:
+                    backend: str | None = None, method: str = "auto",
+                    accumulation: str | None = None) -> nn.Module:
     """Replace every ``nn.Linear`` in ``model`` by an MXLinear (in place; returns ``model``).
 
     rules: (pattern, recipe) pairs matched with fnmatch against the module's qualified name;
     the first match wins, otherwise ``recipe``. A rule with recipe None leaves the layer as it
     is, e.g. ``rules=[("output", None)]`` keeps the output head an ``nn.Linear`` in bf16.
-    Layer ids (which key random bits) follow the module order."""
+    Layer ids (which key random bits) follow the module order. ``accumulation``: see
+    MXLinear."""
     layer = 0
     targets = []
     for name, mod in model.named_modules():
@@ -319,7 +372,8 @@ def convert_linears(model: nn.Module, recipe="bf16", rules=(), *, seed: int = 0,
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, MXLinear.from_linear(mod, chosen, layer_id=lid, seed=seed,
-                                                    backend=backend, method=method))
+                                                    backend=backend, method=method,
+                                                    accumulation=accumulation))
     return model
 
 

@@ -69,11 +69,19 @@ class GemmRecipe:
 
 @dataclass(frozen=True)
 class Recipe:
+    """Three GEMM entries, and ``accumulation``: None (each backend's own sums) or the name of
+    an accumulation model of ``ocpmx.emulator`` ('exact', 'fp32_sequential', 'hopper_bf16',
+    'hopper_fp8') under which every MX GEMM of the recipe sums its products: a chip's
+    numerics emulated (CPU only for now; ``MXLinear(accumulation=...)`` overrides it)."""
     name: str
     fprop: GemmRecipe = field(default_factory=GemmRecipe)
     dgrad: GemmRecipe = field(default_factory=GemmRecipe)
     wgrad: GemmRecipe = field(default_factory=GemmRecipe)
     description: str = ""
+    accumulation: str | None = None
+
+    def __post_init__(self):
+        check_accumulation(self.accumulation)
 
     def gemm(self, name: str) -> GemmRecipe:
         return getattr(self, name)
@@ -81,6 +89,14 @@ class Recipe:
     @property
     def uses_mx(self) -> bool:
         return any(self.gemm(g).is_mx for g in GEMMS)
+
+
+def check_accumulation(model: str | None) -> None:
+    """A ValueError naming the choices unless ``model`` is None or an emulator model name."""
+    from ..emulator.accumulate import MODELS
+    if model is not None and model not in MODELS:
+        raise ValueError(f"unknown accumulation model {model!r}; expected None or one of "
+                         f"{', '.join(MODELS)}")
 
 
 _BF16 = GemmRecipe("bf16")

@@ -321,3 +321,70 @@ def test_a_planted_recipe_fails_the_operand_check(monkeypatch):
     for name, recipe in planted:
         with pytest.raises(AssertionError, match=name):
             check_named_operands(name, recipe, monkeypatch)
+
+
+# ---- accumulation models in training (issue 23) --------------------------------------------
+
+def _acc_layer(recipe, accumulation, seed=0):
+    torch.manual_seed(seed)
+    return native.MXLinear(256, 64, bias=False, recipe=recipe, accumulation=accumulation,
+                           layer_id=2, seed=5)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "mxfp4_all_h16"])
+def test_accumulation_model_gives_the_emulators_gemms(recipe):
+    """MXLinear(accumulation='hopper_bf16') on CPU: Fprop, Dgrad and Wgrad each equal
+    emulator.mx_matmul under that model on the same quantized operands, bit for bit (float32
+    activations, so no rounding after the sum); for MXFP8 they differ from the default's
+    float32 sums."""
+    from ocpmx.native.recipes import get_recipe
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy((rng.standard_normal((64, 256)) * np.exp(rng.normal(0, 2, (1, 256))))
+                         .astype(np.float32)).requires_grad_()
+    gy = torch.from_numpy(rng.standard_normal((64, 64)).astype(np.float32))
+    lay = _acc_layer(recipe, "hopper_bf16")
+    y = lay(x)
+    y.backward(gy)
+    r = get_recipe(recipe)
+    rot = lambda g: emulator.parse_rotation(g.rotation)  # noqa: E731
+    w = lay.weight.detach().numpy()
+
+    def em(g, a, a_axis, b, b_axis):
+        qa = emulator.quantize(a, g.element, axis=a_axis, scale_rule=g.scale_rule,
+                               rotation=rot(g))
+        qb = emulator.quantize(b, g.element, axis=b_axis, scale_rule=g.scale_rule,
+                               rotation=rot(g))
+        t = lambda q: emulator.MXArray(q.codes.T, q.scales.T, q.fmt, 1, q.block_size,  # noqa: E731
+                                       q.rotation) if q.axis == 0 else q
+        return emulator.mx_matmul(t(qa), t(qb), "hopper_bf16")
+    xn, gyn = x.detach().numpy(), gy.numpy()
+    want = {"fprop": em(r.fprop, xn, 1, w, 1), "dgrad": em(r.dgrad, gyn, 1, w, 0),
+            "wgrad": em(r.wgrad, gyn, 0, xn, 0)}
+    got = {"fprop": y.detach().numpy(), "dgrad": x.grad.numpy(), "wgrad": lay.weight.grad.numpy()}
+    for k in want:
+        assert np.array_equal(got[k].view(np.uint32), want[k].view(np.uint32)), k
+    if recipe == "mxfp8":  # E4M3 products overflow hopper_bf16's 25 bits here; E2M1's do not
+        ref = _acc_layer(recipe, None)
+        ref.weight.data.copy_(lay.weight.data)
+        assert not torch.equal(ref(x.detach()), y.detach())
+
+
+def test_accumulation_from_the_recipe_and_its_errors():
+    from ocpmx.native.recipes import Recipe, RECIPES
+    from dataclasses import replace
+    r = replace(RECIPES["mxfp4_all"], name="mxfp4_all_hopper", accumulation="hopper_bf16")
+    x = torch.randn(32, 256)
+    a = native.MXLinear(256, 64, recipe=r, seed=1)
+    b = native.MXLinear(256, 64, recipe="mxfp4_all", accumulation="hopper_bf16", seed=1)
+    b.load_state_dict(a.state_dict())
+    assert a.context.accumulation == "hopper_bf16" and torch.equal(a(x), b(x))
+    assert "accumulation=hopper_bf16" in repr(a)
+    with pytest.raises(ValueError, match="unknown accumulation model 'tpu'"):
+        native.MXLinear(256, 64, recipe="mxfp4_all", accumulation="tpu")
+    with pytest.raises(ValueError, match="unknown accumulation model"):
+        Recipe("x", accumulation="fp16")
+    with pytest.raises(ValueError, match="applies to MX GEMMs"):
+        native.MXLinear(256, 64, recipe="fp8", accumulation="exact")
+    m = native.convert_linears(torch.nn.Sequential(torch.nn.Linear(256, 64)), "mxfp8",
+                               accumulation="fp32_sequential")
+    assert m[0].context.accumulation == "fp32_sequential"
