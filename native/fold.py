@@ -42,27 +42,31 @@ class FoldedTensor:
 def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
     """Fold an MX operand (its K-major rows, K along the last axis) with one exponent per
     ``group`` blocks; ``group`` must divide K / 32."""
-    if mx.fmt.name not in ("e2m1", "e2m3", "e3m2"):
-        raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {mx.fmt.name}")
     if mx.block_size != BLOCK_SIZE:
         raise ValueError(f"fold takes blocks of {BLOCK_SIZE}, got {mx.block_size}")
-    k = mx.shape[mx.axis]
+    return fold_kmajor(mx.data, mx.scales_kmajor, mx.shape[mx.axis], mx.fmt, group)
+
+
+def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
+                group: int = 4) -> FoldedTensor:
+    """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32)."""
+    if fmt.name not in ("e2m1", "e2m3", "e3m2"):
+        raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {fmt.name}")
     nblk = k // BLOCK_SIZE
     if group < 1 or nblk % group:
         raise ValueError(f"group {group} does not divide the {nblk} blocks along K")
-    rows = math.prod(mx.data.shape[:-1])
-    codes = torch.empty(rows, k, dtype=torch.uint8, device=mx.device)
-    exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=mx.device)
+    rows = math.prod(data.shape[:-1])
+    codes = torch.empty(rows, k, dtype=torch.uint8, device=data.device)
+    exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=data.device)
     n_groups = rows * nblk // group
     if n_groups:
         t = lower(TARGET)
         ng = 16
-        launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), mx.data,
-                   mx.scales_kmajor, codes, exps, n_groups, **lower(mx.fmt).constexprs(),
-                   PACK=pack_factor(mx.fmt), D_MAX=shift_range(mx.fmt)[1], T_MBITS=t.mbits,
-                   T_BIAS=t.bias, T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit,
-                   GROUP=group, NG=ng)
-    return FoldedTensor(codes, exps, mx.scales_kmajor.reshape(rows, nblk), group, mx.fmt)
+        launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
+                   exps, n_groups, **lower(fmt).constexprs(), PACK=pack_factor(fmt),
+                   D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
+                   T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, GROUP=group, NG=ng)
+    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt)
 
 
 def dot_model(device) -> str | None:

@@ -247,3 +247,38 @@ def test_hopper_dot_by_hand():
 def test_dot_model_of_a_cpu_tensor_is_exact():
     from ocpmx.native import fold as native_fold
     assert native_fold.dot_model("cpu") == "exact"
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_mx_matmul_method_fp8_exact(device):
+    """native.mx_matmul(method='fp8_exact'): the fold (groups of gcd(K / 32, 4) blocks) and the
+    folded GEMM, bit for bit the emulator's folded_matmul under the device's dot model, along
+    rows and along columns (Wgrad's operands), H16 on both; FP8 operands are refused with the
+    reason. MXLinear takes the method too."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(11)
+    for k, axis in ((512, -1), (192, -1), (256, 0)):
+        shape_a, shape_b = ((48, k), (40, k)) if axis == -1 else ((k, 48), (k, 40))
+        a = torch.from_numpy(rng.standard_normal(shape_a).astype(np.float32)).to(device)
+        b = torch.from_numpy(rng.standard_normal(shape_b).astype(np.float32)).to(device)
+        qa = native.quantize(a, "e2m1", axis=axis, scale_rule="even", rotation="hadamard16")
+        qb = native.quantize(b, "e2m1", axis=axis, scale_rule="even", rotation="hadamard16")
+        got = native.mx_matmul(qa, qb, method="fp8_exact", backend="triton").cpu().numpy()
+        group = int(np.gcd(k // 32, 4))
+        ea = qa.to_emulator()
+        eb = qb.to_emulator()
+        if axis == 0:
+            ea = emulator.MXArray(ea.codes.T, ea.scales.T, ea.fmt, 1, 32, ea.rotation)
+            eb = emulator.MXArray(eb.codes.T, eb.scales.T, eb.fmt, 1, 32, eb.rotation)
+        want = folded_matmul(fold(ea, group), fold(eb, group), native_fold.dot_model(device))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (k, axis)
+    q8 = native.quantize(a, "e4m3", axis=axis)
+    with pytest.raises(ValueError, match="only FP4/FP6 formats fold"):
+        native.mx_matmul(q8, q8, method="fp8_exact", backend="triton")
+    lin = native.MXLinear(256, 64, recipe="mxfp4_all_h16", backend="triton", method="fp8_exact",
+                          device=device)
+    x = torch.randn(64, 256, device=device, requires_grad=True)
+    lin(x).sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(lin.weight.grad).all()
