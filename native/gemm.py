@@ -115,19 +115,30 @@ def _tuned_kernel():
     return _tuned
 
 
-def _as_operand(t: MXTensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+FOLD_FORMATS = ("e2m1", "e2m3", "e3m2")
+
+
+def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
+                emulated: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(K-major data, scales) of a GEMM operand, checked for ``method`` (``emulated``: the
+    emulator backend or method 'emulate', which take every format)."""
     if not isinstance(t, MXTensor):
         raise TypeError(f"{name} must be an ocpmx.native.MXTensor, got {type(t).__name__}")
     if len(t.shape) != 2:
         raise ValueError(f"{name} must be a 2-D MX tensor, got shape {t.shape}")
-    if t.fmt.name not in DOT_SCALED_FORMATS:
-        raise ValueError(f"{name}: tl.dot_scaled takes {DOT_SCALED_FORMATS}, got {t.fmt.name}")
     if t.block_size != BLOCK_SIZE:
-        raise ValueError(f"{name}: tl.dot_scaled takes block size {BLOCK_SIZE}, got {t.block_size}")
+        raise ValueError(f"{name}: the MX GEMMs take block size {BLOCK_SIZE}, got {t.block_size}")
+    if not emulated:
+        if method == "fp8_exact" and t.fmt.name not in FOLD_FORMATS:
+            raise ValueError(f"{name}: method 'fp8_exact' folds {FOLD_FORMATS} (only FP4/FP6 "
+                             f"formats fold into E4M3 exactly), got {t.fmt.name}")
+        if method != "fp8_exact" and t.fmt.name not in DOT_SCALED_FORMATS:
+            raise ValueError(f"{name}: tl.dot_scaled takes {DOT_SCALED_FORMATS}, got "
+                             f"{t.fmt.name} (method 'emulate' takes every format)")
     return t.data, t.scales_kmajor
 
 
-METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact")
+METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "emulate")
 
 
 def has_mx_units(device: torch.device) -> bool:
@@ -154,6 +165,10 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     K tile; ``native.fold``), then an FP8 tensor-core GEMM promoting every
                     K = 32: bit for bit ``emulator.fold.folded_matmul(..., dot=
                     fold.dot_model(device))``. Untuned: 0.15-0.18x cuBLAS bf16 on an H100;
+      'emulate'     the products summed under the accumulation ``model`` ('fp32_sequential',
+                    'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
+                    emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
+                    any GPU, slowly (every product aligned one by one in int64);
       'auto'        'dot_scaled' on MX units and under the interpreter, else 'bf16'.
     tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
     tile, for many small shapes (the conformance suite).
@@ -161,8 +176,11 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
     Under ``torch.compile`` this is the custom op ``ocpmx::mx_matmul`` (``model`` by name)."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
-    da, sa = _as_operand(a, "a")
-    db, sb = _as_operand(b, "b")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    emulated = method == "emulate" or pick_backend(a.device, backend) == "emulator"
+    da, sa = _as_operand(a, "a", method, emulated)
+    db, sb = _as_operand(b, "b", method, emulated)
     if a.device != b.device:
         raise ValueError(f"operands are on different devices: a on {a.device}, b on {b.device}")
     ka, kb_ = a.shape[a.axis], b.shape[b.axis]
@@ -171,8 +189,6 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
     if a.rotation != b.rotation:
         raise ValueError(f"operands carry different rotations ({a.rotation} vs {b.rotation}); "
                          "the product would not cancel them")
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     if method == "auto" and pick_backend(a.device, backend) != "emulator":
         method = auto_method(a.device)
     if torch.compiler.is_compiling():
@@ -193,6 +209,8 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
         ea = emulator.MXArray(_codes(da, fmt_a), sa.cpu().numpy(), fmt_a, 1)
         eb = emulator.MXArray(_codes(db, fmt_b), sb.cpu().numpy(), fmt_b, 1)
         return torch.from_numpy(emulator.mx_matmul(ea, eb, model)).to(out_dtype).to(da.device)
+    if method == "emulate":
+        return _emulate(da, sa, db, sb, fmt_a, fmt_b, k, model).to(out_dtype)
     if method == "fp8_exact":
         group = math.gcd(k // BLOCK_SIZE, 4)
         fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
@@ -220,6 +238,66 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
             return (triton.cdiv(m, meta_["BLOCK_M"]) * triton.cdiv(n, meta_["BLOCK_N"]),)
         launch.run(_tuned_kernel(), grid, da, db, sa, sb, cv, m, n, k, **meta)
     return c
+
+
+_EMULATE_TILE = 16
+
+
+def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
+    """``method='emulate'``: ``kernels.emulate.emulate_gemm_kernel`` under ``model``."""
+    m, n = da.shape[0], db.shape[0]
+    model = emulator.accumulate.MODELS.get(model, model) if isinstance(model, str) else model
+    if model == "exact":
+        raise ValueError("method='emulate' has no 'exact' model (an exact sum over all of K needs "
+                         "a multi-word accumulator): use the emulator backend, "
+                         "'fp32_sequential' or a ChunkedModel")
+    ta, tb = _tables(fmt_a, da.device), _tables(fmt_b, db.device)
+    if model == "fp32_sequential":
+        mid, chunk, frac, align_rne, rtz = 1, BLOCK_SIZE, 0, False, False
+        lo_a, hi_a = _exp_span(fmt_a)
+        lo_b, hi_b = _exp_span(fmt_b)
+        if (hi_a + hi_b) - (lo_a + lo_b) + 2 + 5 > 62:  # a block's exact sum in int64
+            raise ValueError(f"method='emulate' with fp32_sequential cannot hold a block's exact "
+                             f"sum of {fmt_a.name} x {fmt_b.name} products in 64 bits")
+    elif isinstance(model, emulator.accumulate.ChunkedModel):
+        mid, chunk, frac = 2, model.chunk, model.frac_bits
+        align_rne, rtz = model.align == "rne", model.output == "rtz"
+        if (chunk + 1).bit_length() + frac + 2 > 62:
+            raise ValueError(f"method='emulate': a chunk of {chunk} at {frac} fraction bits "
+                             f"does not fit a 64-bit sum")
+    else:
+        raise ValueError(f"unknown accumulation model {model!r}")
+    c = torch.empty((m, n), dtype=torch.float32, device=da.device)
+    if m and n:
+        lo = _exp_span(fmt_a)[0] + _exp_span(fmt_b)[0]
+        grid = (triton.cdiv(m, _EMULATE_TILE), triton.cdiv(n, _EMULATE_TILE))
+        launch.run(kernels.emulate.emulate_gemm_kernel, grid, da, db, sa, sb, *ta, *tb, c,
+                   m, n, k, PACK_A=pack_factor(fmt_a), PACK_B=pack_factor(fmt_b), MODEL=mid,
+                   L=chunk, LP=triton.next_power_of_2(chunk), F=frac, ALIGN_RNE=align_rne,
+                   OUT_MODE=1 if rtz else 0, E0=lo, BLOCK_M=_EMULATE_TILE,
+                   BLOCK_N=_EMULATE_TILE, num_warps=4)
+    return c
+
+
+_TABLES: dict = {}
+
+
+def _tables(fmt, device) -> tuple:
+    """The format's (sig int64, exp int64, special float32) tables on ``device``."""
+    key = (fmt.name, str(device))
+    if key not in _TABLES:
+        sig, exp, sp = emulator.accumulate.sig_exp_tables(fmt)
+        _TABLES[key] = (torch.from_numpy(sig).to(device), torch.from_numpy(exp).to(device),
+                        torch.from_numpy(sp.astype(np.float32)).to(device))
+    return _TABLES[key]
+
+
+def _exp_span(fmt) -> tuple[int, int]:
+    """(lowest exponent, highest leading-bit exponent) of the format's finite nonzero values."""
+    sig, exp, _ = emulator.accumulate.sig_exp_tables(fmt)
+    nz = sig != 0
+    lead = exp[nz] + np.floor(np.log2(np.abs(sig[nz]))).astype(np.int64)
+    return int(exp[nz].min()), int(lead.max())
 
 
 def _codes(data: torch.Tensor, fmt) -> np.ndarray:

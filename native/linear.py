@@ -175,12 +175,9 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
 def _emulated_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out_dtype,
                    ctx: GemmContext, keys) -> torch.Tensor:
     """An MX GEMM whose products are summed under the emulator's accumulation model
-    ``ctx.accumulation`` (``emulator.mx_matmul``): the operands quantized as in any MX GEMM,
-    then the model's sum, bit for bit, rounded once to ``out_dtype``."""
-    if a.device.type != "cpu":
-        raise NotImplementedError(
-            f"accumulation={ctx.accumulation!r} runs on CPU tensors (the emulator); the GPU "
-            f"GEMM that emulates accumulation models is not written yet (issue 23)")
+    ``ctx.accumulation``: the operands quantized as in any MX GEMM, then the model's sum, bit
+    for bit (CPU: ``emulator.mx_matmul``; GPU: ``mx_matmul(method='emulate')``), rounded once
+    to ``out_dtype``."""
     keyed = keys is not None and needs_keys(g)
     rot = (Rotation(RANDOM_SIGN_SIZE, mask=0) if keyed and g.rotation == "random_sign"
            else ctx.rotation(g, gemm))
@@ -192,11 +189,18 @@ def _emulated_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out
             kw["keys"] = keys[GEMMS.index(gemm), j]
         elif g.rounding[j] == "stochastic":
             kw["seed"] = ctx.rounding_seed(gemm, j)
-        mx = quantize(t, g.element, **kw).to_emulator()
+        mx = quantize(t, g.element, **kw)
+        if a.device.type != "cpu":  # the GPU: the Triton GEMM of the same model (it contracts
+            arrays.append(mx)       # the quantized axes, whichever they are)
+            continue
+        mx = mx.to_emulator()
         if axis == 0:  # (K, rows) quantized along K -> the (rows, K) view mx_matmul takes
             mx = emulator.MXArray(mx.codes.T, mx.scales.T, mx.fmt, 1, mx.block_size,
                                   mx.rotation)
         arrays.append(mx)
+    if a.device.type != "cpu":
+        return mx_matmul(arrays[0], arrays[1], out_dtype=out_dtype, backend="triton",
+                         method="emulate", model=ctx.accumulation)
     out = emulator.mx_matmul(arrays[0], arrays[1], ctx.accumulation)
     return torch.from_numpy(out).to(out_dtype)
 
@@ -245,8 +249,9 @@ class MXLinear(nn.Linear):
     pass, then a bf16 GEMM; see ``mx_matmul``). ``accumulation``: an emulator accumulation model
     ('exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8'; default the recipe's, usually
     None) under which every MX GEMM sums its products bit for bit (``emulator.mx_matmul``), to
-    train under a chip's numerics; CPU tensors and eager mode only for now; bf16 GEMMs are
-    unaffected, per-tensor fp8 ones refuse it. Weights are quantized afresh in
+    train under a chip's numerics: on CPU tensors through the emulator, on a GPU through the
+    Triton GEMM ``mx_matmul(method='emulate')`` (every model but 'exact'); eager mode only;
+    bf16 GEMMs are unaffected, per-tensor fp8 ones refuse it. Weights are quantized afresh in
     every GEMM: no cache, because under FSDP2 an all-gathered weight keeps its storage and its
     version counter across optimizer steps, and a cache keyed on them served stale weights (found
     by the FSDP2 resume test)."""

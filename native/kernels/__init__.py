@@ -1,7 +1,8 @@
 """Triton kernels, one module per family: ``common`` (bit conversions, block scale, element
 encode and decode, shared by every family), ``quantize`` (the strided tile kernel and the
-32-block row and column kernels), ``dequantize``, ``gemm`` (``tl.dot_scaled``), ``fold`` (FP4/FP6
-into E4M3, and the FP8 GEMM of folded operands) and ``transpose``.
+32-block row and column kernels), ``dequantize``, ``gemm`` (``tl.dot_scaled``), ``emulate`` (a
+GEMM under a declared accumulation model, bit for bit the emulator's), ``fold`` (FP4/FP6 into
+E4M3, and the FP8 GEMM of folded operands) and ``transpose``.
 
 Launch code lives in ``ocpmx.native.launch``; these modules hold only ``@triton.jit``
 functions. Every kernel takes the format's parameters as one block of constexprs
@@ -9,6 +10,6 @@ functions. Every kernel takes the format's parameters as one block of constexprs
 NANC, INFC, NEGMAX, RNUM, RSHIFT, SUBQ, MAXV, ENVELOPE) and the options as the named constants
 of ``common`` (scale rules FLOOR..EVEN, roundings RNE and STOCHASTIC).
 """
-from . import common, dequantize, fold, gemm, quantize, transpose
+from . import common, dequantize, emulate, fold, gemm, quantize, transpose
 
-__all__ = ["common", "dequantize", "fold", "gemm", "quantize", "transpose"]
+__all__ = ["common", "dequantize", "emulate", "fold", "gemm", "quantize", "transpose"]
