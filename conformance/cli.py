@@ -22,21 +22,34 @@ OPS = ("cast", "quantize", "dequantize", "layout", "gemm")
 
 
 def add_parser(sub) -> None:
+    from ..cli import format_name
     from ..spec import FORMATS
-    c = sub.add_parser("conform", help="check a backend bit for bit against the emulator")
+    c = sub.add_parser("conform", help="check a backend bit for bit against the emulator",
+                       description=__doc__.split("\n\n")[1].replace("\n", " "))
     c.add_argument("--backend", required=True,
-                   help="emulator, triton, torch, ml_dtypes, an entry point of ocpmx.backends, "
-                        "or path/to/file.py:ClassName / module:ClassName")
-    c.add_argument("--device", help="triton: cuda (default when present) or cpu (the interpreter)")
-    c.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
-    c.add_argument("--ops", nargs="+", default=None, choices=OPS)
-    c.add_argument("--budget", default="quick", choices=["quick", "full"])
-    c.add_argument("--report", help="write the JSON report here (the Markdown report goes beside "
-                                    "it, .md); the directory is checked before the suite runs")
+                   help="the backend to check (required): emulator, triton, torch, ml_dtypes, "
+                        "torchao, gfloat, an entry point of ocpmx.backends, or "
+                        "path/to/file.py:ClassName / module:ClassName")
+    c.add_argument("--device",
+                   help="triton only: cuda (the default when a GPU is present) or cpu (Triton's "
+                        "interpreter)")
+    c.add_argument("--formats", nargs="+", default=list(FORMATS), type=format_name,
+                   metavar="FORMAT",
+                   help=f"element formats to check, by name, alias or dtype name (default: all: "
+                        f"{' '.join(FORMATS)})")
+    c.add_argument("--ops", nargs="+", default=None, choices=OPS,
+                   help=f"operations to check (default: all: {' '.join(OPS)})")
+    c.add_argument("--budget", default="quick", choices=["quick", "full"],
+                   help="quick (default: 8 Hypothesis examples per theme) or full (60 examples "
+                        "and every one of the 2^32 float32 inputs)")
+    c.add_argument("--report", metavar="PATH",
+                   help="write the JSON report here and the Markdown report beside it (.md); "
+                        "checked before the suite runs (default: print only)")
     c.add_argument("--deviations", metavar="FILE",
                    help="your own known deviations (the schema of conformance/deviations/*.json), "
-                        "added to the backend's built-in ones")
-    c.add_argument("--strict", action="store_true", help="exit 4 when known deviations occur")
+                        "added to the backend's built-in ones (default: the built-in ones only)")
+    c.add_argument("--strict", action="store_true",
+                   help="exit 4 when known deviations occur (default: they exit 0)")
     c.set_defaults(func=cmd_conform)
 
 
@@ -68,6 +81,7 @@ def cmd_conform(args) -> int:
         print(f"ocpmx conform: error: {message}", file=sys.stderr)
         return 2
 
+    args.formats = list(dict.fromkeys(args.formats))  # 'mxfp4 e2m1' names one format
     if args.report:  # before anything slow: a bad path must not cost a whole run
         problem = report_path_problem(args.report)
         if problem:

@@ -1,5 +1,8 @@
-"""Checkpoints: ``OUT/checkpoints/step_XXXXXXXX/``, written to a temporary directory and renamed,
-then ``OUT/checkpoints/latest`` is replaced atomically; the last ``keep`` stay.
+"""Checkpoints: ``OUT/checkpoints/step_XXXXXXXX/``, written to a temporary directory, its files
+fsynced, renamed, then ``OUT/checkpoints/latest`` is replaced atomically (and the directory
+fsynced); the last ``keep`` stay. A process killed at any point leaves ``latest`` naming a whole
+checkpoint (tested by killing one before the rename); what it leaves behind (``.tmp_*``) is
+removed by the next save.
 
 * format 'full': model.safetensors and optimizer.safetensors, full (unsharded) state dicts
   gathered on rank 0;
@@ -20,6 +23,7 @@ from pathlib import Path
 import torch
 
 from .distributed import Dist
+from .metrics import crash, crash_requested
 
 _SEP = "::"  # optimizer.safetensors keys: parameter name, _SEP, state name
 
@@ -45,8 +49,12 @@ def save_checkpoint(out: Path, step: int, model, opt, stream, tokens: int, skipp
     tmp = root / f".tmp_step_{step:08d}"
     if dist.main:
         root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        # left by a killed run: temporary files, and checkpoints after this step (written
+        # after the one this run resumed from, never pointed to by latest)
+        later = [p for p in root.glob("step_*") if p.is_dir() and int(p.name[5:]) > step]
+        for stale in [*root.glob(".tmp_step_*"), *root.glob(".latest_*"), *root.glob(".old_*"),
+                      *later]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         tmp.mkdir()
     dist.barrier()
     state = {"step": step, "tokens": tokens, "skipped": skipped, "data": stream.state(),
@@ -77,17 +85,33 @@ def save_checkpoint(out: Path, step: int, model, opt, stream, tokens: int, skipp
         for f in [f for f in tmp.rglob("*") if f.is_file()]:  # on disk before the rename
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
+        if crash_requested("checkpoint-before-rename", step):
+            crash()
+        if final.exists():  # not latest (a run killed after the rename, before the pointer)
+            os.rename(final, root / f".old_{final.name}")
+            shutil.rmtree(root / f".old_{final.name}")
         os.rename(tmp, final)
         latest_tmp = root / f".latest_{os.getpid()}"
-        latest_tmp.write_text(final.name)
+        with open(latest_tmp, "w") as fh:
+            fh.write(final.name)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(latest_tmp, root / "latest")
+        _fsync_dir(root)  # the renames on disk
         kept = {f"step_{s:08d}" for s in keep_steps}
         done = sorted(p for p in root.glob("step_*") if p.is_dir() and p.name not in kept)
-        for old in done[:-keep]:
-            shutil.rmtree(old)
+        for old in done[:-keep]:  # renamed first: no half-deleted step_* is ever listed
+            os.rename(old, root / f".old_{old.name}")
+            shutil.rmtree(root / f".old_{old.name}")
     dist.barrier()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def saved_steps(out: Path) -> list[int]:

@@ -2,11 +2,49 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import sys
 import typing
 from dataclasses import MISSING
 from pathlib import Path
+
+# OSErrors of a user's input (a missing directory, an unwritable --out, a run in the way): one
+# line and exit status 2, not a traceback
+_INPUT_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+                 PermissionError)
+
+
+class MissingExtra(ImportError):
+    pass
+
+
+def _one_line_errors(cmd):
+    """``ocpmx <command>: error: <message>`` and exit status 2 for a bad input, a missing
+    optional package or a bad configuration (the last also caught by ocpmx.cli.main)."""
+    @functools.wraps(cmd)
+    def run(args) -> int:
+        try:
+            return cmd(args)
+        except (*_INPUT_ERRORS, MissingExtra, ValueError, TypeError) as e:
+            print(f"ocpmx {args.command}: error: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
+def require(*modules: str, extra: str = "train") -> None:
+    """MissingExtra naming the extra to install when any of ``modules`` cannot be imported
+    (a base install: ``pip install ocpmx`` without ``[train]``)."""
+    missing = []
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except ImportError:
+            missing.append(m)
+    if missing:
+        raise MissingExtra(f"{', '.join(missing)} not installed: this command needs the "
+                           f"{extra} extra (pip install -e '.[{extra}]')")
 
 
 def add_parsers(sub) -> None:
@@ -15,20 +53,22 @@ def add_parsers(sub) -> None:
                    help="build-corpus: shards and tokenizer; tokenizer: train the BPE on existing "
                         "shards; tokenize: pre-tokenize the shards once (c4-*.tokens.npy), which "
                         "training then reads instead of tokenizing on the fly")
-    d.add_argument("--out", default="data/c4-mini", help="corpus directory")
+    d.add_argument("--out", default="data/c4-mini",
+                   help="corpus directory (default: %(default)s)")
     d.add_argument("--source", default="stdlib", choices=["stdlib", "debian", "debian-xl"],
                    help="stdlib: Python's docstrings (any machine); debian: Debian documentation "
                         "packages via apt-get download (linux-doc, python3.11-doc); debian-xl: "
                         "the ablation v2 corpus (RFCs, manuals, dictionaries; llama_train/"
-                        "corpus_xl.py), with MANIFEST.json")
+                        "corpus_xl.py), with MANIFEST.json (default: stdlib)")
     d.add_argument("--packages", default="default", choices=["default", "large", "v2"],
                    help="Debian package set: default (34 M characters) or large (93 M, for "
-                        "the v1 ablation); debian-xl: v2 (its default)")
+                        "the v1 ablation); debian-xl: v2 (its default) (default: default)")
     d.add_argument("--manifest", default=None,
                    help="debian-xl: a previous build's MANIFEST.json; the same package versions "
-                        "are downloaded and their .deb SHA-256 checked")
+                        "are downloaded and their .deb SHA-256 checked (default: none)")
     d.add_argument("--workdir", default=None,
-                   help="debian-xl: where downloads are kept (reused by a later build)")
+                   help="debian-xl: where downloads are kept (reused by a later build; "
+                        "default: a temporary directory)")
     d.add_argument("--train-shards", type=int, default=None,
                    help="training shards (default 4; debian-xl 32)")
     d.add_argument("--val-fraction", type=float, default=None,
@@ -37,29 +77,47 @@ def add_parsers(sub) -> None:
                    help="train the BPE on the first N characters of the training shards "
                         "(default: all)")
     d.add_argument("--vocab-size", type=int, default=512,
-                   help="BPE vocabulary (512 for tiny; 32768 for the 30m/125m presets)")
+                   help="BPE vocabulary (512 for tiny; 32768 for the 30m/125m presets; "
+                        "default: %(default)s)")
     d.set_defaults(func=cmd_data)
 
     t = sub.add_parser("train", help="Llama 3.1 pretraining with a precision recipe",
-                       description="Llama 3.1 pretraining with a precision recipe. Options given "
-                                   "on the command line override --train-preset's values.")
-    from .config import TRAIN_PRESETS
+                       description="Llama 3.1 pretraining with a precision recipe. Values come "
+                                   "from the fields' defaults, then --train-preset, then "
+                                   "--config's file, then the options on the command line.")
+    from .config import TRAIN_PRESETS, section_types
+    t.add_argument("--config", metavar="RUN.toml",
+                   help="a TOML file with the options in sections as below ("
+                        + ", ".join(f"[{s}]" for s in section_types()) + "; keys are the "
+                        "option names with _ for -, e.g. [training] max_steps = 100); options "
+                        "on the command line override it (default: none)")
     t.add_argument("--resume", action="store_true",
-                   help="continue from OUT/checkpoints/latest (bit-exactly)")
+                   help="continue the run in OUT from OUT/checkpoints/latest (bit-exactly); "
+                        "metrics.jsonl keeps its rows up to that checkpoint (default: off)")
+    t.add_argument("--overwrite", action="store_true",
+                   help="OUT holds a run (metrics.jsonl, checkpoints/): remove its outputs and "
+                        "start afresh (without --resume or --overwrite such a directory is an "
+                        "error; default: off)")
     t.add_argument("--train-preset", choices=sorted(TRAIN_PRESETS),
-                   help="hyper-parameters from a named set (mlperf)")
+                   help="hyper-parameters from a named set (one of "
+                        f"{', '.join(sorted(TRAIN_PRESETS))}; mlperf: the MLPerf Llama 3.1 8B "
+                        "settings; default: none)")
     add_config_flags(t)
     t.set_defaults(func=cmd_train)
 
     a = sub.add_parser("ablate", help="the study's ablation: run arms x seeds on the GPUs, "
                        "summarize them, analyze the Wgrad error")
-    a.add_argument("action", choices=["run", "summarize", "analyze"])
+    a.add_argument("action", choices=["run", "summarize", "analyze"],
+                   help="run: train the plan's arms x seeds (resuming cut-off runs); "
+                        "summarize: the table of the finished runs; analyze: the Wgrad error "
+                        "analysis of a run's checkpoints")
     a.add_argument("--plan", default="v1", choices=["v1", "v2"],
                    help="v1: results/ablation's 10 arms (100 M tokens); v2: results/ablation_v2/"
                         "PLAN.md (Wgrad-only arms, 3 paired seeds each, 250 M tokens, both "
                         "evaluation fields, the plan's endpoints; analyze: the redone mechanism "
-                        "analysis at the 25/50/100%% checkpoints)")
-    a.add_argument("--out", default="runs/ablation", help="ablation directory (run dirs, table)")
+                        "analysis at the 25/50/100%% checkpoints) (default: v1)")
+    a.add_argument("--out", default="runs/ablation",
+                   help="ablation directory (run dirs, table) (default: %(default)s)")
     a.add_argument("--data", default=None,
                    help="corpus directory (run: default data/debl for v1, data/xl for v2; "
                         "analyze: default the run's own)")
@@ -69,10 +127,12 @@ def add_parsers(sub) -> None:
                         "bf16, mxfp4_all, mxfp4_all_h16; v2: every seed for every arm")
     a.add_argument("--stop-after", type=float, default=None,
                    help="run: seconds after which the batch stops (running runs are stopped and "
-                        "resume at the next call): for device calls of limited length")
+                        "resume at the next call): for device calls of limited length "
+                        "(default: none)")
     a.add_argument("--gpus", default=None,
                    help="comma-separated GPU ids (default: all visible; none: one CPU slot)")
-    a.add_argument("--per-gpu", type=int, default=1, help="runs at a time on each GPU")
+    a.add_argument("--per-gpu", type=int, default=1,
+                   help="runs at a time on each GPU (default: %(default)s)")
     a.add_argument("--train-args", default=None,
                    help="options for every ocpmx train run, quoted (default: the plan's: v1 the "
                         "30m, 100 M-token settings of results/ablation; v2 PLAN.md's)")
@@ -87,26 +147,53 @@ def add_parsers(sub) -> None:
                    help="analyze v2: comma-separated checkpoint steps (default: every kept "
                         "checkpoint of the run)")
     a.add_argument("--bootstrap", type=int, default=1000,
-                   help="analyze v2: bootstrap resamples for the 95%% intervals")
+                   help="analyze v2: bootstrap resamples for the 95%% intervals "
+                        "(default: %(default)s)")
     a.set_defaults(func=cmd_ablate)
 
-    p = sub.add_parser("plot", help="train/validation loss against tokens for run directories")
-    p.add_argument("runs", nargs="+")
-    p.add_argument("-o", "--out", default="loss.png")
+    p = sub.add_parser("plot", help="train/validation loss against tokens for run directories",
+                       description="Train and validation loss (nats per token) against tokens. "
+                                   "Runs whose config.json differ only in the seed are one arm: "
+                                   "its mean, with the seeds' spread shaded.")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run directories (each with a metrics.jsonl)")
+    p.add_argument("-o", "--out", default="loss.png",
+                   help="the image to write (PNG, or any format by its suffix; default: "
+                        "%(default)s)")
+    p.add_argument("--annotate", action="append", default=[], metavar="TOKENS:TEXT",
+                   type=_annotation,
+                   help="mark an explained event at TOKENS (e.g. 1.2e9:'loss spike: bad "
+                        "shard'); repeatable (default: none)")
     p.set_defaults(func=cmd_plot)
 
     r = sub.add_parser("scale-report", help="throughput table of multi-GPU runs (one directory "
                                             "per run under --runs): tokens/s/GPU, MFU, memory, "
                                             "step breakdown, loss")
     r.add_argument("--runs", required=True, help="folder holding the run directories")
-    r.add_argument("--out", default=None, help="where scale.md/json and loss.png go (default --runs)")
-    r.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
+    r.add_argument("--out", default=None,
+                   help="where scale.md/json and loss.png go (default: --runs)")
+    r.add_argument("--warmup", type=int, default=10,
+                   help="steps left out of the timing (default: %(default)s)")
     r.set_defaults(func=cmd_scale_report)
 
 
+def _annotation(text: str) -> tuple[float, str]:
+    """TOKENS:TEXT -> (tokens, text) for ``plot --annotate``."""
+    at, sep, label = text.partition(":")
+    try:
+        return float(at), label if sep else ""
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOKENS:TEXT, got {text!r}") from None
+
+
+@_one_line_errors
 def cmd_data(args) -> int:
+    require("torch", "tokenizers")
     from .corpus import build_corpus
     from .data import load_tokenizer, tokenize_split, train_tokenizer
+    if args.action != "build-corpus" and not Path(args.out).is_dir():
+        raise FileNotFoundError(f"corpus directory {args.out} does not exist (ocpmx data "
+                                f"build-corpus --out {args.out} builds one)")
     if args.action == "tokenize":
         tok = load_tokenizer(Path(args.out) / "tokenizer.json")
         for split in ("train", "validation"):
@@ -145,7 +232,7 @@ def add_config_flags(parser) -> None:
         kw = {"default": None, **_flag_kind(hint)}
         notes = [f"one of {', '.join(kw['choices'])}"] if "choices" in kw else []
         if f.name == "out":
-            kw["required"] = True
+            notes.append("required, here or as [logging] out in --config")
         else:
             default = f.default_factory() if f.default_factory is not MISSING else f.default
             shown = " ".join(map(str, default)) if isinstance(default, (tuple, list)) else default
@@ -174,23 +261,36 @@ def _flag_kind(hint) -> dict:
     return {"type": base}
 
 
-def cmd_train(args) -> int:
-    from .config import section_fields
-    from .train import TRAIN_PRESETS, TrainConfig, TrainingDiverged, train
+def train_config(args):
+    """The TrainConfig of ``ocpmx train``'s arguments: the fields' defaults, overridden by
+    --train-preset, then by --config's TOML file, then by the options given."""
+    from .config import TRAIN_PRESETS, TrainConfig, load_toml, section_fields
     kw = dict(TRAIN_PRESETS.get(args.train_preset, {})) if args.train_preset else {}
-    for _, f, _ in section_fields():  # options given on the command line override the preset
+    if args.config:
+        if not Path(args.config).is_file():
+            raise FileNotFoundError(f"--config {args.config} does not exist")
+        kw.update(load_toml(args.config))
+    for _, f, _ in section_fields():  # options given on the command line override the rest
         v = getattr(args, f.name)
         if v is not None:
             kw[f.name] = tuple(v) if isinstance(f.default, tuple) else v
-    cfg = TrainConfig.from_flat(**kw)
+    if not kw.get("out"):
+        raise ValueError("the run directory is missing: give --out or [logging] out in --config")
+    return TrainConfig.from_flat(**kw)
+
+
+@_one_line_errors
+def cmd_train(args) -> int:
+    cfg = train_config(args)
+    require("torch", "tokenizers", "safetensors")  # before any import of them
+    from .metrics import setup_logging
+    from .train import TrainingDiverged, train
+    setup_logging()
     try:
-        result = train(cfg, resume=args.resume)
+        result = train(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingDiverged as e:
         print(f"ocpmx train: {e}", file=sys.stderr)
         return 3
-    except FileNotFoundError as e:
-        print(f"ocpmx train: error: {e}", file=sys.stderr)
-        return 2
     import os
     if os.environ.get("RANK", "0") != "0":
         return 0
@@ -249,14 +349,20 @@ def cmd_ablate(args) -> int:
     return 0
 
 
+@_one_line_errors
 def cmd_scale_report(args) -> int:
+    require("matplotlib")
+    if not Path(args.runs).is_dir():
+        raise FileNotFoundError(f"--runs {args.runs} does not exist")
     from .scale_report import markdown, summarize
     rows = summarize(args.runs, args.out, args.warmup)
     print(markdown(rows, args.warmup))
     return 0 if rows else 1
 
 
+@_one_line_errors
 def cmd_plot(args) -> int:
+    require("matplotlib")
     from .plotting import plot
-    print(plot(args.runs, args.out))
+    print(plot(args.runs, args.out, annotate=args.annotate))
     return 0

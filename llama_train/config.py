@@ -9,6 +9,7 @@ Every field name is unique across the sections, so a configuration is also a fla
 from __future__ import annotations
 
 import math
+import tomllib
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -17,6 +18,11 @@ from typing import Literal, Optional
 
 class TrainingDiverged(RuntimeError):
     pass
+
+
+class RunExists(FileExistsError, ValueError):
+    """OUT holds a run and neither resume nor overwrite was asked for. A FileExistsError, and a
+    ValueError so that ``ocpmx``'s commands report it as a bad argument (one line, exit 2)."""
 
 
 def _field(default, help: str, **metadata):
@@ -121,6 +127,9 @@ class LoggingSection:
     tensorboard: bool = _field(True, "TensorBoard scalars in OUT/tb (when tensorboard is "
                                      "installed)")
     progress: bool = _field(True, "progress bar")
+    log_every: int = _field(10, "a progress line (step, loss, lr, tokens/s, ETA) through Python "
+                                "logging every N steps and after the last, with or without the "
+                                "bar; 0: none")
     profile_step: Optional[int] = _field(None, "profile steps N and N+1: GPU time by kernel "
                                                "category in OUT/step_breakdown.json")
 
@@ -190,6 +199,62 @@ class TrainConfig:
             if v < 1:
                 raise ValueError(f"{n} must be >= 1")
         return cfg
+
+
+def load_toml(path) -> dict:
+    """The flat values of a TOML run file sectioned as TrainConfig is (``[training]
+    max_steps = 100``, ``[optimizer] betas = [0.9, 0.95]``). Raises ValueError naming unknown
+    sections or keys and values of the wrong type."""
+    with open(path, "rb") as fh:
+        try:
+            doc = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+    types_ = section_types()
+    hints = {(s, f.name): h for s, f, h in section_fields()}
+    unknown = [s for s in doc if s not in types_ or not isinstance(doc[s], dict)]
+    unknown += [f"{s}.{k}" for s in doc if s in types_ and isinstance(doc[s], dict)
+                for k in doc[s] if (s, k) not in hints]
+    if unknown:
+        raise ValueError(f"{path}: unknown {'key' if len(unknown) == 1 else 'keys'} "
+                         f"{', '.join(unknown)} (sections: {', '.join(types_)})")
+    flat = {}
+    for section, values in doc.items():
+        for k, v in values.items():
+            flat[k] = check_type(f"{section}.{k}", hints[section, k], v, str(path))
+    return flat
+
+
+def check_type(name: str, hint, value, where: str = ""):
+    """``value`` as the field's type (a list for a tuple, an int for a float); ValueError
+    naming the field when it does not fit."""
+    inner = optional_inner(hint)
+    base = hint if inner is None else inner
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    ok = True
+    if origin is Literal:
+        ok = value in args  # validate() words the message for a Literal
+        if not ok:
+            raise ValueError(f"{where + ': ' if where else ''}{name} must be "
+                             f"{_either(choices(hint))}, got {value!r}")
+    elif origin in (tuple, list):
+        ok = isinstance(value, list) and (origin is list or len(value) == len(args))
+        if ok:
+            value = [check_type(name, args[0 if origin is list else i], v, where)
+                     for i, v in enumerate(value)]
+            value = tuple(value) if origin is tuple else value
+    elif base is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif base is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, base)
+    if not ok:
+        shown = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+        raise ValueError(f"{where + ': ' if where else ''}{name} must be {shown}, "
+                         f"got {value!r}")
+    return value
 
 
 def section_types() -> dict[str, type]:

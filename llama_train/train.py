@@ -16,7 +16,10 @@ position is one small state for all ranks.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 
 from ..native import GEMMS, RECIPES, MXLinear, convert_linears, set_step
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import TRAIN_PRESETS, TrainConfig, TrainingDiverged, lr_at
+from .config import TRAIN_PRESETS, RunExists, TrainConfig, TrainingDiverged, lr_at
 from .data import load_tokenizer, open_stream, validation_set
 from .distributed import Dist, setup_dist
 from .metrics import Metrics, read_metrics
@@ -153,17 +156,62 @@ def non_finite(step: int, loss: float, grad_norm: float) -> str | None:
     return f"step {step}: non-finite {what} (loss {loss}, grad_norm {grad_norm})"
 
 
-def train(cfg: TrainConfig, resume: bool = False) -> dict:
+log = logging.getLogger(__name__.rsplit(".", 1)[0])  # ocpmx.llama_train
+
+# what a run writes into OUT (besides files a user put there): --overwrite removes these
+RUN_OUTPUTS = ("metrics.jsonl", "checkpoints", "tb", "config.json", "step_breakdown.json",
+               "memory.json")
+
+
+def prepare_run_dir(out: Path, resume: bool, overwrite: bool, dist: Dist) -> None:
+    """Before anything is built or written: refuse to start afresh in a directory holding a
+    run (metrics.jsonl or checkpoints/) unless ``overwrite``, which removes that run's outputs
+    (RUN_OUTPUTS); then make sure OUT can be created and written. Raises RunExists (a
+    FileExistsError), PermissionError or NotADirectoryError with a one-line message."""
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in OUT and --overwrite replaces it: "
+                         "give one of them")
+    held = [n for n in ("metrics.jsonl", "checkpoints") if (out / n).exists()]
+    if held and not resume and not overwrite:
+        raise RunExists(f"{out} holds a run ({', '.join(held)}): continue it with --resume or "
+                        "replace it with --overwrite")
+    dist.barrier()  # every rank has looked before rank 0 removes anything
+    if dist.main:
+        if held and overwrite:
+            for name in RUN_OUTPUTS:
+                p = out / name
+                if p.is_dir():
+                    shutil.rmtree(p)
+                elif p.exists():
+                    p.unlink()
+            log.info(f"--overwrite: removed the previous run's outputs in {out}")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / f".write_test_{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except (FileExistsError, NotADirectoryError):
+            raise NotADirectoryError(f"cannot use --out {out}: a file is in the way") from None
+        except PermissionError:
+            raise PermissionError(f"cannot write to --out {out}: permission denied") from None
+    dist.barrier()
+
+
+def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> dict:
+    """Train as ``cfg`` says into OUT (cfg.logging.out). ``resume``: continue from
+    OUT/checkpoints/latest; ``overwrite``: replace a run already in OUT (without either, a run
+    there is an error: RunExists)."""
     dist = setup_dist(cfg.training.device)
     device, out = dist.device, Path(cfg.logging.out)
     steps, seq_len = cfg.training.max_steps, cfg.data.seq_len
-    model, opt, tok, mcfg = build(cfg, dist)  # validates the configuration first
-    if dist.main:
-        out.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
+    cfg.validate()
+    if not Path(cfg.data.data).is_dir():
+        raise FileNotFoundError(f"data directory {cfg.data.data} does not exist")
+    prepare_run_dir(out, resume, overwrite, dist)
+    model, opt, tok, mcfg = build(cfg, dist)
     state = load_checkpoint(out, model, opt, dist) if resume else None
     if resume and state is None and dist.main:
-        print(f"no checkpoint in {out}/checkpoints: starting from step 0")
+        log.warning(f"no checkpoint in {out}/checkpoints: starting from step 0")
     start, tokens, skipped = 0, 0, 0
     if state:
         start, tokens, skipped = state["step"] + 1, state["tokens"], state["skipped"]
@@ -175,9 +223,9 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), "model": asdict(mcfg),
                                                      "world": dist.world}, indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
-                      tensorboard=cfg.logging.tensorboard,
-                      progress=(steps, start, f"{cfg.model.preset}/{cfg.precision.recipe}")
-                      if cfg.logging.progress else None)
+                      tensorboard=cfg.logging.tensorboard, steps=(start, steps),
+                      label=f"{cfg.model.preset}/{cfg.precision.recipe}",
+                      progress=cfg.logging.progress, log_every=cfg.logging.log_every)
     profiler = StepProfiler(cfg.logging.profile_step if dist.main else None, device, out)
     step_model = torch.compile(model) if cfg.training.compile else model
     fpt, peak = flops_per_token(mcfg, seq_len), peak_flops(device) * dist.world
@@ -202,7 +250,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
             if problem:
                 skipped += 1
                 if dist.main:
-                    print(f"{problem}; step skipped ({skipped} so far)")
+                    log.warning(f"{problem}; step skipped ({skipped} so far)")
             tokens += step_tokens
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -224,9 +272,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
                 reached = target is not None and losses["val_loss"] <= target
                 if reached:
                     result["tokens_to_target"] = tokens
-            metrics.flush()
             every, keep_steps = cfg.checkpoint.save_every, cfg.checkpoint.keep_steps
-            if (every and ((step + 1) % every == 0 or last or reached)) or step in keep_steps:
+            saving = (every and ((step + 1) % every == 0 or last or reached)) or step in keep_steps
+            metrics.flush(sync=saving)  # a checkpoint's rows are on disk before it
+            if saving:
                 save_checkpoint(out, step, model, opt, stream, tokens, skipped,
                                 cfg.checkpoint.keep, dist, cfg.checkpoint.checkpoint_format,
                                 keep_steps)
@@ -240,5 +289,5 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict:
     return result
 
 
-__all__ = ["RECIPES", "TrainConfig", "TrainingDiverged", "TRAIN_PRESETS", "lr_at", "plot",
-           "read_metrics", "train"]
+__all__ = ["RECIPES", "RunExists", "TrainConfig", "TrainingDiverged", "TRAIN_PRESETS", "lr_at",
+           "plot", "read_metrics", "train"]

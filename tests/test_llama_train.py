@@ -345,7 +345,8 @@ def test_tensorboard_scalars(corpus, tmp_path, monkeypatch):
 def test_train_preset_sets_the_model_size(monkeypatch, tmp_path):
     """--train-preset mlperf picks the 8b model unless --preset says otherwise."""
     seen = []
-    monkeypatch.setattr(T, "train", lambda c, resume=False: seen.append(c) or {"tokens": 0})
+    monkeypatch.setattr(T, "train", lambda c, resume=False, overwrite=False:
+                        seen.append(c) or {"tokens": 0})
     monkeypatch.setattr(T, "read_metrics", lambda p: ([{"loss": 0.0}], []))
     cli.main(["train", "--train-preset", "mlperf", "--out", str(tmp_path), "--no-progress"])
     cli.main(["train", "--train-preset", "mlperf", "--preset", "30m", "--out", str(tmp_path)])
