@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from ..emulator.fold import TARGET, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
-from . import kernels, launch
+from . import launch
+from ._lazy import kernels, triton
 from .dispatch import hopper, interpreting
 from .tensor import MXTensor, pack_factor
 

@@ -19,11 +19,11 @@ import math
 
 import numpy as np
 import torch
-import triton
 
 from .. import emulator
 from ..spec import BLOCK_SIZE
-from . import fold, kernels, launch
+from . import fold, launch
+from ._lazy import kernels, triton
 from .dispatch import blackwell, interpreting, pick_backend
 from .ops import dequantize_kmajor
 from .tensor import MXTensor, pack_factor

@@ -13,10 +13,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from ..spec import ElementFormat, Rotation, Rounding, ScaleRule, lower
-from . import kernels
+from ._lazy import kernels, triton
 from .dispatch import hopper
 from .tensor import pack_factor
 from .tuning import Tuning

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import triton
+from ._lazy import triton
 
 from .dispatch import interpreting
 

@@ -215,3 +215,32 @@ def test_wheel_has_only_the_ocpmx_namespace(tmp_path):
     assert not any(n.startswith("ocpmx/tests") for n in names)
     for backend in ("triton", "torch", "ml_dtypes", "torchao", "gfloat"):  # package data
         assert f"ocpmx/conformance/deviations/{backend}.json" in names
+
+
+def test_the_emulator_path_needs_no_triton():
+    """Without Triton (macOS, Windows): ocpmx.native imports, quantizes CPU tensors on the
+    emulator and trains an MXLinear forward and backward; the Triton backend says what is
+    missing."""
+    import subprocess
+    import sys
+    code = """
+import sys
+sys.modules["triton"] = None  # import triton fails, as where it is not installed
+import torch
+from ocpmx import native
+x = torch.randn(64, 64, requires_grad=True)
+q = native.quantize(x.detach(), "e2m1")
+lin = native.MXLinear(64, 32, recipe="mxfp4_all_h16")
+lin(x).sum().backward()
+assert x.grad is not None and "triton" not in sys.modules or sys.modules["triton"] is None
+from ocpmx.native import _lazy
+try:
+    _lazy.kernels.quantize  # what a kernel launch touches first
+except ImportError as e:
+    print("IMPORT-ERROR:", e)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={k: v for k, v in __import__("os").environ.items()
+                                            if k != "TRITON_INTERPRET"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "IMPORT-ERROR: the Triton kernels need Triton" in done.stdout
