@@ -118,6 +118,10 @@ class PrecisionSection:
         aliases=("--mx-backend",))
     keep_bf16: list[str] = _field(["output"], "Linear layers left in bf16 (fnmatch patterns "
                                               "of module names)")
+    accumulation: Optional[Literal["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8"]] = \
+        _field(None, "sum every MX GEMM under this emulator accumulation model, bit for bit "
+                     "(a chip's numerics; CPU: the emulator, GPU: mx_matmul method 'emulate', "
+                     "every model but 'exact'; slow); None: the backend's own sums")
 
 
 @dataclass
@@ -190,6 +194,8 @@ class TrainConfig:
             value = getattr(getattr(self, section), f.name)
             if allowed and value not in allowed:
                 raise ValueError(f"{f.name} must be {_either(allowed)}, got {value!r}")
+        if self.precision.accumulation is not None and self.training.compile:
+            raise ValueError("accumulation models run eagerly: drop --compile")
         if data.seq_len > cfg.max_seq_len:
             raise ValueError(f"seq_len {data.seq_len} exceeds the preset's {cfg.max_seq_len}")
         if not 0 <= self.optimizer.decay_fraction <= 1:

@@ -54,7 +54,8 @@ def build(cfg: TrainConfig, dist: Dist):
         model = Llama(mcfg)
     model.activation_checkpointing = cfg.training.activation_checkpointing
     convert_linears(model, precision.recipe, rules=[(p, None) for p in precision.keep_bf16],
-                    seed=cfg.training.seed, backend=precision.backend)
+                    seed=cfg.training.seed, backend=precision.backend,
+                    accumulation=precision.accumulation)
     if dist.world > 1:  # FSDP2: each block, then the root; fp32 shards, bf16 compute by autocast
         from torch.distributed.fsdp import fully_shard
         for layer in model.layers:

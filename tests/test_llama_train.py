@@ -11,6 +11,7 @@ from ocpmx.llama_train import train as T
 from ocpmx.llama_train.data import (TokenStream, load_tokenizer, tokenize_split, train_tokenizer,
                                     validation_set)
 from ocpmx.llama_train.model import PRESETS, Llama, get_config, rope_frequencies
+from ocpmx.native import MXLinear
 
 
 def cfg(corpus, out, **kw):
@@ -387,3 +388,21 @@ def test_scale_report_times_the_right_steps(corpus, tmp_path):
     md = (tmp_path / "rep" / "scale.md").read_text()
     assert "| a | 2 | 2,000 | 3.0% | 0.03 | 4.2 / 5.0 |" in md and (tmp_path / "rep" / "loss.png").is_file()
     assert json.loads((tmp_path / "rep" / "scale.json").read_text())[0]["run"] == "a"
+
+
+def test_train_under_an_accumulation_model(corpus, tmp_path):
+    """--accumulation (issue 23): every MXLinear of the run carries the model, config.json
+    records it, the run trains; --compile with it is refused (the emulator's GEMM runs
+    eagerly)."""
+    c = cfg(corpus, tmp_path / "acc", recipe="mxfp8", max_steps=3, eval_every=3, save_every=0,
+            accumulation="hopper_bf16")
+    T.train(c)
+    rows, _ = T.read_metrics(tmp_path / "acc" / "metrics.jsonl")
+    assert len(rows) == 3 and all(math.isfinite(r["loss"]) for r in rows)
+    assert json.loads((tmp_path / "acc" / "config.json").read_text())["accumulation"] == \
+        "hopper_bf16"
+    model, *_ = T.build(c, T.setup_dist("cpu"))
+    layers = [m for m in model.modules() if isinstance(m, MXLinear)]
+    assert layers and all(m.context.accumulation == "hopper_bf16" for m in layers)
+    with pytest.raises(ValueError, match="accumulation models run eagerly"):
+        cfg(corpus, tmp_path / "x", accumulation="hopper_bf16", compile=True).validate()
