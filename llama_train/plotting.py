@@ -73,9 +73,11 @@ def loss_figure(runs: list[str], annotate=()):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import EngFormatter
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    both_fields = False
     for label, members in group_runs(runs):
         metrics = [read_metrics(m / "metrics.jsonl") for m in members]
         several = len(members) > 1
+        both_fields |= any("val_loss_recipe" in r for _, v in metrics for r in v)
         x, mean, lo, hi = _spread([{r["tokens"]: r["loss"] for r in t} for t, _ in metrics])
         line, = a.plot(x, mean, lw=1.2, label=label)
         color = line.get_color()
@@ -104,8 +106,10 @@ def loss_figure(runs: list[str], annotate=()):
         a.annotate(text, xy=(tokens, 1), xycoords=("data", "axes fraction"),
                    xytext=(3, -3), textcoords="offset points", va="top", fontsize=8,
                    rotation=90, color="0.3")
-    for ax, title in ((a, "train loss"),
-                      (b, "validation loss (bf16 forward; dashed: the recipe's own)")):
+    # runs logged before val_loss_recipe existed evaluated the recipe's own forward
+    val_title = ("validation loss (bf16 forward; dashed: the recipe's own)" if both_fields
+                 else "validation loss (the recipe's own forward, as logged)")
+    for ax, title in ((a, "train loss"), (b, val_title)):
         ax.set_xlabel("tokens")
         ax.set_ylabel(LOSS_LABEL)
         ax.xaxis.set_major_formatter(EngFormatter())  # 100k, 10M, 1G
