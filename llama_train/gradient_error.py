@@ -148,8 +148,9 @@ def saturation(layers, rotations=("none", "hadamard16")) -> dict:
             for gemm in GEMMS:
                 rot = _ctx(layer, 0).rotation(g, gemm)
                 for name, (t, axis) in zip(OPERANDS[gemm], ops[gemm]):
-                    q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rotation=rot)
-                    deq = dequantize(q).double()
+                    q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rotation=rot,
+                                 backend=layer.context.backend)
+                    deq = dequantize(q, backend=layer.context.backend).double()
                     xr = _rotate(t, rot, axis)
                     scale = torch.pow(2.0, q.scales.double() - 127).repeat_interleave(32, dim=axis)
                     sat = (xr.abs() > q.fmt.max_normal * scale).sum()

@@ -96,9 +96,9 @@ def trained(corpus, tmp_path_factory):
     cfg = T.TrainConfig.from_flat(preset="tiny", recipe="bf16", out=str(out), data=str(corpus),
                                   max_steps=3, batch_size=2, seq_len=64, warmup_steps=1,
                                   eval_every=3, eval_sequences=2, save_every=3, progress=False,
-                                  tensorboard=False)
-    T.train(cfg)
-    return out
+                                  tensorboard=False, backend="emulator")
+    T.train(cfg)  # the emulator backend: the analysis's quantizes run on it (the interpreter
+    return out    # path of the same ops is tested in test_native_*; here it took 4 minutes)
 
 
 def test_gradient_error_statistics(corpus, trained, tmp_path):
