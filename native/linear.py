@@ -139,21 +139,10 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         return fp8_matmul(am, bm, FP8_ELEMENT[names[0]], FP8_ELEMENT[names[1]], out_dtype)
     if ctx.accumulation is not None:
         return _emulated_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys)
-    keyed = keys is not None and needs_keys(g)
-    if keyed and g.rotation == "random_sign":  # the signs come from the keys
-        rot = Rotation(RANDOM_SIGN_SIZE, mask=0)
-    else:
-        rot = ctx.rotation(g, gemm)
     on_emulator = pick_backend(a.device, ctx.backend) == "emulator"
     method = auto_method(a.device) if ctx.method == "auto" and not on_emulator else ctx.method
     ops = []
-    for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis))):
-        kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
-                  backend=ctx.backend)
-        if keyed:
-            kw["keys"] = keys[GEMMS.index(gemm), j]
-        elif g.rounding[j] == "stochastic":
-            kw["seed"] = ctx.rounding_seed(gemm, j)
+    for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)):
         # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the
         # same bits as dequantize(quantize(.)), without the packed round trip)
         ops.append(quantize_dequantize(t, g.element, **kw) if method == "bf16" and not on_emulator
@@ -170,6 +159,26 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
     return mx_matmul(ops[0], ops[1], out_dtype=out_dtype, backend=ctx.backend, method=method)
 
 
+def _operand_options(gemm: str, g: GemmRecipe, a_axis: int, b_axis: int, ctx: GemmContext,
+                     keys) -> list[dict]:
+    """The quantize options of GEMM ``gemm``'s two operands under recipe entry ``g``: axis,
+    scale rule, rounding, rotation, and where random bits come from (the layer's key buffer
+    when the kernels read it, else a seed from ``ctx``)."""
+    keyed = keys is not None and needs_keys(g)
+    if keyed and g.rotation == "random_sign":  # the signs come from the keys
+        rot = Rotation(RANDOM_SIGN_SIZE, mask=0)
+    else:
+        rot = ctx.rotation(g, gemm)
+    out = []
+    for j, axis in enumerate((a_axis, b_axis)):
+        kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
+                  backend=ctx.backend)
+        if keyed:
+            kw["keys"] = keys[GEMMS.index(gemm), j]
+        elif g.rounding[j] == "stochastic":
+            kw["seed"] = ctx.rounding_seed(gemm, j)
+        out.append(kw)
+    return out
 
 
 def _emulated_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out_dtype,
@@ -178,23 +187,14 @@ def _emulated_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out
     ``ctx.accumulation``: the operands quantized as in any MX GEMM, then the model's sum, bit
     for bit (CPU: ``emulator.mx_matmul``; GPU: ``mx_matmul(method='emulate')``), rounded once
     to ``out_dtype``."""
-    keyed = keys is not None and needs_keys(g)
-    rot = (Rotation(RANDOM_SIGN_SIZE, mask=0) if keyed and g.rotation == "random_sign"
-           else ctx.rotation(g, gemm))
     arrays = []
-    for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis))):
-        kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
-                  backend=ctx.backend)
-        if keyed:
-            kw["keys"] = keys[GEMMS.index(gemm), j]
-        elif g.rounding[j] == "stochastic":
-            kw["seed"] = ctx.rounding_seed(gemm, j)
+    for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)):
         mx = quantize(t, g.element, **kw)
         if a.device.type != "cpu":  # the GPU: the Triton GEMM of the same model (it contracts
             arrays.append(mx)       # the quantized axes, whichever they are)
             continue
         mx = mx.to_emulator()
-        if axis == 0:  # (K, rows) quantized along K -> the (rows, K) view mx_matmul takes
+        if kw["axis"] == 0:  # (K, rows) quantized along K -> the (rows, K) view mx_matmul takes
             mx = emulator.MXArray(mx.codes.T, mx.scales.T, mx.fmt, 1, mx.block_size,
                                   mx.rotation)
         arrays.append(mx)
