@@ -59,8 +59,9 @@ def wgrad_treatments(arms=ARMS) -> dict[str, tuple[GemmRecipe, list[str]]]:
     return out
 
 
-def capture(model, batch: torch.Tensor, device) -> list[tuple[MXLinear, torch.Tensor, torch.Tensor]]:
-    """(layer, X, dY) for every MXLinear of ``model`` on one batch (bf16 forward and backward)."""
+def capture_with_grads(model, batch: torch.Tensor, device):
+    """(loss, [(layer, X, dY)]) for every MXLinear of ``model`` on one batch (bf16 forward and
+    backward); the parameters keep their gradients (the true ones)."""
     from .train import loss_fn
     seen: dict[MXLinear, list] = {}
     hooks = []
@@ -73,12 +74,20 @@ def capture(model, batch: torch.Tensor, device) -> list[tuple[MXLinear, torch.Te
                 lambda m, gi, go: seen[m].__setitem__(1, go[0].detach().reshape(-1, go[0].shape[-1]))))
     try:
         model.zero_grad(set_to_none=True)
-        loss_fn(model, batch, device).backward()
-        model.zero_grad(set_to_none=True)
+        loss = loss_fn(model, batch, device)
+        loss.backward()
     finally:
         for h in hooks:
             h.remove()
-    return [(m, x, dy) for m, (x, dy) in seen.items()]
+    return float(loss.detach()), [(m, x, dy) for m, (x, dy) in seen.items()]
+
+
+def capture(model, batch: torch.Tensor, device) -> list[tuple[MXLinear, torch.Tensor, torch.Tensor]]:
+    """(layer, X, dY) for every MXLinear of ``model`` on one batch (bf16 forward and backward);
+    the gradients are dropped."""
+    _, layers = capture_with_grads(model, batch, device)
+    model.zero_grad(set_to_none=True)
+    return layers
 
 
 def _ctx(layer, step, seed=0) -> GemmContext:

@@ -58,6 +58,7 @@ import torch
 
 from ..native import GEMMS, GemmContext, MXLinear, dequantize, quantize, recipe_gemm
 from ..native.recipes import MX_SCALE_RULE, OPERANDS, GemmRecipe
+from .gradient_error import capture_with_grads, load_run
 
 _MX4 = GemmRecipe("mxfp4", scale_rule=MX_SCALE_RULE)
 TREATMENTS = {
@@ -397,29 +398,6 @@ def _fraction_stats(counts, n_boot: int) -> dict:
     return out
 
 
-def capture_with_grads(model, batch, device):
-    """(loss, [(layer, X, dY)]) for every MXLinear on one batch (bf16 forward and backward); the
-    parameters keep their gradients (the true ones, for the clip factor and the trajectory)."""
-    from .train import loss_fn
-    seen: dict = {}
-    hooks = []
-    for mod in model.modules():
-        if isinstance(mod, MXLinear):
-            seen[mod] = [None, None]
-            hooks.append(mod.register_forward_hook(
-                lambda m, i, o: seen[m].__setitem__(0, i[0].detach().reshape(-1, i[0].shape[-1]))))
-            hooks.append(mod.register_full_backward_hook(
-                lambda m, gi, go: seen[m].__setitem__(1, go[0].detach().reshape(-1, go[0].shape[-1]))))
-    try:
-        model.zero_grad(set_to_none=True)
-        loss = loss_fn(model, batch, device)
-        loss.backward()
-    finally:
-        for h in hooks:
-            h.remove()
-    return float(loss.detach()), [(m, x, dy) for m, (x, dy) in seen.items()]
-
-
 def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.dot(a.flatten().double(), b.flatten().double()))
 
@@ -431,7 +409,6 @@ def analyze_run(run, out, steps=None, batches: int = 128, batch_size: int | None
     steps, default all kept ones), each from a fresh load; writes OUT/mechanism.json and .md."""
     from .checkpoint import load_checkpoint, saved_steps
     from .data import open_stream
-    from .gradient_error import load_run
     run = Path(run)
     steps = steps or saved_steps(run)
     if not steps:
