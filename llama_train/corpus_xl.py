@@ -32,7 +32,6 @@ with ``dpkg -x``) and ``pdftotext`` (``apt-get install poppler-utils``) for the 
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
@@ -48,7 +47,7 @@ import unicodedata
 from collections import Counter
 from pathlib import Path
 
-from .corpus import chunks, html_text
+from .corpus import CHUNK, _read, chunks, html_text
 from .data import write_shard
 
 HTML = [("**/*.html", "html"), ("**/*.htm", "html"), ("**/*.html.gz", "html")]
@@ -101,17 +100,9 @@ XL_PACKAGES: dict[str, tuple[str, list[tuple[str, str]]]] = {
 }
 PACKAGE_SETS = {"v2": tuple(XL_PACKAGES)}
 COMPONENTS = ("main", "contrib", "non-free")  # the doc-rfc-* and GNU manuals are non-free
-CHUNK = 20_000
 
 
 # ---- text extraction, one function per kind: (path) -> list of documents ----------------------
-
-def _read(path: Path) -> str:
-    if path.suffix in (".gz", ".dz"):
-        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
-            return f.read()
-    return path.read_text(encoding="utf-8", errors="replace")
-
 
 def normalize(text: str) -> str:
     """Trailing spaces stripped, tabs expanded, runs of blank lines cut to one, NUL and other
@@ -513,7 +504,7 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
             docs = [json.loads(l)["text"] for l in f]
         random.Random(seed * 1_000_003 + i).shuffle(docs)
         split = "validation" if n == "validation" else "train"
-        path = out / (f"c4-validation.00000-of-00001.json.gz" if split == "validation" else
+        path = out / ("c4-validation.00000-of-00001.json.gz" if split == "validation" else
                       f"c4-train.{i:05d}-of-{n_train_shards:05d}.json.gz")
         write_shard(path, docs)
         totals[f"{split}_documents"] += len(docs)
