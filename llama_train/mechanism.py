@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..native import GEMMS, GemmContext, MXLinear, dequantize, quantize, recipe_gemm
+from ..native import GemmContext, MXLinear, dequantize, quantize, recipe_gemm
 from ..native.recipes import MX_SCALE_RULE, OPERANDS, GemmRecipe
 from .gradient_error import capture_with_grads, load_run
 
