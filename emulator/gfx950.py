@@ -86,8 +86,8 @@ import numba as nb
 import numpy as np
 
 from ..spec import BLOCK_SIZE, get_format, parse_rotation
-from ..spec import philox as _philox_def
 from ..spec.rules import Rounding
+from .philox import philox4
 
 # Sources: name -> (fraction bits, exponent bits, exponent bias, storage dtype)
 SOURCES = {
@@ -108,9 +108,6 @@ FORMATS = tuple(SPECIAL_OUTPUTS)
 NAN_SCALE = 0xFF
 UNIT_SCALE = 127  # 2^0: what ``cast`` converts under
 
-_M32 = np.uint64(0xFFFFFFFF)
-_RA, _RB = np.uint64(_philox_def.ROUND_A), np.uint64(_philox_def.ROUND_B)
-_KA, _KB = np.uint64(_philox_def.KEY_A), np.uint64(_philox_def.KEY_B)
 
 
 def _target(fmt):
@@ -238,32 +235,10 @@ def convert(x, fmt, scale_codes=UNIT_SCALE, *, rounding="rne", words=None) -> np
 # Random words: one per element, four per Philox4x32-10 call
 # ------------------------------------------------------------------------------------------
 
-@nb.njit(cache=True, inline="always")
-def _philox4(seed, c):
-    k0 = seed & _M32
-    k1 = (seed >> np.uint64(32)) & _M32
-    c0 = c & _M32
-    c1 = (c >> np.uint64(32)) & _M32
-    c2 = np.uint64(0)
-    c3 = np.uint64(0)
-    for _ in range(10):
-        p0 = _RA * c0
-        p2 = _RB * c2
-        n0 = ((p2 >> np.uint64(32)) ^ c1 ^ k0) & _M32
-        n2 = ((p0 >> np.uint64(32)) ^ c3 ^ k1) & _M32
-        c1 = p2 & _M32
-        c3 = p0 & _M32
-        c0 = n0
-        c2 = n2
-        k0 = (k0 + _KA) & _M32
-        k1 = (k1 + _KB) & _M32
-    return c0, c1, c2, c3
-
-
 @nb.njit(cache=True, parallel=True)
 def _words(seed, n, out):
     for c in nb.prange((n + 3) // 4):
-        w = _philox4(seed, np.uint64(c))
+        w = philox4(seed, np.uint64(c))
         for j in range(4):
             i = 4 * c + j
             if i < n:
