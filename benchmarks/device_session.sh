@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm conform speed. Logs and results go to /tmp/ocpmx_run/.
+# Steps: env tests sass bench gemm emulate accum conform speed. Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
 mkdir -p $RUN /tmp/p
 ln -sfn "$PWD" /tmp/p/ocpmx
@@ -19,7 +19,7 @@ for s in "$@"; do
       done_ $s $? ;;
     tests)
       python3 -m pytest tests/test_native_quantize.py tests/test_native_gemm.py tests/test_mxlinear.py \
-        tests/test_compile.py tests/test_fold.py -q -n 8 -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
+        tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py -q -n 8 -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
       done_ $s $? ;;
     sass)
       { python3 benchmarks/kernel_sass.py; python3 benchmarks/kernel_sass.py --qdq; } > $RUN/sass.txt 2>&1
@@ -29,6 +29,12 @@ for s in "$@"; do
       done_ $s $? ;;
     gemm)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_gemm --sections gemm > $RUN/bench_gemm.log 2>&1
+      done_ $s $? ;;
+    emulate)
+      python3 benchmarks/gpu_bench.py --out $RUN/bench_emulate --sections emulate > $RUN/bench_emulate.log 2>&1
+      done_ $s $? ;;
+    accum)
+      bash benchmarks/train_accumulation.sh $RUN/accum > $RUN/accum.log 2>&1
       done_ $s $? ;;
     conform)
       python3 -m ocpmx.cli conform --backend triton --budget quick \

@@ -8,6 +8,7 @@ gemm      TFLOP/s on Llama 3.1-8B shapes (8192 tokens): dot_scaled MXFP4 vs cuBL
           a chip without MX units
 linear    MXLinear forward + backward per recipe against nn.Linear bf16
 numerics  how the chip's dot_scaled sums compare with the emulator's accumulation models
+emulate   method='emulate' (a declared accumulation model, bit for bit) against cuBLAS bf16
 
 Writes <out>/bench.json and <out>/bench.md (device, versions, command). Timings: medians of
 triton.testing.do_bench (CUDA events), inputs random normal, several input sets rotated for
@@ -264,8 +265,32 @@ def section_numerics(rows):
                              median_rel_vs_exact=float(np.median(rel))))
 
 
+def section_emulate(rows):
+    """method='emulate' (issue 23): a chip's accumulation model reproduced bit for bit in a Triton
+    GEMM (int64 products, aligned one by one), against cuBLAS bf16 and dot_scaled on the same
+    shape (smaller than the Llama shapes: the emulation is slow by design)."""
+    m, n, k = 2048, 4096, 4096
+    flop = 2 * m * n * k
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    t_bf16 = bench(lambda: a @ b.t())
+    rows.append(dict(case=f"emulate M={m} N={n} K={k} cuBLAS bf16", ms=t_bf16,
+                     tflops=flop / t_bf16 / 1e9, of_bf16=1.0))
+    for fmt in ("e2m1", "e4m3"):
+        qa, qb = native.quantize(a, fmt), native.quantize(b, fmt)
+        native.mx_matmul(qa, qb, method="dot_scaled")
+        t = bench(lambda: native.mx_matmul(qa, qb, method="dot_scaled"))
+        rows.append(dict(case=f"emulate M={m} N={n} K={k} {fmt} dot_scaled (not emulated)",
+                         ms=t, tflops=flop / t / 1e9, of_bf16=t_bf16 / t))
+        for model in ("hopper_bf16", "fp32_sequential", "hopper_fp8"):
+            native.mx_matmul(qa, qb, method="emulate", model=model)
+            t = bench(lambda: native.mx_matmul(qa, qb, method="emulate", model=model), rep=1000)
+            rows.append(dict(case=f"emulate M={m} N={n} K={k} {fmt} method=emulate {model}",
+                             ms=t, tflops=flop / t / 1e9, of_bf16=t_bf16 / t))
+
+
 SECTIONS = {"quantize": section_quantize, "gemm": section_gemm, "linear": section_linear,
-            "numerics": section_numerics}
+            "numerics": section_numerics, "emulate": section_emulate}
 
 
 def header():
