@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm emulate accum conform speed. Logs and results go to /tmp/ocpmx_run/.
+# Steps: env tests tests_emulate sass bench gemm emulate accum conform speed. Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
 mkdir -p $RUN /tmp/p
 ln -sfn "$PWD" /tmp/p/ocpmx
@@ -29,6 +29,9 @@ for s in "$@"; do
       done_ $s $? ;;
     gemm)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_gemm --sections gemm > $RUN/bench_gemm.log 2>&1
+      done_ $s $? ;;
+    tests_emulate)
+      python3 -m pytest tests/test_emulate_gemm.py -q -n 4 -rA -p no:cacheprovider > $RUN/pytest_emulate_gpu.log 2>&1
       done_ $s $? ;;
     emulate)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_emulate --sections emulate > $RUN/bench_emulate.log 2>&1

@@ -241,17 +241,21 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
 
 
 _EMULATE_TILE = 16
+# the fast kernel's (BLOCK_M, BLOCK_N) per chunk length: the (BLOCK_M, BLOCK_N, L) product
+# tile lives in registers
+_EMULATE_FAST_TILE = {1: (32, 32), 2: (32, 32), 4: (32, 32), 8: (32, 32), 16: (32, 32),
+                      32: (32, 16)}
 
 
 def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
-    """``method='emulate'``: ``kernels.emulate.emulate_gemm_kernel`` under ``model``."""
+    """``method='emulate'``: ``kernels.emulate`` under ``model``: the float32 kernel where a chunk lies
+    in one 32-block (fp32_sequential, hopper_bf16, hopper_fp8), the int64 one otherwise."""
     m, n = da.shape[0], db.shape[0]
     model = emulator.accumulate.MODELS.get(model, model) if isinstance(model, str) else model
     if model == "exact":
         raise ValueError("method='emulate' has no 'exact' model (an exact sum over all of K needs "
                          "a multi-word accumulator): use the emulator backend, "
                          "'fp32_sequential' or a ChunkedModel")
-    ta, tb = _tables(fmt_a, da.device), _tables(fmt_b, db.device)
     if model == "fp32_sequential":
         mid, chunk, frac, align_rne, rtz = 1, BLOCK_SIZE, 0, False, False
         lo_a, hi_a = _exp_span(fmt_a)
@@ -268,15 +272,39 @@ def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     else:
         raise ValueError(f"unknown accumulation model {model!r}")
     c = torch.empty((m, n), dtype=torch.float32, device=da.device)
-    if m and n:
-        lo = _exp_span(fmt_a)[0] + _exp_span(fmt_b)[0]
-        grid = (triton.cdiv(m, _EMULATE_TILE), triton.cdiv(n, _EMULATE_TILE))
-        launch.run(kernels.emulate.emulate_gemm_kernel, grid, da, db, sa, sb, *ta, *tb, c,
-                   m, n, k, PACK_A=pack_factor(fmt_a), PACK_B=pack_factor(fmt_b), MODEL=mid,
-                   L=chunk, LP=triton.next_power_of_2(chunk), F=frac, ALIGN_RNE=align_rne,
-                   OUT_MODE=1 if rtz else 0, E0=lo, BLOCK_M=_EMULATE_TILE,
-                   BLOCK_N=_EMULATE_TILE, num_warps=4)
+    if not (m and n):
+        return c
+    lo = _exp_span(fmt_a)[0] + _exp_span(fmt_b)[0]
+    common = dict(PACK_A=pack_factor(fmt_a), PACK_B=pack_factor(fmt_b), MODEL=mid, F=frac,
+                  ALIGN_RNE=align_rne, OUT_MODE=1 if rtz else 0, E0=lo)
+    if BLOCK_SIZE % chunk == 0:  # chunks inside one block: the float32 kernel (same bits)
+        va, vb = _value_tables(fmt_a, da.device), _value_tables(fmt_b, db.device)
+        bm, bn = _EMULATE_FAST_TILE[min(chunk, 32)]
+        grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+        launch.run(kernels.emulate.emulate_gemm_fast_kernel, grid, da, db, sa, sb, *va, *vb, c,
+                   m, n, k, L=chunk, INV_GRID=float(2.0 ** -lo),
+                   SUM64=chunk * 2 ** (frac + 1) >= 2 ** 31, BLOCK_M=bm, BLOCK_N=bn,
+                   num_warps=4, **common)
+        return c
+    ta, tb = _tables(fmt_a, da.device), _tables(fmt_b, db.device)
+    grid = (triton.cdiv(m, _EMULATE_TILE), triton.cdiv(n, _EMULATE_TILE))
+    launch.run(kernels.emulate.emulate_gemm_kernel, grid, da, db, sa, sb, *ta, *tb, c,
+               m, n, k, L=chunk, LP=triton.next_power_of_2(chunk), BLOCK_M=_EMULATE_TILE,
+               BLOCK_N=_EMULATE_TILE, num_warps=4, **common)
     return c
+
+
+def _value_tables(fmt, device) -> tuple:
+    """The format's (value float32, special float32) tables on ``device``: value = sig * 2^exp
+    (exact in float32 for every MX element format) for finite codes, 0 for NaN/Inf codes."""
+    key = (fmt.name, str(device), "value")
+    if key not in _TABLES:
+        sig, exp, sp = emulator.accumulate.sig_exp_tables(fmt)
+        val = np.ldexp(sig.astype(np.float64), exp)
+        assert np.array_equal(val.astype(np.float32).astype(np.float64), val)
+        _TABLES[key] = (torch.from_numpy(val.astype(np.float32)).to(device),
+                        torch.from_numpy(sp.astype(np.float32)).to(device))
+    return _TABLES[key]
 
 
 _TABLES: dict = {}

@@ -13,13 +13,18 @@ from ocpmx.emulator.accumulate import ChunkedModel
 MODELS = {"hopper_bf16": "hopper_bf16", "hopper_fp8": "hopper_fp8",
           "fp32_sequential": "fp32_sequential",
           "chunk48_rne": ChunkedModel(48, 20, "rne", "rne"),
-          "chunk8_trunc": ChunkedModel(8, 6, "truncate", "rne")}
+          "chunk8_trunc": ChunkedModel(8, 6, "truncate", "rne"),
+          # the float32 kernel (chunks inside a block) with RNE alignment, and with int64 sums
+          "chunk16_rne": ChunkedModel(16, 10, "rne", "rne"),
+          "chunk32_f30": ChunkedModel(32, 30, "truncate", "rtz")}
 # two format pairs per model keep the interpreter's time down; together they cover every format
 PAIRS = {"hopper_bf16": [("e4m3", "e4m3"), ("e3m2", "e2m1")],
          "hopper_fp8": [("e5m2", "e4m3"), ("int8", "e2m3")],
          "fp32_sequential": [("e2m1", "e2m1"), ("e4m3", "e5m2")],
          "chunk48_rne": [("e2m3", "e3m2"), ("int8", "int8")],
-         "chunk8_trunc": [("e4m3", "e2m1"), ("e5m2", "e2m1")]}
+         "chunk8_trunc": [("e4m3", "e2m1"), ("e5m2", "e2m1")],
+         "chunk16_rne": [("e4m3", "e4m3"), ("e2m1", "e5m2")],
+         "chunk32_f30": [("e5m2", "e5m2"), ("int8", "e4m3")]}
 
 
 def _same(got, want):
@@ -105,10 +110,12 @@ def test_emulate_refuses_what_it_cannot_hold(device):
         native.mx_matmul(q, q, method="emulate", model="tpu", backend="triton")
 
 
-def test_mxlinear_accumulation_through_the_triton_gemm():
+@pytest.mark.parametrize("device", devices())
+def test_mxlinear_accumulation_through_the_triton_gemm(device):
     """MXLinear(accumulation=...) takes the Triton emulate GEMM where the tensors are not on
-    the CPU; here the same GEMM function, called on the interpreter, must equal the CPU
-    emulator path of MXLinear for Fprop, Dgrad and Wgrad (operands along both axes)."""
+    the CPU: on a GPU, MXLinear's own GEMM function with CUDA tensors; on the interpreter, the
+    same quantize + emulate calls it makes. Either must equal the CPU emulator path of MXLinear
+    for Fprop, Dgrad and Wgrad (operands along both axes)."""
     from ocpmx.native.linear import GemmContext, _emulated_gemm
     from ocpmx.native.recipes import get_recipe
     rng = np.random.default_rng(2)
@@ -120,9 +127,14 @@ def test_mxlinear_accumulation_through_the_triton_gemm():
     for gemm, a, aa, b, ba in (("fprop", x, 1, w, 1), ("dgrad", gy, 1, w, 0),
                                ("wgrad", gy, 0, x, 0)):
         want = _emulated_gemm(gemm, g, a, aa, b, ba, torch.float32, ctx, None)
-        qa = native.quantize(a, "e2m1", axis=aa, scale_rule="even", rotation="hadamard16",
-                             backend="triton")
-        qb = native.quantize(b, "e2m1", axis=ba, scale_rule="even", rotation="hadamard16",
-                             backend="triton")
-        got = native.mx_matmul(qa, qb, method="emulate", model="hopper_bf16", backend="triton")
+        if device == "cuda":
+            got = _emulated_gemm(gemm, g, a.cuda(), aa, b.cuda(), ba, torch.float32, ctx,
+                                 None).cpu()
+        else:
+            qa = native.quantize(a, "e2m1", axis=aa, scale_rule="even", rotation="hadamard16",
+                                 backend="triton")
+            qb = native.quantize(b, "e2m1", axis=ba, scale_rule="even", rotation="hadamard16",
+                                 backend="triton")
+            got = native.mx_matmul(qa, qb, method="emulate", model="hopper_bf16",
+                                   backend="triton")
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), gemm

@@ -68,6 +68,22 @@ def _round_to_f32(total, q, MODE: tl.constexpr):
 
 
 @triton.jit
+def _acc_parts(acc):
+    """The float32 accumulator as sig * 2^exp (int64, |sig| < 2^24, from its bits) and its
+    leading-bit exponent (-2^40 for zero)."""
+    u = acc.to(tl.int32, bitcast=True)
+    ef = (u >> 23) & 0xFF
+    mant = (u & 0x7FFFFF).to(tl.int64)
+    acc_sig = tl.where(ef > 0, mant | (1 << 23), mant)
+    acc_sig = tl.where(u < 0, -acc_sig, acc_sig)
+    acc_exp = tl.where(ef > 0, ef - 150, -149).to(tl.int64)
+    acc_nz = acc != 0
+    lead_acc = tl.where(acc_nz, acc_exp + _log2_floor(tl.where(acc_nz, tl.where(
+        acc_sig < 0, -acc_sig, acc_sig), 1)), -(1 << 40))
+    return acc_sig, acc_exp, lead_acc
+
+
+@triton.jit
 def _operand_tile(data_ptr, scale_ptr, rows, k, R, K, PACK: tl.constexpr, sig_ptr, exp_ptr,
                   sp_ptr):
     """(sig, exp, special, scale) of a tile: rows (R,), k (LP,) -> (R, LP) each (scale: the
@@ -144,16 +160,8 @@ def emulate_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, sig_a_ptr, exp_a_ptr, sp_a
         else:  # a chunked model: align the chunk's products and the accumulator to lead - F
             a_abs = tl.where(s < 0, -s, s)
             lead_p = tl.where(s != 0, e + _log2_floor(tl.where(s != 0, a_abs, 1)), -(1 << 40))
-            # the accumulator as sig * 2^exp (sig < 2^24): from its float32 bits
-            u = acc.to(tl.int32, bitcast=True)
-            ef = (u >> 23) & 0xFF
-            mant = (u & 0x7FFFFF).to(tl.int64)
-            acc_sig = tl.where(ef > 0, mant | (1 << 23), mant)
-            acc_sig = tl.where(u < 0, -acc_sig, acc_sig)
-            acc_exp = tl.where(ef > 0, ef - 150, -149).to(tl.int64)
+            acc_sig, acc_exp, lead_acc = _acc_parts(acc)
             acc_nz = acc != 0
-            lead_acc = tl.where(acc_nz, acc_exp + _log2_floor(tl.where(acc_nz, tl.where(
-                acc_sig < 0, -acc_sig, acc_sig), 1)), -(1 << 40))
             lead = tl.maximum(tl.max(lead_p, axis=2), lead_acc)
             any_term = (tl.sum((s != 0).to(tl.int32), axis=2) > 0) | acc_nz
             q = lead - F
@@ -184,3 +192,109 @@ def _align(s, e, q, ALIGN_RNE: tl.constexpr):
         t = tl.where(bump, t + 1, t)
     t = tl.where((e < q) & (q - e >= 62), 0, t)
     return tl.where(s < 0, -t, t)
+
+
+# ------------------------------------------------------------------------------------------
+# The fast kernel: chunks that lie in one 32-block (L divides 32), products in float32
+# ------------------------------------------------------------------------------------------
+# Where a chunk lies in one block, its products share one scale 2^s (s = X_a + X_b - 254), and
+# each product of two elements, p = v_a * v_b, is exact in float32 (at most 14 significant bits,
+# |p| in [2^-32, 2^32) for every MX format pair). The model's steps then need no 64-bit
+# product arithmetic:
+#   lead   = max(exponent field of max_k |p| + s, the accumulator's leading bit)
+#   align  = |p| * 2^(s - q), q = lead - F: a power-of-two scaling, exact in float32 (a value
+#            pushed below 2^-126 is below 1 and aligns to 0), below 2^(F + 1) by construction;
+#            truncation toward zero is the float -> int conversion, RNE compares the exact
+#            remainder with 1/2
+#   sum    = the L aligned integers (int32 where L * 2^(F + 1) < 2^31, else int64), plus the
+#            accumulator aligned as in the reference kernel, rounded by the same _round_to_f32.
+# fp32_sequential: each product times 2^-E0 (E0 the pair's lowest product exponent) is an
+# integer below 2^62 (the host checks the span), so the block's exact sum is an int64 sum.
+# Bit for bit the reference kernel above and the emulator (tests/test_emulate_gemm.py).
+
+
+@triton.jit
+def _value_tile(data_ptr, scale_ptr, rows, k, kblock, R, K, PACK: tl.constexpr, val_ptr,
+                sp_ptr):
+    """(value, special, scale) of a chunk: value (R, L) float32 (0 for non-finite codes),
+    special (R, L) float32 (NaN/+-Inf, else 0), scale (R,) int32, the chunk's block's E8M0."""
+    valid_r = rows < R
+    valid = valid_r[:, None] & (k < K)[None, :]
+    if PACK == 2:
+        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + k[None, :] // 2, mask=valid,
+                       other=0).to(tl.int32)
+        code = (byte >> ((k[None, :] % 2) * 4)) & 0xF
+    else:
+        code = tl.load(data_ptr + rows[:, None] * K + k[None, :], mask=valid, other=0).to(tl.int32)
+    sc = tl.load(scale_ptr + rows * (K // 32) + kblock, mask=valid_r, other=127).to(tl.int32)
+    return tl.load(val_ptr + code), tl.load(sp_ptr + code), sc
+
+
+@triton.jit
+def emulate_gemm_fast_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, val_a_ptr, sp_a_ptr, val_b_ptr,
+                             sp_b_ptr, c_ptr, M, N, K,
+                             PACK_A: tl.constexpr, PACK_B: tl.constexpr, MODEL: tl.constexpr,
+                             L: tl.constexpr, F: tl.constexpr, ALIGN_RNE: tl.constexpr,
+                             OUT_MODE: tl.constexpr, E0: tl.constexpr, INV_GRID: tl.constexpr,
+                             SUM64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``emulate_gemm_kernel``'s result where L divides 32 (the section comment above): value
+    tables (float32) instead of sig/exp; INV_GRID = 2^-E0 (fp32_sequential)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    lk = tl.arange(0, L)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    nan = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
+    pinf = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
+    ninf = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
+    for k0 in range(0, K, L):
+        va, spa, sca = _value_tile(a_ptr, sa_ptr, rm, k0 + lk, k0 // 32, M, K, PACK_A,
+                                   val_a_ptr, sp_a_ptr)
+        vb, spb, scb = _value_tile(b_ptr, sb_ptr, rn, k0 + lk, k0 // 32, N, K, PACK_B,
+                                   val_b_ptr, sp_b_ptr)
+        scale_nan = (sca == 255)[:, None] | (scb == 255)[None, :]
+        nan = nan | scale_nan
+        n_sp = tl.sum((spa != 0).to(tl.int32)) + tl.sum((spb != 0).to(tl.int32))
+        if n_sp > 0:  # a NaN/Inf code in the chunk: the reference's flags (rare: skipped else)
+            code_sp = (spa != 0)[:, None, :] | (spb != 0)[None, :, :]
+            pv = tl.where(spa != 0, spa, va)[:, None, :] * tl.where(spb != 0, spb, vb)[None, :, :]
+            nan = nan | (tl.sum((code_sp & (pv != pv)).to(tl.int32), axis=2) > 0)
+            fin = ~scale_nan
+            pinf = pinf | (fin & (tl.sum((code_sp & (pv == float("inf"))).to(tl.int32),
+                                         axis=2) > 0))
+            ninf = ninf | (fin & (tl.sum((code_sp & (pv == float("-inf"))).to(tl.int32),
+                                         axis=2) > 0))
+        s = (sca - 127)[:, None] + (scb - 127)[None, :]  # the chunk's scale exponent (int32)
+        p = va[:, None, :] * vb[None, :, :]  # exact
+        if MODEL == 1:  # fp32_sequential: the block's exact sum, rounded once, added (RNE)
+            total = tl.sum((p * INV_GRID).to(tl.int64), axis=2)
+            acc = acc + _round_to_f32(total, (E0 + s).to(tl.int64), RNE_OUT)
+        else:
+            ap = tl.abs(p)
+            pmax = tl.max(ap, axis=2)
+            has_p = pmax > 0
+            lead_p = tl.where(has_p, ((pmax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127 + s,
+                              -(1 << 30)).to(tl.int64)
+            acc_sig, acc_exp, lead_acc = _acc_parts(acc)
+            q = tl.maximum(lead_p, lead_acc) - F
+            d = tl.minimum(tl.maximum(s.to(tl.int64) - q, -126), 127).to(tl.int32)
+            f = ((d + 127) << 23).to(tl.float32, bitcast=True)  # 2^(s - q), exact
+            x = ap * f[:, :, None]
+            if SUM64:
+                t = x.to(tl.int64)  # truncation toward zero (x >= 0)
+            else:
+                t = x.to(tl.int32)
+            if ALIGN_RNE:
+                r = x - t.to(tl.float32)  # the exact remainder in [0, 1)
+                t = t + ((r > 0.5) | ((r == 0.5) & ((t & 1) == 1))).to(t.dtype)
+            t = tl.where(p < 0, -t, t)
+            total = tl.sum(t, axis=2).to(tl.int64) + _align(acc_sig, acc_exp, q, ALIGN_RNE)
+            new = _round_to_f32(total, q, OUT_MODE)
+            keep = (acc != acc) | (acc == float("inf")) | (acc == float("-inf")) | \
+                ~(has_p | (acc != 0))
+            acc = tl.where(keep, acc, new)
+    acc = tl.where(nan | (pinf & ninf), float("nan"),
+                   tl.where(pinf, float("inf"), tl.where(ninf, float("-inf"), acc)))
+    cmask = (rm < M)[:, None] & (rn < N)[None, :]
+    tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], acc, mask=cmask)
