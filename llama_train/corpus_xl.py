@@ -32,6 +32,7 @@ with ``dpkg -x``) and ``pdftotext`` (``apt-get install poppler-utils``) for the 
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -419,6 +420,42 @@ def kind_needs_pdftotext(rules) -> bool:
     return any(kind == "pdf" for _, kind in rules)
 
 
+def _extractor_hash() -> str:
+    """SHA-256 of the extraction code (this module and corpus.py): a cached package's
+    documents are reused only by the code that made them."""
+    h = hashlib.sha256()
+    for f in (Path(__file__), Path(__file__).with_name("corpus.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _extracted(work: Path, pkg: str, deb: Path, sha: str, rules, min_chars: int):
+    """(files' document count, cleaned and filtered documents) of one package: unpacked and
+    extracted (the slow part: PDFs, HTML), or read back from ``work/docs`` where the same .deb
+    was extracted by the same code before, so that an interrupted build resumes package by
+    package. The cache file is written atomically (a temporary name, then a rename)."""
+    cache = work / "docs" / f"{pkg}_{sha[:16]}_{min_chars}_{_extractor_hash()}.json.gz"
+    if cache.exists():
+        with gzip.open(cache, "rt", encoding="utf-8") as f:
+            c = json.load(f)
+        return c["extracted_documents"], c["documents"]
+    root = work / "x" / pkg
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+    docs = package_documents(root, rules, min_chars)
+    n_files = len(docs)
+    docs = [d for d in drop_boilerplate(docs) if len(d) >= min_chars and mostly_words(d)]
+    shutil.rmtree(root)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(cache.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=1) as f:
+        json.dump({"extracted_documents": n_files, "documents": docs}, f)
+    os.replace(tmp, cache)
+    return n_files, docs
+
+
 def _key(text: str, seed: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}\0{text}".encode()).digest()[:8], "little")
 
@@ -431,7 +468,8 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
 
     ``packages``: names from ``table`` (default ``XL_PACKAGES``), all by default; ``manifest``:
     a previous build's manifest, whose versions are downloaded and whose .deb hashes must match.
-    ``workdir`` keeps the downloads (reused by a later build) and the temporary buckets."""
+    ``workdir`` keeps the downloads and each package's extracted documents (both reused by a
+    later build: an interrupted build resumes where it stopped) and the temporary buckets."""
     t_start = time.time()
     table = table or XL_PACKAGES
     pins = None
@@ -464,15 +502,8 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
             want = {p["package"]: p for p in manifest["packages"]}[pkg]["deb_sha256"]
             if sha != want:
                 raise RuntimeError(f"{deb.name}: SHA-256 {sha} differs from the manifest's {want}")
-        root = work / "x" / pkg
-        if root.exists():
-            shutil.rmtree(root)
-        root.mkdir(parents=True)
-        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
         category, rules = table[pkg]
-        docs = package_documents(root, rules, min_chars)
-        n_files = len(docs)
-        docs = [d for d in drop_boilerplate(docs) if len(d) >= min_chars and mostly_words(d)]
+        n_files, docs = _extracted(work, pkg, deb, sha, rules, min_chars)
         text_hash, kept, chars, dups = hashlib.sha256(), 0, 0, 0
         for d in docs:
             digest = hashlib.sha256(d.encode()).digest()[:16]
@@ -487,7 +518,6 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
             bucket[name].write(json.dumps({"text": d}) + "\n")
             kept += 1
             chars += len(d)
-        shutil.rmtree(root)
         row = {"package": pkg, "version": _deb_version(deb), "category": category,
                "deb": deb.name, "deb_sha256": sha, "deb_bytes": deb.stat().st_size,
                "rules": [list(r) for r in rules], "extracted_documents": n_files,
