@@ -249,7 +249,8 @@ _EMULATE_FAST_TILE = {1: (32, 32), 2: (32, 32), 4: (32, 32), 8: (32, 32), 16: (3
 
 def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     """``method='emulate'``: ``kernels.emulate`` under ``model``: the float32 kernel where a chunk lies
-    in one 32-block (fp32_sequential, hopper_bf16, hopper_fp8), the int64 one otherwise."""
+    in one 32-block and alignment truncates (fp32_sequential, hopper_bf16, hopper_fp8), the
+    int64 one otherwise."""
     m, n = da.shape[0], db.shape[0]
     model = emulator.accumulate.MODELS.get(model, model) if isinstance(model, str) else model
     if model == "exact":
@@ -277,7 +278,7 @@ def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     lo = _exp_span(fmt_a)[0] + _exp_span(fmt_b)[0]
     common = dict(PACK_A=pack_factor(fmt_a), PACK_B=pack_factor(fmt_b), MODEL=mid, F=frac,
                   ALIGN_RNE=align_rne, OUT_MODE=1 if rtz else 0, E0=lo)
-    if BLOCK_SIZE % chunk == 0:  # chunks inside one block: the float32 kernel (same bits)
+    if BLOCK_SIZE % chunk == 0 and not align_rne:  # chunks inside one block: float32 kernel
         va, vb = _value_tables(fmt_a, da.device), _value_tables(fmt_b, db.device)
         bm, bn = _EMULATE_FAST_TILE[min(chunk, 32)]
         grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
