@@ -9,9 +9,11 @@ Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on
 (H100 included). The GEMM is the emulator's ``folded_matmul`` with ``dot=dot_model(device)``:
 "exact" dots under the interpreter, Hopper's measured FP8 wgmma rule on an H100 (every format
 and group size; ``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md). Not yet fused
-into the quantize pass; untuned (one 128 x 128 tile): 123-127 TFLOP/s on an H100 at Llama-8B
-shapes, 0.15-0.18x cuBLAS bf16 (results/native_gpu/bench_gemm_h100.md): the float64 scale epilogue
-per group and the unpipelined group loop, not the dots (K = 128 per dot changed nothing).
+into the quantize pass. The kernel measured at 123-127 TFLOP/s on an H100 at Llama-8B shapes,
+0.15-0.18x cuBLAS bf16 (results/native_gpu/bench_gemm_h100.md), had a float64 scale epilogue
+per group and a nested group loop (K = 128 per dot changed nothing); the present one (float32
+epilogue, one flat loop, 3 pipeline stages; same bits, tested through the interpreter) is not
+yet measured on a GPU.
 """
 from __future__ import annotations
 
@@ -102,5 +104,6 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
                    c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k,
                    GROUP=a.group, BLOCK_M=bm, BLOCK_N=bn, KT=kt,
                    OUT_BF16=out_dtype == torch.bfloat16,
-                   num_warps=4 if interpreting() else 8)
+                   num_warps=4 if interpreting() else 8, num_stages=1 if interpreting() else 3,
+                   enable_fp_fusion=False)  # the epilogue's product is rounded, then added
     return c

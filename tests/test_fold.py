@@ -198,6 +198,27 @@ def test_group_scales_far_from_one(device):
     assert (want[1:, 1:] != 0).mean() > 0.5
 
 
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_group_scales_past_float32s_range(device):
+    """Exponent sums R_a + R_b above 127 (the kernel's scale takes two float32 multiplies):
+    results near float32's largest and overflowing to +-Inf, bit for bit the emulator's."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((36, 128)).astype(np.float32) * np.float32(2.0**80)
+    w = rng.standard_normal((20, 128)).astype(np.float32) * np.float32(2.0**34)
+    w[1::2] *= np.float32(2.0**30)  # half the columns past the range
+    qa = native.quantize(torch.from_numpy(x).to(device), "e2m1")
+    qb = native.quantize(torch.from_numpy(w).to(device), "e2m1")
+    ea, eb = fold(qa.to_emulator(), 4), fold(qb.to_emulator(), 4)
+    assert (ea.exponents[:, None, 0] + eb.exponents[None, :, 0] > 127).mean() > 0.4
+    want = folded_matmul(ea, eb)
+    got = native_fold.folded_matmul(native_fold.fold(qa, 4), native_fold.fold(qb, 4)).cpu().numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.isinf(want).mean() > 0.2 and (np.isfinite(want) & (np.abs(want) > 2.0**110)).any()
+
+
 def test_hopper_dot_reproduces_measured_h100_bits():
     """``folded_matmul(dot="hopper")`` against outputs an H100 computed (rows of three cases of
     benchmarks/fold_probe.py, 2026-11-23, Triton 3.6: tests/data/h100_folded_gemm.npz holds the

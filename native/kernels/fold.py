@@ -9,8 +9,8 @@ group's blocks holding a nonzero element) - D_MAX; a NaN-scale block gives E4M3 
 
 The GEMM: per K tile of one group (GROUP blocks), four (GROUP) K = 32 FP8 dots, each exact,
 each added to the tile's float32 sum T from 0 (``max_num_imprecise_acc=32``: the partial of
-one wgmma promoted at once, round to nearest even), then acc += fl(T * 2^(R_a + R_b)) with the
-scale applied in float64 and one rounding to float32.
+one wgmma promoted at once, round to nearest even), then acc += fl(T * 2^(R_a + R_b)), one
+rounding to float32 (``_group_scale``: two float32 multiplies, the first exact).
 """
 from __future__ import annotations
 
@@ -71,6 +71,25 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
 
 
 @triton.jit
+def _group_scale(ea, eb):
+    """2^(R_a + R_b) applied to a float32 tile T as (T * s1) * s2 with s1 = 2^e1, e1 = the
+    exponent sum clamped to [-100, 100], s2 = 2^(sum - e1) clamped to [-126, 127]; NaN where a
+    group holds a NaN block. T is 0 or 2^-18 <= |T| < 2^25 (sums of 128 E4M3 products), so
+    T * s1 is exact (a normal float32) and the one rounding is that of the second multiply:
+    fl32(T * 2^(R_a + R_b)), the value the float64 form fl32(fl64(T) * 2^(R_a + R_b)) gives,
+    subnormal, overflowing and vanishing results included (beyond the clamps the result is
+    +-Inf or +-0 either way). Needs no float contraction: the launch sets
+    enable_fp_fusion=False, so the product is rounded before it is added."""
+    nan = (ea == NAN_EXP)[:, None] | (eb == NAN_EXP)[None, :]
+    e = ea[:, None] + eb[None, :]
+    e1 = tl.minimum(tl.maximum(e, -100), 100)
+    e2 = tl.minimum(tl.maximum(e - e1, -126), 127)
+    s1 = ((e1 + 127) << 23).to(tl.float32, bitcast=True)
+    s2 = ((e2 + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.where(nan, float("nan"), s1), s2
+
+
+@triton.jit
 def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
                        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        KT: tl.constexpr, OUT_BF16: tl.constexpr):
@@ -81,35 +100,40 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
     ``max_num_imprecise_acc=32`` Triton splits a dot of K = KT into KT / 32 wgmmas, each into a
     zeroed partial sum, each partial added to the accumulator in K order (Triton's WGMMA
     lowering): the same sums as KT = 32, in fewer, longer dots. The interpreter has no such
-    split (its dot is one float32 matmul), so the host passes KT = 32 there."""
+    split (its dot is one float32 matmul), so the host passes KT = 32 there. With KT = 32
+    GROUP (the GPU default) the K loop is one flat loop, one dot and one epilogue per step:
+    the form Triton's software pipeliner overlaps with the next step's loads."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     kk = tl.arange(0, KT)
     n_groups = K // (32 * GROUP)
+    a_rows = a_ptr + rm[:, None] * K + kk[None, :]
+    b_cols = b_ptr + rn[None, :] * K + kk[:, None]
+    ea_rows = ea_ptr + rm * n_groups
+    eb_rows = eb_ptr + rn * n_groups
+    m_ok = (rm < M)[:, None]
+    n_ok = (rn < N)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g in range(0, n_groups):
-        t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
-            k0 = g * (GROUP * 32) + j * KT  # overflowed shared memory)
-            a = tl.load(a_ptr + rm[:, None] * K + (k0 + kk)[None, :], mask=(rm < M)[:, None],
-                        other=0).to(tl.float8e4nv, bitcast=True)
-            b = tl.load(b_ptr + rn[None, :] * K + (k0 + kk)[:, None], mask=(rn < N)[None, :],
-                        other=0).to(tl.float8e4nv, bitcast=True)
-            t = tl.dot(a, b, t, max_num_imprecise_acc=32)  # K = 32 dots, each promoted at once
-        ea = tl.load(ea_ptr + rm * n_groups + g, mask=rm < M, other=0)
-        eb = tl.load(eb_ptr + rn * n_groups + g, mask=rn < N, other=0)
-        # 2^(R_a + R_b) exactly, as float64 bits (|R| stays far inside float64's range); NaN
-        # where a group holds a NaN block. (A float32 multiply would round the same wherever
-        # the sum is a normal float32 exponent, and cost less than this float64 epilogue, which
-        # holds the folded GEMM near 120 TFLOP/s on an H100; the branch form tried on
-        # 2026-11-23 failed to compile there: to do.)
-        nan = (ea == NAN_EXP)[:, None] | (eb == NAN_EXP)[None, :]
-        e_sum = tl.where(nan, 0, ea[:, None].to(tl.int64) + eb[None, :].to(tl.int64))
-        scale = ((e_sum + 1023) << 52).to(tl.float64, bitcast=True)
-        scale = tl.where(nan, float("nan"), scale)
-        acc += (t.to(tl.float64) * scale).to(tl.float32)
+        k0 = g * (GROUP * 32)
+        if KT == GROUP * 32:  # one dot per group
+            a = tl.load(a_rows + k0, mask=m_ok, other=0).to(tl.float8e4nv, bitcast=True)
+            b = tl.load(b_cols + k0, mask=n_ok, other=0).to(tl.float8e4nv, bitcast=True)
+            t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                       max_num_imprecise_acc=32)  # K = 32 wgmmas, each promoted at once
+        else:
+            t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
+                a = tl.load(a_rows + k0 + j * KT, mask=m_ok,  # overflowed shared memory)
+                            other=0).to(tl.float8e4nv, bitcast=True)
+                b = tl.load(b_cols + k0 + j * KT, mask=n_ok, other=0).to(tl.float8e4nv,
+                                                                         bitcast=True)
+                t = tl.dot(a, b, t, max_num_imprecise_acc=32)
+        s1, s2 = _group_scale(tl.load(ea_rows + g, mask=rm < M, other=0),
+                              tl.load(eb_rows + g, mask=rn < N, other=0))
+        acc += (t * s1) * s2
     cmask = (rm < M)[:, None] & (rn < N)[None, :]
     if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
         tl.store(c_ptr + rm[:, None] * N + rn[None, :], f32_to_bf16_bits(acc), mask=cmask)
