@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests tests_emulate sass bench gemm emulate accum conform speed. Logs and results go to /tmp/ocpmx_run/.
+# Steps: env tests sass bench gemm emulate accum conform speed. Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
 mkdir -p $RUN /tmp/p
 ln -sfn "$PWD" /tmp/p/ocpmx
@@ -18,8 +18,10 @@ for s in "$@"; do
       { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $RUN/env.txt 2>&1
       done_ $s $? ;;
     tests)
-      python3 -m pytest tests/test_native_quantize.py tests/test_native_gemm.py tests/test_mxlinear.py \
-        tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py -q -n 8 -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
+      # TESTS: a subset of the files (the whole GPU run takes ~8 min, mostly compiling)
+      python3 -m pytest ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
+        tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py} \
+        -q -n 8 -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
       done_ $s $? ;;
     sass)
       { python3 benchmarks/kernel_sass.py; python3 benchmarks/kernel_sass.py --qdq; } > $RUN/sass.txt 2>&1
@@ -29,9 +31,6 @@ for s in "$@"; do
       done_ $s $? ;;
     gemm)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_gemm --sections gemm > $RUN/bench_gemm.log 2>&1
-      done_ $s $? ;;
-    tests_emulate)
-      python3 -m pytest tests/test_emulate_gemm.py -q -n 4 -rA -p no:cacheprovider > $RUN/pytest_emulate_gpu.log 2>&1
       done_ $s $? ;;
     emulate)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_emulate --sections emulate > $RUN/bench_emulate.log 2>&1
