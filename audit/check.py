@@ -29,9 +29,16 @@ from dataclasses import dataclass
 GEMM_KERNELS = ("mx_gemm_kernel",)
 
 
+# kernels that convert through gfx950's instructions (conversion='gfx950'): each variant must
+# hold the instruction its constexprs name (INSN), the other conversion kernels none
+HW_CONVERSION_KERNELS = ("quantize_gfx950_kernel",)
+
+
 def is_conversion_kernel(name: str) -> bool:
-    """The quantize and dequantize kernels (any the package adds): integer arithmetic only."""
-    return re.match(r"(de)?quantize_\w*kernel$", name) is not None
+    """The quantize and dequantize kernels (any the package adds): integer arithmetic only,
+    except ``HW_CONVERSION_KERNELS``."""
+    return re.match(r"(de)?quantize_\w*kernel$", name) is not None and \
+        name not in HW_CONVERSION_KERNELS
 
 
 # MX element format -> operand-format code of the instruction
@@ -176,6 +183,17 @@ def analyze(arch: Arch, launch, kernel) -> dict:
         out["mx_instruction"] = fields.pop("instruction", None)
         out["mx_count"] = len(mx)
         out["operand_formats"] = fields
+    elif launch.name in HW_CONVERSION_KERNELS:
+        want = consts["INSN"]
+        found = sorted(set(re.findall(r"\bv_cvt_scalef32_\w+", text)))
+        if arch.name != "gfx950":
+            failures.append(f"{launch.name} is for gfx950 only")
+        elif want not in found:
+            failures.append(f"no {want} (conversions found: {', '.join(found) or 'none'})")
+        elif set(found) - {want}:
+            failures.append(f"other conversions beside {want}: {sorted(set(found) - {want})}")
+        out["conversions"] = found
+        out["conversion_count"] = len(re.findall(rf"\b{want}\b", text))
     elif is_conversion_kernel(launch.name):
         found = sorted({m for pat in arch.forbidden_convert for m in re.findall(pat, text)})
         if found:

@@ -7,8 +7,9 @@ Nothing runs on a device. The workload uses small CPU tensors; while it records,
   * the interpreter switch reads off (TRITON_INTERPRET=0), so the GPU tunings and the
     autotuned GEMM are chosen as on a GPU;
   * ``pick_backend`` answers 'triton' for CPU tensors (the backend a GPU tensor gets);
-  * ``dispatch.nvidia``, ``dispatch.hopper`` and ``dispatch.blackwell`` answer as the audited
-    chip does (the register cap is for Hopper only; the GEMM prunes spilling tiles on sm_100);
+  * ``dispatch.nvidia``, ``dispatch.hopper``, ``dispatch.blackwell`` and ``dispatch.gfx950``
+    answer as the audited chip does (on gfx950 the workload adds ``conversion='gfx950'``
+    quantizes: the hardware-conversion kernel) (the register cap is for Hopper only; the GEMM prunes spilling tiles on sm_100);
   * ``gemm.has_mx_units`` answers True (both audited chips have MX units: method 'auto' is
     'dot_scaled', as on the chip);
   * ``gemm._smem_limit`` answers the chip's shared memory, so the autotuner's own prune
@@ -189,12 +190,16 @@ def recording(arch):
     def blackwell(device):
         return arch.name in ("sm_100", "sm_100a")
 
+    def gfx950(device):
+        return arch.name == "gfx950"
+
     patches = [(launch, "run", rec.run), (gemm, "has_mx_units", lambda device: True),
                (gemm, "_smem_limit", lambda t: arch.lds_limit)]
     # dispatch's functions wherever a module of ocpmx.native imported them by name
     for m in [m for name, m in sys.modules.items() if name.startswith("ocpmx.native")]:
         patches += [(m, k, v) for k, v in (("pick_backend", pick_backend), ("nvidia", nvidia),
-                                           ("hopper", hopper), ("blackwell", blackwell))
+                                           ("hopper", hopper), ("blackwell", blackwell),
+                                           ("gfx950", gfx950))
                     if getattr(m, k, None) is getattr(dispatch, k)]
     saved = [(m, k, getattr(m, k)) for m, k, _ in patches]
     env = os.environ.get("TRITON_INTERPRET")
@@ -274,6 +279,21 @@ def _column_kernel_calls(fmts, roundings, rotations):
     return out
 
 
+def _gfx950_calls(fmts, roundings, dtypes, shape=(64, 256)):
+    """quantize(..., conversion='gfx950'): the kernel of gfx950's conversion instructions."""
+    from ..native import quantize
+    out = []
+    for fmt, rnd, dt in itertools.product(fmts, roundings, dtypes):
+        if rnd == "stochastic" and dt != torch.float32:
+            continue  # the hardware path converts stochastically from float32 only
+        for axis in (-1, 0):
+            out.append((f"quantize {fmt} conversion=gfx950 {rnd} {_dt(dt)} axis={axis}",
+                        lambda fmt=fmt, rnd=rnd, dt=dt, axis=axis: quantize(
+                            _x(shape, dt), fmt, axis=axis, rounding=rnd, scale_rule="even",
+                            seed=5, conversion="gfx950")))
+    return out
+
+
 def _fold_calls(fmts, groups):
     """The FP4/FP6 -> E4M3 fold (issue 17). Its FP8 GEMM of folded operands is left out: it is
     Hopper's path (no MX units); on gfx950 and sm_100a the MX GEMM runs natively."""
@@ -331,9 +351,10 @@ def _mxlinear_calls(recipes, x_dtypes):
     return out
 
 
-def full_workload() -> list:
+def full_workload(arch=None) -> list:
     """Every format, scale rule, rounding, rotation, input dtype and axis; each varied over a
-    base product (format x rotation x rounding) rather than all combined."""
+    base product (format x rotation x rounding) rather than all combined; on gfx950 also the
+    hardware-conversion quantize."""
     from ..native import RECIPES
     bf16 = (torch.bfloat16,)
     calls = []
@@ -370,13 +391,20 @@ def full_workload() -> list:
                           ("none", "hadamard16"), bf16, (-1, 0))
     big += _dequantize_calls(("e2m1", "e4m3"), (torch.float32, torch.bfloat16))
     calls += [(f"{label} [BIG]", fn, True) for label, fn in big]
+    if arch is not None and arch.name == "gfx950":
+        calls += _gfx950_calls(("e2m1", "e4m3", "e5m2"), ("rne", "stochastic"), DTYPES)
     return calls
 
 
-def subset_workload() -> list:
+def subset_workload(arch=None) -> list:
     """A fast subset for CI: one variant of each kernel family and the GEMM configs of
-    e2m1 x e2m1 and e4m3 x e4m3 (where gfx950 prunes one)."""
-    return [
+    e2m1 x e2m1 and e4m3 x e4m3 (where gfx950 prunes one); on gfx950 the hardware-conversion
+    quantize of FP4 (RNE, bf16) and FP8 (stochastic)."""
+    extra = []
+    if arch is not None and arch.name == "gfx950":
+        extra = (_gfx950_calls(("e2m1",), ("rne",), (torch.bfloat16,))[:1]
+                 + _gfx950_calls(("e4m3",), ("stochastic",), (torch.float32,))[:1])
+    return extra + [
         *_quantize_calls(("e2m1",), ("even",), ("rne",), ("hadamard16",), (torch.bfloat16,), (-1,)),
         *_quantize_calls(("e4m3",), ("floor",), ("stochastic",), ("random_sign16:7",),
                          (torch.float32,), (0,))[:1],

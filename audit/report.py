@@ -48,7 +48,7 @@ def run_audit(arch_name: str, *, subset: bool = False, jobs: int = 1, extra=None
     if compile_pruned is None:
         compile_pruned = not subset
     if workload is None:
-        workload = record.subset_workload() if subset else record.full_workload()
+        workload = record.subset_workload(arch) if subset else record.full_workload(arch)
     launches, errors = record.record(arch, workload, extra)
     todo = [x for x in launches if x.reachable or compile_pruned]
     ctx = multiprocessing.get_context("spawn")

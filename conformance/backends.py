@@ -172,6 +172,57 @@ class TritonBackend(Backend):
                                 tune=False).cpu().numpy()
 
 
+class TritonGfx950Backend(TritonBackend):
+    """``native.quantize(..., conversion='gfx950')``: on a gfx950 GPU, gfx950's own conversion
+    instructions (``ocpmx.native.kernels.gfx950``); on any other device, AMD's conversion model
+    through the emulator backend (then the suite checks the model and this adapter, and the
+    report's header says so). Known differences from OCP: ``deviations/triton_gfx950.json``
+    (AMD's documented conversion semantics). Dequantize and GEMM are the Triton backend's."""
+
+    name = "triton_gfx950"
+    HARDWARE_FORMATS = ("e2m1", "e4m3", "e5m2")
+    MODEL_FORMATS = ("e2m1", "e2m3", "e3m2", "e4m3", "e5m2")
+
+    def __init__(self, device: str | None = None):
+        super().__init__(device)
+        from ..native.dispatch import gfx950
+        self.hardware = gfx950(self.torch.device(self.device))
+
+    def info(self):
+        return {**super().info(), "conversion": "gfx950 instructions (kernels.gfx950)"
+                if self.hardware else "gfx950 model (emulator; no gfx950 GPU here)"}
+
+    def supports(self, op, fmt, **options):
+        if op == "cast":
+            return "no standalone cast with conversion='gfx950' (quantize checks the conversion)"
+        if op == "quantize":
+            formats = self.HARDWARE_FORMATS if self.hardware else self.MODEL_FORMATS
+            if fmt not in formats:
+                return f"conversion='gfx950' converts {', '.join(formats)} here (not {fmt})"
+            if self.hardware and options.get("block_size", BLOCK_SIZE) != BLOCK_SIZE:
+                return "the gfx950 kernel takes blocks of 32"
+        return super().supports(op, fmt, **options)
+
+    def quantize(self, x, fmt, axis=-1, block_size=32, scale_rule="floor", rounding="rne", seed=0):
+        from .. import native
+        if rounding != "rne":
+            raise NotImplementedError(
+                "the suite's stochastic checks draw OCP's random stream; gfx950's stochastic "
+                "rounding is checked against emulator.gfx950 directly "
+                "(tests/test_gfx950_hardware.py)")
+        mx = native.quantize(self._t(x), fmt, axis=axis, block_size=block_size,
+                             scale_rule=scale_rule, rounding=rounding, seed=seed,
+                             conversion="gfx950",
+                             backend="triton" if self.hardware else "emulator")
+        return mx.codes.cpu().numpy(), mx.scales.cpu().numpy()
+
+    def quantize_packed(self, x, fmt, axis=-1, **opts):
+        from .. import native
+        mx = native.quantize(self._t(x), fmt, axis=axis, conversion="gfx950",
+                             backend="triton" if self.hardware else "emulator", **opts)
+        return mx.data.cpu().numpy(), mx.scales_kmajor.cpu().numpy()
+
+
 class TorchBackend(Backend):
     """PyTorch's own casts: float8_e4m3fn, float8_e5m2 (elements) and float8_e8m0fnu (the
     scale, checked as a cast of powers and non-powers of two). PyTorch has no MX block
@@ -334,7 +385,8 @@ def _nvidia_driver() -> str:
         return "unknown"
 
 
-BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend, "torch": TorchBackend,
+BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend,
+           "triton_gfx950": TritonGfx950Backend, "torch": TorchBackend,
            "ml_dtypes": MlDtypesBackend, "torchao": TorchaoBackend, "gfloat": GfloatBackend}
 # Peers: built in, usable when their package is installed.
 PEERS = {"torchao": "torchao", "gfloat": "gfloat"}

@@ -86,13 +86,14 @@ def cmd_conform(args) -> int:
         problem = report_path_problem(args.report)
         if problem:
             return fail(problem)
-    if args.backend == "triton" and args.device == "cpu":
+    triton_backend = args.backend in ("triton", "triton_gfx950")
+    if triton_backend and args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
     from .backends import load_backend
-    from .suite import (SPEC_VERSION, builtin_deviations_path, counts_text, header_text,
+    from .suite import (SPEC_VERSION, builtin_deviations_paths, counts_text, header_text,
                         load_deviation_file, run_suite, suite_commit, summary_matrix, to_json,
                         to_markdown, to_table, verdict)
-    kwargs = {"device": args.device} if args.device and args.backend == "triton" else {}
+    kwargs = {"device": args.device} if args.device and triton_backend else {}
     try:
         backend = load_backend(args.backend, **kwargs)
     except (LookupError, RuntimeError) as e:
@@ -104,9 +105,9 @@ def cmd_conform(args) -> int:
         except ValueError as e:
             return fail(str(e))
     from .. import __version__
-    builtin = builtin_deviations_path(backend)
-    sources = [f"built-in {builtin.parent.name}/{builtin.name}" if builtin.is_file()
-               else "none built in"]
+    builtin = builtin_deviations_paths(backend)
+    sources = [" + ".join(f"built-in {p.parent.name}/{p.name}" for p in builtin)
+               or "none built in"]
     if args.deviations:
         sources.append(f"{args.deviations} ({len(extra)} rules)")
     header = {"spec": SPEC_VERSION, "suite": f"ocpmx {__version__}", "commit": suite_commit(),

@@ -60,8 +60,17 @@ class Mismatch(AssertionError):
 # Known deviations: declarative rules matched against (input class, got class) of a mismatch
 # ------------------------------------------------------------------------------------------
 
-def builtin_deviations_path(backend: Backend) -> Path:
-    return Path(__file__).parent / "deviations" / f"{backend.name}.json"
+def builtin_deviations_paths(backend: Backend) -> list[Path]:
+    """The built-in deviation files of the backend and of the backends it extends (the
+    ``triton_gfx950`` backend runs the ``triton`` backend's GEMM and dequantize): those of
+    the names along its class hierarchy, base first, that exist."""
+    names = []
+    for cls in reversed(type(backend).__mro__):
+        name = cls.__dict__.get("name")
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    paths = [Path(__file__).parent / "deviations" / f"{n}.json" for n in names]
+    return [p for p in paths if p.is_file()]
 
 
 DEVIATION_KEYS = {"id": str, "op": str, "formats": list, "input": list, "got": list,
@@ -104,9 +113,9 @@ def load_deviation_file(path, backend_name: str | None = None) -> list[dict]:
 def load_deviations(backend: Backend, extra=()) -> list[dict]:
     """The backend's built-in known deviations, then ``extra`` rules (a user's file), keeping
     those that apply to the backend's device and capability."""
-    path = builtin_deviations_path(backend)
-    rules = json.loads(path.read_text())["deviations"] if path.is_file() else []
-    rules = list(rules) + list(extra)
+    rules = [r for p in builtin_deviations_paths(backend)
+             for r in json.loads(p.read_text())["deviations"]]
+    rules += list(extra)
     device = str(backend.info().get("device", ""))
     cap = str(backend.info().get("capability", ""))
     return [r for r in rules if r.get("capability", cap) == cap and
@@ -372,7 +381,7 @@ def layout_checks(backend, formats, budget, rules):
             lines = []
             for axis in (-1, 0):
                 gd, gs = (np.asarray(a) for a in backend.quantize_packed(x, fmt, axis=axis))
-                wd, ws = ref.quantize_packed(x, fmt, axis=axis)
+                wd, ws = _expected_layout(backend, ref, x, fmt, axis)
                 if gd.shape != wd.shape or gs.shape != ws.shape:
                     return [f"layout {fmt} axis={axis}: packed {gd.shape} scales {gs.shape}, "
                             f"expected {wd.shape} {ws.shape}"]
@@ -385,6 +394,21 @@ def layout_checks(backend, formats, budget, rules):
             return lines[:MAX_LINES]
         out.append(_run(f"layout/packed/{fmt}", "layout", fmt, backend, body))
     return out
+
+
+def _expected_layout(backend, ref, x, fmt, axis):
+    """The bytes and scales the layout check expects: the backend's own codes and scales
+    (``quantize``) packed as the spec lays them out, so that the check judges where codes go,
+    not how values convert (the quantize checks judge that); the emulator's, where the
+    backend has no ``quantize``."""
+    try:
+        codes, scales = backend.quantize(x, fmt, axis=axis)
+    except NotImplementedError:
+        return ref.quantize_packed(x, fmt, axis=axis)
+    codes = np.moveaxis(np.asarray(codes, np.uint8), axis, -1)
+    data = emulator.pack(codes, fmt) if get_format(fmt).bits == 4 else codes
+    return (np.ascontiguousarray(data),
+            np.ascontiguousarray(np.moveaxis(np.asarray(scales, np.uint8), axis, -1)))
 
 
 def _emu_quantize(x, fmt, opts):

@@ -49,3 +49,11 @@ def blackwell(device: torch.device) -> bool:
     """An NVIDIA Blackwell data-centre GPU (sm_100): where some GEMM tiles spill registers
     (``ocpmx audit --arch sm_100a``; ``gemm.spilling_configs``)."""
     return nvidia(device) and torch.cuda.get_device_capability(device)[0] == 10
+
+
+def gfx950(device: torch.device) -> bool:
+    """An AMD gfx950 GPU (MI350X/MI355X, CDNA4) under ROCm: where the conversion instructions of
+    ``conversion='gfx950'`` exist."""
+    if device.type != "cuda" or not torch.version.hip or interpreting():
+        return False
+    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0] == "gfx950"

@@ -136,6 +136,20 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
         inner, seed_arg, n.rot_scale, **consts)
 
 
+def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blocks: int,
+                n: Numerics, seed: int) -> None:
+    """``kernels.gfx950.quantize_gfx950_kernel`` over a contiguous K-major ``x`` (blocks of 32
+    along the last axis): the hardware conversions of ``conversion='gfx950'``."""
+    sr = n.rounding == Rounding.STOCHASTIC
+    c = lower(n.fmt).constexprs()
+    nb = 16
+    run(kernels.gfx950.quantize_gfx950_kernel, (triton.cdiv(n_blocks, nb),), x, data, scales,
+        n_blocks, seed & 0xFFFFFFFFFFFFFFFF, FP4=n.fmt.name == "e2m1", SR=sr,
+        INSN=kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)], RULE=int(n.scale_rule),
+        EMAX=c["EMAX"], MBITS=c["MBITS"], RNUM=c["RNUM"], RSHIFT=c["RSHIFT"], NB=nb,
+        num_warps=4)
+
+
 def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int, k: int,
             inner: int, block_size: int, n: Numerics, seed: int, tuning: Tuning,
             cast: bool = False, keys: torch.Tensor | None = None) -> None:

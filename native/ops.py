@@ -21,8 +21,10 @@ import torch
 
 from .. import emulator
 from ..spec import BLOCK_SIZE, Rotation, Rounding, ScaleRule, get_format, parse_rotation
+from ..spec.rules import Conversion
 from . import launch
-from .dispatch import pick_backend
+from ._lazy import kernels
+from .dispatch import gfx950, pick_backend
 from .launch import Numerics
 from .tensor import MXTensor, pack_factor
 from .tuning import Tuning, default_tuning
@@ -74,19 +76,67 @@ def _moved_shape(x: torch.Tensor, axis: int) -> tuple[int, ...]:
 def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE,
              scale_rule="floor", rounding="rne", seed: int = 0, rotation=None,
              int8_min: int = -127, backend: str | None = None, tuning: Tuning | None = None,
-             keys: torch.Tensor | None = None) -> MXTensor:
+             keys: torch.Tensor | None = None, conversion="ocp") -> MXTensor:
     """Quantize ``x`` to MX format ``fmt`` in blocks along ``axis``; same arguments and the same
     bits as ``ocpmx.emulator.quantize`` (rotation fused into the kernel, stochastic rounding
-    from Philox(seed, flat element index)). ``keys``: see the module doc."""
+    from Philox(seed, flat element index)). ``keys``: see the module doc.
+
+    ``conversion``: 'ocp' (§6.3's element conversion) or 'gfx950' (AMD gfx950's scaled
+    conversion instructions, ``ocpmx.emulator.gfx950``): through the emulator on the emulator
+    backend, through the instructions themselves on a gfx950 GPU (``_quantize_gfx950``)."""
     n = numerics(fmt, scale_rule, rounding, rotation, int8_min)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
+    if Conversion.parse(conversion) == Conversion.GFX950:
+        return _quantize_gfx950(x, n, axis, block_size, seed, keys, backend)
     if torch.compiler.is_compiling():
         from . import library
         data, scales = library.quantize(x, n, axis, block_size, seed, keys, backend)
     else:
         data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning)
     return MXTensor(data, scales, n.fmt, axis, tuple(x.shape), block_size, n.rotation)
+
+
+def _quantize_gfx950(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
+                     backend) -> MXTensor:
+    """``quantize(..., conversion='gfx950')``."""
+    if keys is not None or torch.compiler.is_compiling():
+        raise NotImplementedError("conversion='gfx950' takes an integer seed and runs eagerly")
+    if pick_backend(x.device, backend) == "emulator":
+        mx = emulator.quantize(_numpy_copy(x), n.fmt, axis=axis, block_size=block_size,
+                               scale_rule=n.scale_rule, rounding=n.rounding, seed=seed,
+                               rotation=n.rotation, conversion="gfx950")
+        codes = np.ascontiguousarray(np.moveaxis(mx.codes, axis, -1))
+        if pack_factor(n.fmt) == 2:
+            codes = emulator.pack(codes, n.fmt)
+        scales = np.ascontiguousarray(np.moveaxis(mx.scales, axis, -1))
+        return MXTensor(torch.from_numpy(codes).to(x.device),
+                        torch.from_numpy(scales).to(x.device), n.fmt, axis, tuple(x.shape),
+                        block_size, n.rotation)
+    if not gfx950(x.device):
+        raise ValueError("conversion='gfx950' on the Triton backend uses gfx950's conversion "
+                         "instructions and needs a gfx950 GPU (MI350X/MI355X); elsewhere use "
+                         "backend='emulator' (AMD's semantics, bit for bit)")
+    if n.fmt.name not in kernels.gfx950.FORMATS:
+        raise ValueError(f"conversion='gfx950' on the GPU: {n.fmt.name} is not done in hardware "
+                         f"here (FP4 and FP8: {', '.join(kernels.gfx950.FORMATS)}); use "
+                         "backend='emulator'")
+    if n.rotation is not None or block_size != BLOCK_SIZE:
+        raise ValueError("conversion='gfx950' on the GPU: blocks of 32 without a rotation only; "
+                         "use backend='emulator'")
+    if n.rounding == Rounding.STOCHASTIC and x.dtype != torch.float32:
+        raise TypeError(f"conversion='gfx950' with stochastic rounding on the GPU converts from "
+                        f"float32; a {x.dtype} source takes other random bits on gfx950 "
+                        "(emulator.gfx950, rule 8): pass x.float()")
+    moved = x.detach().movedim(axis, -1).contiguous()
+    k = moved.shape[-1]
+    data = torch.empty(moved.shape[:-1] + (k // pack_factor(n.fmt),), dtype=torch.uint8,
+                       device=x.device)
+    scales = torch.empty(moved.shape[:-1] + (k // BLOCK_SIZE,), dtype=torch.uint8,
+                         device=x.device)
+    if x.numel():
+        launch.gfx950_rows(moved, data, scales, moved.numel() // BLOCK_SIZE, n, seed)
+    return MXTensor(data, scales, n.fmt, axis, tuple(x.shape), block_size, None)
 
 
 def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend,

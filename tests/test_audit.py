@@ -40,6 +40,11 @@ def test_subset_gfx950_passes(subset_gfx950):
         code = {"e2m1": 4, "e4m3": 0}[fmt]
         assert v["operand_formats"]["found"] == [[code, code]]
         assert v["shared_bytes"] <= GFX950_LDS and not v["spills"]
+    # conversion='gfx950': the kernel of gfx950's own conversion instructions, each variant
+    # holding the instruction it names
+    hw = sorted(v["conversions"] for v in r["variants"]
+                if v["kernel"] == "quantize_gfx950_kernel")
+    assert hw == [["v_cvt_scalef32_pk_fp4_f32"], ["v_cvt_scalef32_sr_fp8_f32"]]
     # the autotuner's own prune drops the FP8 128x128x256 3-stage tile on gfx950
     pruned = r["summary"]["pruned_configs"]
     assert [(p["constexprs"].split()[0], p["config"]) for p in pruned] == [
@@ -107,6 +112,35 @@ def test_planted_oversize_config_fails():
     assert f"shared memory {v['shared_bytes']} B over the limit {GFX950_LDS} B" in v["failures"]
     # the bf16 decomposition is not the problem here: the MX instruction is there
     assert v["mx_instruction"] == ["v_mfma_scale_f32_32x32x64_f8f6f4"]
+
+
+def test_gfx950_hardware_conversions_compile_and_are_checked():
+    """Every format and rounding of quantize(..., conversion='gfx950') compiles for gfx950 with
+    its instruction (the SR FP4 source a register pair); on another chip the same kernel
+    cannot assemble, and an OCP quantize kernel holding such an instruction fails the check."""
+    from ocpmx.audit import check, record
+    calls = record._gfx950_calls(("e2m1", "e4m3", "e5m2"), ("rne", "stochastic"),
+                                 (torch.float32,))[::2]
+    r = run_audit("gfx950", workload=calls)
+    assert r["verdict"] == "pass", _failures(r)
+    assert sorted(v["conversions"] for v in r["variants"]) == sorted(
+        [i] for i in kernels.gfx950.INSTRUCTIONS.values())
+    fake = {"text": "v_cvt_scalef32_pk_fp4_f32 v0, v1, v2, v3", "spills": 0}
+    launch_ = record.Launch("ocpmx.native.kernels.quantize:quantize_rows32_kernel", (), (), ())
+
+    class Meta:
+        shared, num_warps, num_stages = 0, 4, 1
+
+    class Kernel:
+        metadata = Meta()
+    import ocpmx.audit.check as C
+    real = C._amd_facts
+    C._amd_facts = lambda kernel: dict(fake)
+    try:
+        out = check.analyze(ARCHS["gfx950"], launch_, Kernel())
+    finally:
+        C._amd_facts = real
+    assert out["status"] == "fail" and "hardware conversion instructions" in out["failures"][0]
 
 
 def test_sm_100a_compiles():

@@ -350,3 +350,33 @@ def test_runbook_gfx950_model_with_its_deviations_file(tmp_path):
     assert found == {"gfx950-fp4-fp6-nan-to-max", "gfx950-e5m2-nan-code",
                      "gfx950-e4m3-overflow-nan", "gfx950-e5m2-overflow-inf",
                      "gfx950-nan-scale-block-codes"}
+
+
+def test_triton_gfx950_backend(tmp_path):
+    """The built-in backend of quantize(..., conversion='gfx950'): gfx950's instructions on a
+    gfx950 GPU; here AMD's model through the emulator backend. Every difference from OCP is a
+    deviation of its built-in file (with the Triton backend's, whose GEMM and dequantize it
+    runs), the packed layout passes (the layout check packs the backend's own codes), and the
+    built-in rules are the runbook's."""
+    report = tmp_path / "g.json"
+    args = ["conform", "--backend", "triton_gfx950", "--device", "cpu", "--formats", "e2m1",
+            "e4m3", "e5m2", "e3m2", "--ops", "quantize", "layout", "dequantize", "--report",
+            str(report)]
+    assert cli.main(args) == 0
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "deviation"
+    assert data["header"]["deviations"] == ("built-in deviations/triton.json + built-in "
+                                            "deviations/triton_gfx950.json")
+    assert "gfx950 model" in data["header"]["conversion"]
+    st = {c["check"]: c["status"] for c in data["checks"]}
+    assert "fail" not in st.values() and "error" not in st.values()
+    assert all(st[f"layout/packed/{f}"] == "pass" for f in ("e2m1", "e4m3", "e5m2", "e3m2"))
+    assert st["quantize/random/e2m1/stochastic/12345"] == "not-supported"
+    found = {d for c in data["checks"] for d in c["deviations"]}
+    assert {"gfx950-e4m3-overflow-nan", "gfx950-e5m2-overflow-inf",
+            "gfx950-nan-scale-block-codes"} <= found
+    builtin = json.loads((Path(__file__).parent.parent / "conformance" / "deviations" /
+                          "triton_gfx950.json")
+                         .read_text())
+    doc = json.loads(_doc_block("<!-- gfx950-deviations -->", "json"))
+    assert builtin["deviations"] == doc["deviations"]

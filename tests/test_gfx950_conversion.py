@@ -353,3 +353,33 @@ def test_quantize_differs_from_ocp_only_by_overflow_and_nan_scale_blocks(fmt):
         assert int(differ.sum()) == QUANTIZE_OVERFLOW_DIFFERENCES.get((fmt, rule), 0), (fmt, rule)
         # NaN-scale blocks decode to NaN either way
         assert np.isnan(emulator.dequantize(amd)[nan_block]).all()
+
+
+def test_native_quantize_takes_the_gfx950_conversion():
+    """native.quantize(..., conversion='gfx950'): the emulator's model on the emulator backend
+    (every format, both roundings, either axis, bit for bit); on the Triton backend only a
+    gfx950 GPU has the instructions (kernels.gfx950, compile-checked by tests/test_audit.py):
+    elsewhere a clear error, never the OCP conversion in its place."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import interpreting
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 64)).astype(np.float32) * np.float32(40.0)
+    x[0, :3] = [np.nan, np.inf, 1e30]
+    for fmt in ("e2m1", "e2m3", "e3m2", "e4m3", "e5m2"):
+        for rnd, axis in (("rne", -1), ("stochastic", 0)):
+            got = native.quantize(torch.from_numpy(x), fmt, axis=axis, rounding=rnd, seed=9,
+                                  scale_rule="even", conversion="gfx950", backend="emulator")
+            want = emulator.quantize(x, fmt, axis=axis, rounding=rnd, seed=9, scale_rule="even",
+                                     conversion="gfx950")
+            em = got.to_emulator()
+            assert np.array_equal(em.codes, want.codes) and np.array_equal(em.scales,
+                                                                           want.scales)
+    ocp = native.quantize(torch.from_numpy(x), "e2m1", backend="emulator").to_emulator()
+    assert not np.array_equal(ocp.codes, native.quantize(
+        torch.from_numpy(x), "e2m1", conversion="gfx950", backend="emulator").to_emulator().codes)
+    if interpreting():
+        with pytest.raises(ValueError, match="needs a gfx950 GPU"):
+            native.quantize(torch.from_numpy(x), "e2m1", conversion="gfx950", backend="triton")
+    with pytest.raises(ValueError, match="conversion"):
+        native.quantize(torch.from_numpy(x), "e2m1", conversion="mi300")
