@@ -128,7 +128,7 @@ def cast(x, n: Numerics, seed: int, backend):
 def move_axis_last_op(x: Tensor, axis: int) -> Tensor:
     if axis == x.dim() - 1:  # nothing moves; an op's output must not alias its input
         return x.clone(memory_format=torch.contiguous_format)
-    return launch.move_axis_last(x.contiguous(), axis, default_tuning())
+    return launch.move_axis_last(x.contiguous(), axis, default_tuning(x.device))
 
 
 @move_axis_last_op.register_fake

@@ -160,7 +160,7 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
         return torch.from_numpy(codes).to(x.device), torch.from_numpy(scales).to(x.device)
     if block_size & (block_size - 1) or (pack == 2 and block_size < 2):
         raise ValueError(f"the Triton kernel needs a power-of-two block size, got {block_size}")
-    tuning = tuning or default_tuning()
+    tuning = tuning or default_tuning(x.device)
     x = x.detach().contiguous()
     inner = math.prod(x.shape[axis + 1:])
     rows = math.prod(moved_shape[:-1])
@@ -218,7 +218,7 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
         data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning)
         return dequantize_kmajor(data, scales, n.fmt, x.shape[axis], block_size, torch.bfloat16,
                                  backend, tuning)
-    tuning = tuning or default_tuning()
+    tuning = tuning or default_tuning(x.device)
     x = x.detach().contiguous()
     out = torch.empty(_moved_shape(x, axis), dtype=torch.bfloat16, device=x.device)
     launch.rows32(x, axis, inner, out.view(torch.int32), out, out.numel() // 32, n, seed, tuning,
@@ -253,7 +253,7 @@ def cast_impl(x, n: Numerics, seed: int, backend, tuning) -> torch.Tensor:
     out = torch.empty(padded, dtype=torch.uint8, device=x.device)
     if count:
         launch.strided(flat, out, out, padded // width, width, 1, 1, n, seed,
-                       tuning or default_tuning(), cast=True)
+                       tuning or default_tuning(x.device), cast=True)
     return out[:count].reshape(x.shape)
 
 
@@ -287,7 +287,8 @@ def dequantize_kmajor(data, scales, fmt, k: int, block_size: int, dtype, backend
         return torch.from_numpy(emulator.dequantize(mx)).to(dtype).to(data.device)
     out = torch.empty(data.shape[:-1] + (k,), dtype=dtype, device=data.device)
     if out.numel():
-        launch.dequantize(data, scales, out, k, block_size, fmt, tuning or default_tuning())
+        launch.dequantize(data, scales, out, k, block_size, fmt,
+                          tuning or default_tuning(out.device))
     return out
 
 
@@ -297,7 +298,7 @@ def move_axis_last(x: torch.Tensor, axis: int, tuning: Tuning | None = None) -> 
     if torch.compiler.is_compiling():
         from . import library
         return library.move_axis_last(x, axis)
-    return launch.move_axis_last(x, axis, tuning or default_tuning())
+    return launch.move_axis_last(x, axis, tuning or default_tuning(x.device))
 
 
 def _numpy_copy(x: torch.Tensor) -> np.ndarray:
