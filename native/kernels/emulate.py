@@ -68,6 +68,27 @@ def _round_to_f32(total, q, MODE: tl.constexpr):
 
 
 @triton.jit
+def _tile_start(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's rows and columns, the zeroed float32 accumulator and the special flags
+    (NaN, +Inf, -Inf met among the products)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    flag = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
+    return rm, rn, acc, flag, flag, flag
+
+
+@triton.jit
+def _store_tile(c_ptr, acc, nan, pinf, ninf, rm, rn, M, N):
+    """The outputs: NaN where a NaN product or both infinities met, else the infinity met,
+    else the accumulator (the reference's rule)."""
+    acc = tl.where(nan | (pinf & ninf), float("nan"),
+                   tl.where(pinf, float("inf"), tl.where(ninf, float("-inf"), acc)))
+    cmask = (rm < M)[:, None] & (rn < N)[None, :]
+    tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], acc, mask=cmask)
+
+
+@triton.jit
 def _acc_parts(acc):
     """The float32 accumulator as sig * 2^exp (int64, |sig| < 2^24, from its bits) and its
     leading-bit exponent (-2^40 for zero)."""
@@ -84,17 +105,22 @@ def _acc_parts(acc):
 
 
 @triton.jit
+def _codes(data_ptr, rows, k, valid, K, PACK: tl.constexpr):
+    """The element codes (int32) of rows x k of K-major data (FP4: two per byte, low first)."""
+    if PACK == 2:
+        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + k[None, :] // 2, mask=valid,
+                       other=0).to(tl.int32)
+        return (byte >> ((k[None, :] % 2) * 4)) & 0xF
+    return tl.load(data_ptr + rows[:, None] * K + k[None, :], mask=valid, other=0).to(tl.int32)
+
+
+@triton.jit
 def _operand_tile(data_ptr, scale_ptr, rows, k, R, K, PACK: tl.constexpr, sig_ptr, exp_ptr,
                   sp_ptr):
     """(sig, exp, special, scale) of a tile: rows (R,), k (LP,) -> (R, LP) each (scale: the
     E8M0 code of each element's block)."""
     valid = (rows < R)[:, None] & (k < K)[None, :]
-    if PACK == 2:
-        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + k[None, :] // 2, mask=valid,
-                       other=0).to(tl.int32)
-        code = (byte >> ((k[None, :] % 2) * 4)) & 0xF
-    else:
-        code = tl.load(data_ptr + rows[:, None] * K + k[None, :], mask=valid, other=0).to(tl.int32)
+    code = _codes(data_ptr, rows, k, valid, K, PACK)
     sc = tl.load(scale_ptr + rows[:, None] * (K // 32) + k[None, :] // 32, mask=valid,
                  other=127).to(tl.int32)
     sig = tl.load(sig_ptr + code)
@@ -117,15 +143,8 @@ def emulate_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, sig_a_ptr, exp_a_ptr, sp_a
     special (float32: NaN/+-Inf for non-finite codes, else 0). L: the chunk (32 for
     fp32_sequential), LP: L rounded up to a power of two; E0: the lowest exponent a product of
     the two formats can have before scales (fp32_sequential's alignment)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm, rn, acc, nan, pinf, ninf = _tile_start(BLOCK_M, BLOCK_N)
     lp = tl.arange(0, LP)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    nan = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
-    pinf = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
-    ninf = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
     for k0 in range(0, K, L):
         k = k0 + lp
         in_chunk = (lp < L) & (k < K)
@@ -171,10 +190,7 @@ def emulate_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, sig_a_ptr, exp_a_ptr, sp_a
             new = _round_to_f32(total, q, OUT_MODE)
             keep = (acc != acc) | (acc == float("inf")) | (acc == float("-inf")) | ~any_term
             acc = tl.where(keep, acc, new)
-    acc = tl.where(nan | (pinf & ninf), float("nan"),
-                   tl.where(pinf, float("inf"), tl.where(ninf, float("-inf"), acc)))
-    cmask = (rm < M)[:, None] & (rn < N)[None, :]
-    tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], acc, mask=cmask)
+    _store_tile(c_ptr, acc, nan, pinf, ninf, rm, rn, M, N)
 
 
 @triton.jit
@@ -222,12 +238,7 @@ def _value_tile(data_ptr, scale_ptr, rows, k, kblock, R, K, PACK: tl.constexpr, 
     special (R, L) float32 (NaN/+-Inf, else 0), scale (R,) int32, the chunk's block's E8M0."""
     valid_r = rows < R
     valid = valid_r[:, None] & (k < K)[None, :]
-    if PACK == 2:
-        byte = tl.load(data_ptr + rows[:, None] * (K // 2) + k[None, :] // 2, mask=valid,
-                       other=0).to(tl.int32)
-        code = (byte >> ((k[None, :] % 2) * 4)) & 0xF
-    else:
-        code = tl.load(data_ptr + rows[:, None] * K + k[None, :], mask=valid, other=0).to(tl.int32)
+    code = _codes(data_ptr, rows, k, valid, K, PACK)
     sc = tl.load(scale_ptr + rows * (K // 32) + kblock, mask=valid_r, other=127).to(tl.int32)
     return tl.load(val_ptr + code), tl.load(sp_ptr + code), sc
 
@@ -243,15 +254,8 @@ def emulate_gemm_fast_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, val_a_ptr, sp_a_ptr, 
     section comment above): value tables (float32) instead of sig/exp; INV_GRID = 2^-E0
     (fp32_sequential); ALIGN_RNE must be False."""
     tl.static_assert(not ALIGN_RNE, "RNE-aligned models take emulate_gemm_kernel")
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm, rn, acc, nan, pinf, ninf = _tile_start(BLOCK_M, BLOCK_N)
     lk = tl.arange(0, L)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    nan = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
-    pinf = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
-    ninf = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int1)
     for k0 in range(0, K, L):
         va, spa, sca = _value_tile(a_ptr, sa_ptr, rm, k0 + lk, k0 // 32, M, K, PACK_A,
                                    val_a_ptr, sp_a_ptr)
@@ -295,7 +299,4 @@ def emulate_gemm_fast_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, val_a_ptr, sp_a_ptr, 
             keep = (acc != acc) | (acc == float("inf")) | (acc == float("-inf")) | \
                 ~(has_p | (acc != 0))
             acc = tl.where(keep, acc, new)
-    acc = tl.where(nan | (pinf & ninf), float("nan"),
-                   tl.where(pinf, float("inf"), tl.where(ninf, float("-inf"), acc)))
-    cmask = (rm < M)[:, None] & (rn < N)[None, :]
-    tl.store(c_ptr + rm[:, None].to(tl.int64) * N + rn[None, :], acc, mask=cmask)
+    _store_tile(c_ptr, acc, nan, pinf, ninf, rm, rn, M, N)
