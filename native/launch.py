@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..spec import ElementFormat, Rotation, Rounding, ScaleRule, lower
+from ..spec.rules import Conversion
 from ._lazy import kernels, triton
 from .dispatch import hopper
 from .tensor import pack_factor
@@ -38,6 +39,7 @@ class Numerics:
     rounding: Rounding = Rounding.RNE
     rotation: Rotation | None = None
     int8_min: int = -127
+    conversion: Conversion = Conversion.OCP  # GFX950: the kernel of gfx950's instructions
 
     @property
     def pack(self) -> int:

@@ -63,10 +63,10 @@ def _check_keys(keys, x) -> None:
 
 
 def numerics(fmt, scale_rule="floor", rounding="rne", rotation=None,
-             int8_min: int = -127) -> Numerics:
+             int8_min: int = -127, conversion="ocp") -> Numerics:
     """The ``Numerics`` of a quantize call's arguments (names parsed, errors named)."""
     return Numerics(get_format(fmt), ScaleRule.parse(scale_rule), Rounding.parse(rounding),
-                    parse_rotation(rotation), int8_min)
+                    parse_rotation(rotation), int8_min, Conversion.parse(conversion))
 
 
 def _moved_shape(x: torch.Tensor, axis: int) -> tuple[int, ...]:
@@ -83,12 +83,13 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
 
     ``conversion``: 'ocp' (§6.3's element conversion) or 'gfx950' (AMD gfx950's scaled
     conversion instructions, ``ocpmx.emulator.gfx950``): through the emulator on the emulator
-    backend, through the instructions themselves on a gfx950 GPU (``_quantize_gfx950``)."""
-    n = numerics(fmt, scale_rule, rounding, rotation, int8_min)
+    backend, through the instructions themselves on a gfx950 GPU (``_check_gfx950``)."""
+    n = numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
-    if Conversion.parse(conversion) == Conversion.GFX950:
-        return _quantize_gfx950(x, n, axis, block_size, seed, keys, backend)
+    if n.conversion != Conversion.OCP and (keys is not None or torch.compiler.is_compiling()):
+        raise NotImplementedError(f"conversion={n.conversion.label!r} takes an integer seed and "
+                                  "runs eagerly")
     if torch.compiler.is_compiling():
         from . import library
         data, scales = library.quantize(x, n, axis, block_size, seed, keys, backend)
@@ -97,22 +98,9 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     return MXTensor(data, scales, n.fmt, axis, tuple(x.shape), block_size, n.rotation)
 
 
-def _quantize_gfx950(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
-                     backend) -> MXTensor:
-    """``quantize(..., conversion='gfx950')``."""
-    if keys is not None or torch.compiler.is_compiling():
-        raise NotImplementedError("conversion='gfx950' takes an integer seed and runs eagerly")
-    if pick_backend(x.device, backend) == "emulator":
-        mx = emulator.quantize(_numpy_copy(x), n.fmt, axis=axis, block_size=block_size,
-                               scale_rule=n.scale_rule, rounding=n.rounding, seed=seed,
-                               rotation=n.rotation, conversion="gfx950")
-        codes = np.ascontiguousarray(np.moveaxis(mx.codes, axis, -1))
-        if pack_factor(n.fmt) == 2:
-            codes = emulator.pack(codes, n.fmt)
-        scales = np.ascontiguousarray(np.moveaxis(mx.scales, axis, -1))
-        return MXTensor(torch.from_numpy(codes).to(x.device),
-                        torch.from_numpy(scales).to(x.device), n.fmt, axis, tuple(x.shape),
-                        block_size, n.rotation)
+def _check_gfx950(x: torch.Tensor, n: Numerics, block_size: int) -> None:
+    """What the gfx950 kernel (``conversion='gfx950'`` on the Triton backend) can do, checked
+    before it is launched."""
     if not gfx950(x.device):
         raise ValueError("conversion='gfx950' on the Triton backend uses gfx950's conversion "
                          "instructions and needs a gfx950 GPU (MI350X/MI355X); elsewhere use "
@@ -128,15 +116,6 @@ def _quantize_gfx950(x, n: Numerics, axis: int, block_size: int, seed: int, keys
         raise TypeError(f"conversion='gfx950' with stochastic rounding on the GPU converts from "
                         f"float32; a {x.dtype} source takes other random bits on gfx950 "
                         "(emulator.gfx950, rule 8): pass x.float()")
-    moved = x.detach().movedim(axis, -1).contiguous()
-    k = moved.shape[-1]
-    data = torch.empty(moved.shape[:-1] + (k // pack_factor(n.fmt),), dtype=torch.uint8,
-                       device=x.device)
-    scales = torch.empty(moved.shape[:-1] + (k // BLOCK_SIZE,), dtype=torch.uint8,
-                         device=x.device)
-    if x.numel():
-        launch.gfx950_rows(moved, data, scales, moved.numel() // BLOCK_SIZE, n, seed)
-    return MXTensor(data, scales, n.fmt, axis, tuple(x.shape), block_size, None)
 
 
 def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend,
@@ -152,12 +131,15 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
         # parameters by resizing their storage to 0, which a NumPy view forbids)
         mx = emulator.quantize(_numpy_copy(x), n.fmt, axis=axis, block_size=block_size,
                                scale_rule=n.scale_rule, rounding=n.rounding, seed=seed,
-                               rotation=n.rotation, int8_min=n.int8_min)
+                               rotation=n.rotation, int8_min=n.int8_min,
+                               conversion=n.conversion)
         codes = np.ascontiguousarray(np.moveaxis(mx.codes, axis, -1))
         if pack == 2:
             codes = emulator.pack(codes, n.fmt)
         scales = np.ascontiguousarray(np.moveaxis(mx.scales, axis, -1))
         return torch.from_numpy(codes).to(x.device), torch.from_numpy(scales).to(x.device)
+    if n.conversion == Conversion.GFX950:
+        _check_gfx950(x, n, block_size)
     if block_size & (block_size - 1) or (pack == 2 and block_size < 2):
         raise ValueError(f"the Triton kernel needs a power-of-two block size, got {block_size}")
     tuning = tuning or default_tuning(x.device)
@@ -167,7 +149,11 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
     data = torch.empty(moved_shape[:-1] + (k // pack,), dtype=torch.uint8, device=x.device)
     scales = torch.empty(moved_shape[:-1] + (k // block_size,), dtype=torch.uint8, device=x.device)
     if x.numel():
-        if launch.rows32_applies(block_size):
+        if n.conversion == Conversion.GFX950:
+            if inner != 1:
+                x = launch.move_axis_last(x, axis, tuning)
+            launch.gfx950_rows(x, data, scales, rows * (k // block_size), n, seed)
+        elif launch.rows32_applies(block_size):
             launch.rows32(x, axis, inner, data, scales, rows * (k // block_size), n, seed, tuning,
                           keys=keys)
         else:
