@@ -26,6 +26,15 @@ from .. import emulator
 from ..spec import BLOCK_SIZE, get_format
 
 
+def kmajor_packed(codes, scales, fmt, axis):
+    """Codes and scales in the emulator's layout -> the K-major packed layout (``quantize_packed``:
+    the quantized axis last, FP4 two codes per byte, element 0 in the low nibble)."""
+    codes = np.moveaxis(np.asarray(codes, np.uint8), axis, -1)
+    data = emulator.pack(codes, fmt) if get_format(fmt).bits == 4 else codes
+    return (np.ascontiguousarray(data),
+            np.ascontiguousarray(np.moveaxis(np.asarray(scales, np.uint8), axis, -1)))
+
+
 class Backend:
     """Base class; subclasses override the operations they have."""
 
@@ -82,9 +91,7 @@ class EmulatorBackend(Backend):
 
     def quantize_packed(self, x, fmt, axis=-1, **opts):
         mx = emulator.quantize(x, fmt, axis=axis, **opts)
-        codes = np.moveaxis(mx.codes, mx.axis, -1)
-        data = emulator.pack(codes, fmt) if get_format(fmt).bits == 4 else codes
-        return np.ascontiguousarray(data), np.ascontiguousarray(np.moveaxis(mx.scales, mx.axis, -1))
+        return kmajor_packed(mx.codes, mx.scales, fmt, mx.axis)
 
     def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
         a = emulator.MXArray(a_codes, a_scales, get_format(fmt_a), 1)
@@ -151,13 +158,11 @@ class TritonBackend(Backend):
         return mx.data.cpu().numpy(), mx.scales_kmajor.cpu().numpy()
 
     def _mx(self, codes, scales, fmt, axis, block_size):
-        from ..native.tensor import MXTensor, pack_factor
-        f = get_format(fmt)
+        from ..native.tensor import MXTensor
         axis %= codes.ndim
-        moved = np.ascontiguousarray(np.moveaxis(codes, axis, -1))
-        data = emulator.pack(moved, f) if pack_factor(f) == 2 else moved
-        sk = np.ascontiguousarray(np.moveaxis(scales, axis, -1))
-        return MXTensor(self._t(data), self._t(sk), f, axis, codes.shape, block_size)
+        data, sk = kmajor_packed(codes, scales, fmt, axis)
+        return MXTensor(self._t(data), self._t(sk), get_format(fmt), axis, codes.shape,
+                        block_size)
 
     def dequantize(self, codes, scales, fmt, axis=-1, block_size=32):
         from .. import native
@@ -180,13 +185,16 @@ class TritonGfx950Backend(TritonBackend):
     (AMD's documented conversion semantics). Dequantize and GEMM are the Triton backend's."""
 
     name = "triton_gfx950"
-    HARDWARE_FORMATS = ("e2m1", "e4m3", "e5m2")
-    MODEL_FORMATS = ("e2m1", "e2m3", "e3m2", "e4m3", "e5m2")
 
     def __init__(self, device: str | None = None):
         super().__init__(device)
+        from ..emulator import gfx950 as model
+        from ..native import kernels
         from ..native.dispatch import gfx950
         self.hardware = gfx950(self.torch.device(self.device))
+        # what native.quantize(conversion='gfx950') runs on: the kernel, or the model
+        self.backend = "triton" if self.hardware else "emulator"
+        self.formats = kernels.gfx950.FORMATS if self.hardware else model.FORMATS
 
     def info(self):
         return {**super().info(), "conversion": "gfx950 instructions (kernels.gfx950)"
@@ -196,9 +204,8 @@ class TritonGfx950Backend(TritonBackend):
         if op == "cast":
             return "no standalone cast with conversion='gfx950' (quantize checks the conversion)"
         if op == "quantize":
-            formats = self.HARDWARE_FORMATS if self.hardware else self.MODEL_FORMATS
-            if fmt not in formats:
-                return f"conversion='gfx950' converts {', '.join(formats)} here (not {fmt})"
+            if fmt not in self.formats:
+                return f"conversion='gfx950' converts {', '.join(self.formats)} here (not {fmt})"
             if self.hardware and options.get("block_size", BLOCK_SIZE) != BLOCK_SIZE:
                 return "the gfx950 kernel takes blocks of 32"
         return super().supports(op, fmt, **options)
@@ -212,14 +219,13 @@ class TritonGfx950Backend(TritonBackend):
                 "(tests/test_gfx950_hardware.py)")
         mx = native.quantize(self._t(x), fmt, axis=axis, block_size=block_size,
                              scale_rule=scale_rule, rounding=rounding, seed=seed,
-                             conversion="gfx950",
-                             backend="triton" if self.hardware else "emulator")
+                             conversion="gfx950", backend=self.backend)
         return mx.codes.cpu().numpy(), mx.scales.cpu().numpy()
 
     def quantize_packed(self, x, fmt, axis=-1, **opts):
         from .. import native
         mx = native.quantize(self._t(x), fmt, axis=axis, conversion="gfx950",
-                             backend="triton" if self.hardware else "emulator", **opts)
+                             backend=self.backend, **opts)
         return mx.data.cpu().numpy(), mx.scales_kmajor.cpu().numpy()
 
 
