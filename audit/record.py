@@ -8,8 +8,9 @@ Nothing runs on a device. The workload uses small CPU tensors; while it records,
     autotuned GEMM are chosen as on a GPU;
   * ``pick_backend`` answers 'triton' for CPU tensors (the backend a GPU tensor gets);
   * ``dispatch.nvidia``, ``dispatch.hopper``, ``dispatch.blackwell`` and ``dispatch.gfx950``
-    answer as the audited chip does (on gfx950 the workload adds ``conversion='gfx950'``
-    quantizes: the hardware-conversion kernel) (the register cap is for Hopper only; the GEMM prunes spilling tiles on sm_100);
+    answer as the audited chip does (the register cap is for Hopper only; the GEMM prunes
+    spilling tiles on sm_100; on gfx950 the workload adds ``conversion='gfx950'`` quantizes,
+    the hardware-conversion kernel);
   * ``gemm.has_mx_units`` answers True (both audited chips have MX units: method 'auto' is
     'dot_scaled', as on the chip);
   * ``gemm._smem_limit`` answers the chip's shared memory, so the autotuner's own prune

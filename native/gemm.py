@@ -241,10 +241,6 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
 
 
 _EMULATE_TILE = 16
-# the fast kernel's (BLOCK_M, BLOCK_N) per chunk length: the (BLOCK_M, BLOCK_N, L) product
-# tile lives in registers
-_EMULATE_FAST_TILE = {1: (32, 32), 2: (32, 32), 4: (32, 32), 8: (32, 32), 16: (32, 32),
-                      32: (32, 16)}
 
 
 def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
@@ -280,7 +276,8 @@ def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
                   ALIGN_RNE=align_rne, OUT_MODE=1 if rtz else 0, E0=lo)
     if BLOCK_SIZE % chunk == 0 and not align_rne:  # chunks inside one block: float32 kernel
         va, vb = _value_tables(fmt_a, da.device), _value_tables(fmt_b, db.device)
-        bm, bn = _EMULATE_FAST_TILE[min(chunk, 32)]
+        # the (BLOCK_M, BLOCK_N, L) product tile lives in registers: half the columns for L = 32
+        bm, bn = (32, 16) if chunk == 32 else (32, 32)
         grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
         launch.run(kernels.emulate.emulate_gemm_fast_kernel, grid, da, db, sa, sb, *va, *vb, c,
                    m, n, k, L=chunk, INV_GRID=float(2.0 ** -lo),
@@ -295,19 +292,6 @@ def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     return c
 
 
-def _value_tables(fmt, device) -> tuple:
-    """The format's (value float32, special float32) tables on ``device``: value = sig * 2^exp
-    (exact in float32 for every MX element format) for finite codes, 0 for NaN/Inf codes."""
-    key = (fmt.name, str(device), "value")
-    if key not in _TABLES:
-        sig, exp, sp = emulator.accumulate.sig_exp_tables(fmt)
-        val = np.ldexp(sig.astype(np.float64), exp)
-        assert np.array_equal(val.astype(np.float32).astype(np.float64), val)
-        _TABLES[key] = (torch.from_numpy(val.astype(np.float32)).to(device),
-                        torch.from_numpy(sp.astype(np.float32)).to(device))
-    return _TABLES[key]
-
-
 _TABLES: dict = {}
 
 
@@ -317,6 +301,19 @@ def _tables(fmt, device) -> tuple:
     if key not in _TABLES:
         sig, exp, sp = emulator.accumulate.sig_exp_tables(fmt)
         _TABLES[key] = (torch.from_numpy(sig).to(device), torch.from_numpy(exp).to(device),
+                        torch.from_numpy(sp.astype(np.float32)).to(device))
+    return _TABLES[key]
+
+
+def _value_tables(fmt, device) -> tuple:
+    """The format's (value float32, special float32) tables on ``device``: value = sig * 2^exp
+    (exact in float32 for every MX element format) for finite codes, 0 for NaN/Inf codes."""
+    key = (fmt.name, str(device), "value")
+    if key not in _TABLES:
+        sig, exp, sp = emulator.accumulate.sig_exp_tables(fmt)
+        val = np.ldexp(sig.astype(np.float64), exp)
+        assert np.array_equal(val.astype(np.float32).astype(np.float64), val)
+        _TABLES[key] = (torch.from_numpy(val.astype(np.float32)).to(device),
                         torch.from_numpy(sp.astype(np.float32)).to(device))
     return _TABLES[key]
 
