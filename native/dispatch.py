@@ -9,6 +9,7 @@ backend gives the same bits.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -39,16 +40,28 @@ def nvidia(device: torch.device) -> bool:
     return device.type == "cuda" and not torch.version.hip and not interpreting()
 
 
+@functools.lru_cache(maxsize=None)
+def _arch(index: int) -> tuple[int, str]:
+    """(compute capability major, AMD gcnArchName or '') of CUDA/ROCm device ``index``, read
+    once: the checks below sit on every kernel launch's host path."""
+    p = torch.cuda.get_device_properties(index)
+    return p.major, getattr(p, "gcnArchName", "")
+
+
+def _device_arch(device: torch.device) -> tuple[int, str]:
+    return _arch(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def hopper(device: torch.device) -> bool:
     """An NVIDIA Hopper GPU (sm_90): where the row kernel's register cap was measured (on
     sm_100a the same cap made 54 variants spill: ``ocpmx audit --arch sm_100a``)."""
-    return nvidia(device) and torch.cuda.get_device_capability(device)[0] == 9
+    return nvidia(device) and _device_arch(device)[0] == 9
 
 
 def blackwell(device: torch.device) -> bool:
     """An NVIDIA Blackwell data-centre GPU (sm_100): where some GEMM tiles spill registers
     (``ocpmx audit --arch sm_100a``; ``gemm.spilling_configs``)."""
-    return nvidia(device) and torch.cuda.get_device_capability(device)[0] == 10
+    return nvidia(device) and _device_arch(device)[0] == 10
 
 
 def gfx950(device: torch.device) -> bool:
@@ -56,4 +69,4 @@ def gfx950(device: torch.device) -> bool:
     ``conversion='gfx950'`` exist."""
     if device.type != "cuda" or not torch.version.hip or interpreting():
         return False
-    return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0] == "gfx950"
+    return _device_arch(device)[1].split(":")[0] == "gfx950"
