@@ -379,13 +379,10 @@ def test_corpus_builder_on_fake_packages(tmp_path):
     # work directory's extraction cache (nothing is extracted again)
     manifest = json.loads((tmp_path / "a" / "MANIFEST.json").read_text())
     assert len(list((work / "docs").glob("*.json.gz"))) == len(table)
-    extract = X.package_documents
-    X.package_documents = None
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(X, "package_documents", None)
         again = X.build(tmp_path / "b", table=table, n_train_shards=3, val_fraction=0.1,
                         workdir=work, manifest=manifest, log=lambda *a: None)
-    finally:
-        X.package_documents = extract
     assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
     manifest["packages"][0]["deb_sha256"] = "0" * 64
     with pytest.raises(RuntimeError, match="differs from the manifest"):

@@ -114,7 +114,7 @@ def test_planted_oversize_config_fails():
     assert v["mx_instruction"] == ["v_mfma_scale_f32_32x32x64_f8f6f4"]
 
 
-def test_gfx950_hardware_conversions_compile_and_are_checked():
+def test_gfx950_hardware_conversions_compile_and_are_checked(monkeypatch):
     """Every format and rounding of quantize(..., conversion='gfx950') compiles for gfx950 with
     its instruction (the SR FP4 source a register pair); on another chip the same kernel
     cannot assemble, and an OCP quantize kernel holding such an instruction fails the check."""
@@ -133,13 +133,8 @@ def test_gfx950_hardware_conversions_compile_and_are_checked():
 
     class Kernel:
         metadata = Meta()
-    import ocpmx.audit.check as C
-    real = C._amd_facts
-    C._amd_facts = lambda kernel: dict(fake)
-    try:
-        out = check.analyze(ARCHS["gfx950"], launch_, Kernel())
-    finally:
-        C._amd_facts = real
+    monkeypatch.setattr(check, "_amd_facts", lambda kernel: dict(fake))
+    out = check.analyze(ARCHS["gfx950"], launch_, Kernel())
     assert out["status"] == "fail" and "hardware conversion instructions" in out["failures"][0]
 
 
