@@ -36,7 +36,8 @@ for s in "$@"; do
       python3 benchmarks/gpu_bench.py --out $RUN/bench_emulate --sections emulate > $RUN/bench_emulate.log 2>&1
       done_ $s $? ;;
     accum)
-      bash benchmarks/train_accumulation.sh $RUN/accum > $RUN/accum.log 2>&1
+      bash benchmarks/train_accumulation.sh $RUN/accum "${ACCUM_RECIPES:-mxfp8 mxfp4_all_h16}" \
+        hopper_bf16 "${ACCUM_STEPS:-120}" > $RUN/accum.log 2>&1
       done_ $s $? ;;
     conform)
       python3 -m ocpmx.cli conform --backend triton --budget quick \
