@@ -1,7 +1,8 @@
 """Probe (issue 17): what Hopper's FP8 tensor cores compute for the folded MXFP4/MXFP6 GEMM.
 
 ``native.fold.folded_matmul`` promotes every K = 32 FP8 dot at once (``max_num_imprecise_acc
-=32``). The emulator's ``folded_matmul`` takes each such dot as exact. This probe compares the
+=32``), or with ``promote=False`` chains a group's dots in the tensor core (rows with
+``promote`` = 32 * group: they test ``hopper_dot32``'s chained-accumulator hypothesis). The emulator's ``folded_matmul`` takes each such dot as exact. This probe compares the
 GPU's bits, per format and group, with the two models of the K = 32 dot of
 ``emulator.fold.folded_matmul``: ``dot="exact"`` and ``dot="hopper"`` (the wgmma rule fitted to
 this probe's first run, 2026-11-23; that run compared against the accumulate module's
@@ -55,18 +56,23 @@ def main():
                 ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
                 codes_ok = bool(np.array_equal(fa.codes.cpu().numpy(), ea.codes)
                                 and np.array_equal(fa.exponents.cpu().numpy(), ea.exponents))
-                got = native_fold.folded_matmul(fa, fb).cpu().numpy()
-                row = dict(fmt=fmt, block_spread_sd=spread, group=group, fold_bits_equal=codes_ok,
-                           inexact_blocks=int(ea.inexact + eb.inexact),
-                           vs_exact_dots=compare(got, folded_matmul(ea, eb)),
-                           vs_hopper_dots=compare(got, folded_matmul(ea, eb, "hopper")))
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if args.save:  # the raw operands and the GPU's bits, for fitting a model on a CPU
-                    Path(args.out).mkdir(parents=True, exist_ok=True)
-                    np.savez_compressed(Path(args.out) / f"{fmt}_s{spread:g}_g{group}.npz",
-                                        a_codes=ea.codes, a_exp=ea.exponents, b_codes=eb.codes,
-                                        b_exp=eb.exponents, group=group, got=got)
+                for promote in (True, False):  # every K = 32 dot promoted / the group chained
+                    p = 32 if promote else 32 * group
+                    got = native_fold.folded_matmul(fa, fb, promote=promote).cpu().numpy()
+                    row = dict(fmt=fmt, block_spread_sd=spread, group=group, promote=p,
+                               fold_bits_equal=codes_ok,
+                               inexact_blocks=int(ea.inexact + eb.inexact),
+                               vs_exact_dots=compare(got, folded_matmul(ea, eb, promote=p)),
+                               vs_hopper_dots=compare(got, folded_matmul(ea, eb, "hopper",
+                                                                         promote=p)))
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    if args.save:  # the operands and the GPU's bits, for fitting on a CPU
+                        Path(args.out).mkdir(parents=True, exist_ok=True)
+                        np.savez_compressed(
+                            Path(args.out) / f"{fmt}_s{spread:g}_g{group}_p{p}.npz",
+                            a_codes=ea.codes, a_exp=ea.exponents, b_codes=eb.codes,
+                            b_exp=eb.exponents, group=group, promote=p, got=got)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     head = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,

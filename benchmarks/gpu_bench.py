@@ -206,20 +206,35 @@ def section_gemm(rows):
         t_mx8 = bench(lambda: native.mx_matmul(q8a, q8b, **ds))
         t_deq = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16, method="bf16"))
         # issue 17: MXFP4 folded into E4M3 (groups of 4 blocks = one 128-wide K tile), then the
-        # FP8 GEMM of folded operands (untuned: one 128x128 tile, 8 warps); fold time apart
+        # FP8 GEMM of folded operands (tiles autotuned per shape, outside the timing); fold
+        # time apart
         fa, fb = fold.fold(qa, 4), fold.fold(qb, 4)
+        fold.folded_matmul(fa, fb, torch.bfloat16)
         t_fgemm = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16))
+        fcfg = getattr(fold._tuned_kernel(True), "best_config", None)
+        fold.folded_matmul(fa, fb, torch.bfloat16, promote=False)
+        t_fchain = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16, promote=False))
+        ccfg = getattr(fold._tuned_kernel(False), "best_config", None)
+        t_exact_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
+                                                     method="fp8_exact"))
+        t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
+                                                   method="fp8"))
         t_fold = bench(lambda: fold.fold(qa, 4))
         cases = (("cuBLAS bf16", t_bf16), ("FP8 _scaled_mm", t_fp8),
                  ("dot_scaled mxfp4", t_mx), ("dot_scaled mxfp8", t_mx8),
                  ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq),
-                 ("mxfp4 folded FP8 GEMM (group 4, GEMM only)", t_fgemm))
+                 ("mxfp4 folded FP8 GEMM (group 4, GEMM only)", t_fgemm),
+                 ("mxfp4 folded FP8 GEMM chained (group 4, GEMM only)", t_fchain),
+                 ("mxfp4 method=fp8_exact (fold both + GEMM)", t_exact_e2e),
+                 ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e))
         rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group 4)", ms=t_fold,
                          of_bf16=t_bf16 / t_fold))
         for name, t in cases:
             rows.append(dict(case=f"gemm M={m} N={n} K={k} {name}", ms=t,
                              tflops=flop / t / 1e9, of_bf16=t_bf16 / t,
-                             config=str(cfg) if name == "dot_scaled mxfp4" else ""))
+                             config={"dot_scaled mxfp4": str(cfg), "mxfp4 folded FP8 GEMM "
+                                     "(group 4, GEMM only)": str(fcfg), "mxfp4 folded FP8 GEMM "
+                                     "chained (group 4, GEMM only)": str(ccfg)}.get(name, "")))
 
 
 def section_linear(rows):

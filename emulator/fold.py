@@ -174,21 +174,36 @@ def _e4m3_exponents(v: np.ndarray) -> np.ndarray:
     return np.where(a >= 2.0**-6, np.floor(np.log2(np.where(a > 0, a, 1.0))), -6).astype(np.int64)
 
 
-def hopper_dot32(av: np.ndarray, bv: np.ndarray) -> np.ndarray:
-    """Hopper's FP8 wgmma dot of 32 products from a zero accumulator (module doc): av (..., 32)
-    and bv (..., 32) float64 E4M3 values, broadcast against each other; float64 results (each a
-    float32 of at most 14 significant bits)."""
+def hopper_dot32(av: np.ndarray, bv: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+    """Hopper's FP8 wgmma dot of 32 products (module doc): av (..., 32) and bv (..., 32)
+    float64 E4M3 values, broadcast against each other; float64 results (each a float32 of at
+    most 14 significant bits).
+
+    c: the accumulator the wgmma adds into (float32 values, shaped as the result), or None for
+    a zeroed one (measured). With c, the rule extended the way MMA-Sim (arXiv 2511.10909)
+    describes Hopper's FP8 accumulation: c takes part in the alignment like one more term, its
+    exponent floor(log2|c|), and is truncated to the same grid. A HYPOTHESIS until
+    ``benchmarks/fold_probe.py`` (promote=group rows) compares it with an H100."""
     p = av * bv
     pe = _e4m3_exponents(av) + _e4m3_exponents(bv)
-    pe = np.where(p == 0, np.iinfo(np.int64).min // 2, pe)
-    big = pe.max(axis=-1, keepdims=True)
+    low = np.iinfo(np.int64).min // 2
+    pe = np.where(p == 0, low, pe)
+    big = pe.max(axis=-1)
+    if c is not None:
+        c = np.broadcast_to(np.asarray(c, np.float64), big.shape)
+        fin = (c != 0) & np.isfinite(c)  # Inf/NaN pass through the sum below
+        ce = np.where(fin, np.floor(np.log2(np.where(fin, np.abs(c), 1.0))), low)
+        big = np.maximum(big, ce.astype(np.int64))
     ulp = np.exp2(np.maximum(big, -1000) - 13).astype(np.float64)
-    s = (np.trunc(p / ulp) * ulp).sum(axis=-1)  # multiples of ulp below 2^20 ulp: exact
+    s = (np.trunc(p / ulp[..., None]) * ulp[..., None]).sum(axis=-1)  # below 2^20 ulp: exact
+    if c is not None:
+        s = s + np.trunc(c / ulp) * ulp  # exact: c's grid multiple has at most 14 bits above ulp
     m, e = np.frexp(s)
     return np.ldexp(np.trunc(m * 2.0**14) / 2.0**14, e)
 
 
-def folded_matmul(a: Folded, b: Folded, dot: str = "exact") -> np.ndarray:
+def folded_matmul(a: Folded, b: Folded, dot: str = "exact", promote: int = BLOCK_SIZE
+                  ) -> np.ndarray:
     """C = A Bᵀ (float32) as an FP8 GEMM on folded operands computes it with every K = 32 dot
     promoted at once (Triton ``tl.dot`` with ``max_num_imprecise_acc=32``): in each group g,
     T_g = the block partials P_b added in K order into a float32 sum from 0 (round to nearest
@@ -196,9 +211,20 @@ def folded_matmul(a: Folded, b: Folded, dot: str = "exact") -> np.ndarray:
     measured wgmma rule, module doc); then acc = fl(acc + fl(T_g * 2^(R_a + R_b))) over the
     groups in K order. With one group per row (``group=None`` when folding) and exact dots that
     is fl(T * 2^(R_a + R_b)): the ``fp32_sequential`` model in units of the group scale, equal
-    to it wherever no partial sum is subnormal or overflows in true units."""
+    to it wherever no partial sum is subnormal or overflows in true units.
+
+    promote: how far along K the tensor core accumulates before the sum leaves it, 32 (above:
+    every K = 32 dot from a zeroed accumulator, then added in float32) or the group's 32 *
+    group (``tl.dot`` without ``max_num_imprecise_acc``, ``native.fold``'s promote=False): the
+    group's dots chained, P_b = dot(block b, C = P_(b-1)), T_g = the last. Chained "exact" dots
+    are fl32(C + the exact block sum), the sums promotion gives; chained "hopper" dots take C
+    into ``hopper_dot32``'s alignment (a hypothesis, see there)."""
     if dot not in DOTS:
         raise ValueError(f"unknown dot {dot!r}; expected one of {DOTS}")
+    if promote not in (BLOCK_SIZE, BLOCK_SIZE * a.group):
+        raise ValueError(f"promote must be {BLOCK_SIZE} or the group's {BLOCK_SIZE * a.group} "
+                         f"elements, got {promote}")
+    chained = dot == "hopper" and promote != BLOCK_SIZE
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     e4 = decode_table(TARGET)
@@ -217,9 +243,10 @@ def folded_matmul(a: Folded, b: Folded, dot: str = "exact") -> np.ndarray:
                 else:
                     partial = np.empty(acc.shape)
                     for r0 in range(0, rows_a, 64):  # bounded (rows, N, 32) temporaries
-                        partial[r0:r0 + 64] = hopper_dot32(av[r0:r0 + 64, None, cols],
-                                                           bv[None, :, cols])
-                t = t + partial.astype(np.float32)
+                        partial[r0:r0 + 64] = hopper_dot32(
+                            av[r0:r0 + 64, None, cols], bv[None, :, cols],
+                            t[r0:r0 + 64] if chained else None)
+                t = partial.astype(np.float32) if chained else t + partial.astype(np.float32)
             gi = g0 // a.group
             scale = _scale(a.exponents[:, gi])[:, None] * _scale(b.exponents[:, gi])[None, :]
             acc = acc + (t.astype(np.float64) * scale).astype(np.float32)

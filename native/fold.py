@@ -82,10 +82,14 @@ def dot_model(device) -> str | None:
 
 
 def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
-                  *, k_per_dot: int | None = None) -> torch.Tensor:
+                  *, k_per_dot: int | None = None, promote: bool = True) -> torch.Tensor:
     """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul`` with
-    ``dot=dot_model(device)``, bit for bit. ``k_per_dot``: K of one ``tl.dot`` (a multiple of 32 dividing
-    32 * group; default 32 under the interpreter, up to 128 on a GPU)."""
+    ``dot=dot_model(device)`` and ``promote=32`` (``promote=True``: every K = 32 dot leaves the
+    tensor core at once) or ``promote=32 * group`` (False: the group's dots chained in the
+    tensor core, one float32 epilogue per group; on Hopper the chained model is a hypothesis
+    until ``benchmarks/fold_probe.py`` has compared it). ``k_per_dot``: K of one ``tl.dot`` (a
+    multiple of 32 dividing 32 * group; default 32 under the interpreter, up to 128 on a
+    GPU)."""
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
@@ -94,16 +98,49 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     n = b.codes.shape[0]
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
     if m and n:
-        bm = bn = 32 if interpreting() else 128
         kt = k_per_dot or (32 if interpreting() else 32 * math.gcd(a.group, 4))
         if kt % 32 or (32 * a.group) % kt:
             raise ValueError(f"k_per_dot {kt} must be a multiple of 32 dividing the group's "
                              f"{32 * a.group} elements")
-        launch.run(kernels.fold.folded_gemm_kernel, (triton.cdiv(m, bm), triton.cdiv(n, bn)),
-                   a.codes, b.codes, a.exponents, b.exponents,
-                   c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k,
-                   GROUP=a.group, BLOCK_M=bm, BLOCK_N=bn, KT=kt,
-                   OUT_BF16=out_dtype == torch.bfloat16,
-                   num_warps=4 if interpreting() else 8, num_stages=1 if interpreting() else 3,
-                   enable_fp_fusion=False)  # the epilogue's product is rounded, then added
+        if BLOCK_M_MAX * k >= 2**31:
+            raise ValueError(f"folded_matmul: K = {k} is too long for the kernel's 32-bit "
+                             f"offsets inside a tile (K < {2**31 // BLOCK_M_MAX})")
+        args = (a.codes, b.codes, a.exponents, b.exponents,
+                c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
+        common = dict(GROUP=a.group, KT=kt, OUT_BF16=out_dtype == torch.bfloat16,
+                      PROMOTE=bool(promote), enable_fp_fusion=False)  # the epilogue's product is rounded, then added
+        if interpreting():
+            launch.run(kernels.fold.folded_gemm_kernel,
+                       (triton.cdiv(m, 32) * triton.cdiv(n, 32),), *args, BLOCK_M=32,
+                       BLOCK_N=32, num_warps=4, num_stages=1, **common)
+        else:
+            def grid(meta):
+                return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+            launch.run(_tuned_kernel(promote), grid, *args, **common)
     return c
+
+
+# Tiles of the folded GEMM on a GPU (BLOCK_M, BLOCK_N, warps, stages), autotuned per shape (the
+# tile never changes the bits: every output's sums are the same). Compiled for sm_90a with
+# Triton 3.9 (ptxas -v): with promotion each warpgroup's tile is 64 x 64, where the dot's four
+# partial sums and the accumulator fit in registers (64 x 128 spilled 220 bytes and
+# serialized the wgmmas for lack of registers); Triton adds each partial right after its wgmma,
+# so ptxas serializes them all the same (C7514); with a bf16 output they spill 1-2 registers.
+# Chained (no promotion) there are no partials: 64 x 64 tiles spill nothing, 64 x 128 ones the
+# group exponents' per-column addresses (37 registers), kept for the autotuner to weigh
+# (tests/test_fold.py compiles them).
+FOLD_CONFIGS = {True: ((128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 4), (64, 64, 4, 3)),
+                False: ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 128, 8, 4))}
+BLOCK_M_MAX = max(c[0] for cs in FOLD_CONFIGS.values() for c in cs)
+_tuned: dict = {}
+
+
+def _tuned_kernel(promote: bool = True):
+    """The folded GEMM kernel autotuned over ``FOLD_CONFIGS[promote]``."""
+    promote = bool(promote)
+    if promote not in _tuned:
+        configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                   for bm, bn, w, s in FOLD_CONFIGS[promote]]
+        _tuned[promote] = triton.autotune(configs, key=["M", "N", "K", "GROUP", "KT"])(
+            kernels.fold.folded_gemm_kernel)
+    return _tuned[promote]

@@ -129,16 +129,17 @@ def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
     if t.block_size != BLOCK_SIZE:
         raise ValueError(f"{name}: the MX GEMMs take block size {BLOCK_SIZE}, got {t.block_size}")
     if not emulated:
-        if method == "fp8_exact" and t.fmt.name not in FOLD_FORMATS:
-            raise ValueError(f"{name}: method 'fp8_exact' folds {FOLD_FORMATS} (only FP4/FP6 "
+        if method in FOLD_METHODS and t.fmt.name not in FOLD_FORMATS:
+            raise ValueError(f"{name}: method {method!r} folds {FOLD_FORMATS} (only FP4/FP6 "
                              f"formats fold into E4M3 exactly), got {t.fmt.name}")
-        if method != "fp8_exact" and t.fmt.name not in DOT_SCALED_FORMATS:
+        if method not in FOLD_METHODS and t.fmt.name not in DOT_SCALED_FORMATS:
             raise ValueError(f"{name}: tl.dot_scaled takes {DOT_SCALED_FORMATS}, got "
                              f"{t.fmt.name} (method 'emulate' takes every format)")
     return t.data, t.scales_kmajor
 
 
-METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "emulate")
+METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "emulate")
+FOLD_METHODS = ("fp8_exact", "fp8")  # MX operands folded into E4M3 (native.fold)
 
 
 def has_mx_units(device: torch.device) -> bool:
@@ -164,7 +165,13 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
       'fp8_exact'   FP4/FP6 operands folded into E4M3 with one exponent per 4 blocks (a 128-wide
                     K tile; ``native.fold``), then an FP8 tensor-core GEMM promoting every
                     K = 32: bit for bit ``emulator.fold.folded_matmul(..., dot=
-                    fold.dot_model(device))``. Untuned: 0.15-0.18x cuBLAS bf16 on an H100;
+                    fold.dot_model(device))``. Its first kernel ran at 0.15-0.18x cuBLAS
+                    bf16 on an H100; the present one (64-wide warpgroup tiles, autotuned) is
+                    not yet measured;
+      'fp8'         the same fold, the group's four K = 32 dots chained in the tensor core and
+                    only the group sum promoted (one float32 epilogue per 128 of K):
+                    ``folded_matmul(..., promote=32 * group)``, whose chained Hopper dot is a
+                    hypothesis not yet compared with an H100 (``benchmarks/fold_probe.py``);
       'emulate'     the products summed under the accumulation ``model`` ('fp32_sequential',
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
@@ -211,11 +218,11 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
         return torch.from_numpy(emulator.mx_matmul(ea, eb, model)).to(out_dtype).to(da.device)
     if method == "emulate":
         return _emulate(da, sa, db, sb, fmt_a, fmt_b, k, model).to(out_dtype)
-    if method == "fp8_exact":
+    if method in FOLD_METHODS:
         group = math.gcd(k // BLOCK_SIZE, 4)
         fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
         fb = fold.fold_kmajor(db, sb, k, fmt_b, group)
-        return fold.folded_matmul(fa, fb, out_dtype)
+        return fold.folded_matmul(fa, fb, out_dtype, promote=method == "fp8_exact")
     if method == "bf16":
         am = dequantize_kmajor(da, sa, fmt_a, k, BLOCK_SIZE, torch.bfloat16, backend, None)
         bm = dequantize_kmajor(db, sb, fmt_b, k, BLOCK_SIZE, torch.bfloat16, backend, None)
@@ -244,9 +251,9 @@ _EMULATE_TILE = 16
 
 
 def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
-    """``method='emulate'``: ``kernels.emulate`` under ``model``: the float32 kernel where a chunk lies
-    in one 32-block and alignment truncates (fp32_sequential, hopper_bf16, hopper_fp8), the
-    int64 one otherwise."""
+    """``method='emulate'``: ``kernels.emulate`` under ``model``: the float32 kernel for
+    fp32_sequential, the int64 one for the chunked models (where it measured faster on an
+    H100, results/native_gpu/bench_emulate_h100.md)."""
     m, n = da.shape[0], db.shape[0]
     model = emulator.accumulate.MODELS.get(model, model) if isinstance(model, str) else model
     if model == "exact":
@@ -274,15 +281,13 @@ def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     lo = _exp_span(fmt_a)[0] + _exp_span(fmt_b)[0]
     common = dict(PACK_A=pack_factor(fmt_a), PACK_B=pack_factor(fmt_b), MODEL=mid, F=frac,
                   ALIGN_RNE=align_rne, OUT_MODE=1 if rtz else 0, E0=lo)
-    if BLOCK_SIZE % chunk == 0 and not align_rne:  # chunks inside one block: float32 kernel
+    if mid == 1:  # fp32_sequential: the float32 kernel (2.2x the int64 one on an H100)
         va, vb = _value_tables(fmt_a, da.device), _value_tables(fmt_b, db.device)
-        # the (BLOCK_M, BLOCK_N, L) product tile lives in registers: half the columns for L = 32
-        bm, bn = (32, 16) if chunk == 32 else (32, 32)
-        grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+        # the (BLOCK_M, BLOCK_N, 32) product tile lives in registers
+        grid = (triton.cdiv(m, 32), triton.cdiv(n, 16))
         launch.run(kernels.emulate.emulate_gemm_fast_kernel, grid, da, db, sa, sb, *va, *vb, c,
-                   m, n, k, L=chunk, INV_GRID=float(2.0 ** -lo),
-                   SUM64=chunk * 2 ** (frac + 1) >= 2 ** 31, BLOCK_M=bm, BLOCK_N=bn,
-                   num_warps=4, **common)
+                   m, n, k, PACK_A=pack_factor(fmt_a), PACK_B=pack_factor(fmt_b), E0=lo,
+                   INV_GRID=float(2.0 ** -lo), BLOCK_M=32, BLOCK_N=16, num_warps=4)
         return c
     ta, tb = _tables(fmt_a, da.device), _tables(fmt_b, db.device)
     grid = (triton.cdiv(m, _EMULATE_TILE), triton.cdiv(n, _EMULATE_TILE))

@@ -14,8 +14,7 @@ MODELS = {"hopper_bf16": "hopper_bf16", "hopper_fp8": "hopper_fp8",
           "fp32_sequential": "fp32_sequential",
           "chunk48_rne": ChunkedModel(48, 20, "rne", "rne"),
           "chunk8_trunc": ChunkedModel(8, 6, "truncate", "rne"),
-          # chunks inside a block: RNE alignment (the int64 kernel), and the float32 kernel with
-          # int64 sums
+          # chunks inside a block: RNE alignment, and int64 sums
           "chunk16_rne": ChunkedModel(16, 10, "rne", "rne"),
           "chunk32_f30": ChunkedModel(32, 30, "truncate", "rtz")}
 # two format pairs per model keep the interpreter's time down; together they cover every format

@@ -31,6 +31,19 @@ RGROUP = tl.constexpr(SR_GROUP)
 
 
 @triton.jit
+def tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of this program in a 1-D GEMM grid ordered in bands of GROUP_M tile rows
+    (the programs running together share their A and B tiles in L2)."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    band = GROUP_M * num_n
+    first_m = (pid // band) * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    return first_m + (pid % band) % size_m, (pid % band) // size_m
+
+
+@triton.jit
 def bf16_bits_to_f32(v):
     """bf16 bits (int16) -> float32, exactly (subnormals included; the Triton 3.9 interpreter's
     own bf16 -> fp32 cast mishandles bf16 subnormals)."""

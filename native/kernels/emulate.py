@@ -213,22 +213,16 @@ def _align(s, e, q, ALIGN_RNE: tl.constexpr):
 # ------------------------------------------------------------------------------------------
 # The fast kernel: chunks that lie in one 32-block (L divides 32), products in float32
 # ------------------------------------------------------------------------------------------
-# Where a chunk lies in one block, its products share one scale 2^s (s = X_a + X_b - 254), and
-# each product of two elements, p = v_a * v_b, is exact in float32 (at most 14 significant bits,
-# |p| in [2^-32, 2^32) for every MX format pair). The model's steps then need no 64-bit
-# product arithmetic:
-#   lead   = max(exponent field of max_k |p| + s, the accumulator's leading bit)
-#   align  = |p| * 2^(s - q), q = lead - F: a power-of-two scaling, exact in float32 (a value
-#            pushed below 2^-126 is below 1 and aligns to 0), below 2^(F + 1) by construction;
-#            truncation toward zero is the float -> int conversion. Truncating models only: an
-#            RNE alignment (the remainder x - trunc(x) compared with 1/2) passed through the
-#            interpreter but gave 63 of 399 outputs off the reference on an H100 (ChunkedModel
-#            (16, 10, 'rne'), e4m3; cause not found), so RNE-aligned models take the int64 kernel.
-#   sum    = the L aligned integers (int32 where L * 2^(F + 1) < 2^31, else int64), plus the
-#            accumulator aligned as in the reference kernel, rounded by the same _round_to_f32.
-# fp32_sequential: each product times 2^-E0 (E0 the pair's lowest product exponent) is an
-# integer below 2^62 (the host checks the span), so the block's exact sum is an int64 sum.
-# Bit for bit the reference kernel above and the emulator (tests/test_emulate_gemm.py).
+# fp32_sequential, where a block's products share one scale 2^s (s = X_a + X_b - 254): each
+# product of two elements, p = v_a * v_b, is exact in float32 (at most 14 significant bits,
+# |p| in [2^-32, 2^32) for every MX format pair), and p times 2^-E0 (E0 the pair's lowest
+# product exponent) is an integer below 2^62 (the host checks the span), so the block's exact
+# sum is an int64 sum of float -> int conversions. Bit for bit the reference kernel above and
+# the emulator (tests/test_emulate_gemm.py; on an H100 too, results/native_gpu).
+# The chunked models had a float32 form here as well (tree 0a74bf8: alignment by power-of-two
+# scaling and float -> int truncation, bit for bit on an H100), but it ran 3x slower than the
+# int64 kernel on an H100 for hopper_bf16 (0.017 against 0.048 TFLOP/s, E2M1) and no faster
+# for hopper_fp8 (results/native_gpu/bench_emulate_h100.md), so it was removed.
 
 
 @triton.jit
@@ -246,17 +240,14 @@ def _value_tile(data_ptr, scale_ptr, rows, k, kblock, R, K, PACK: tl.constexpr, 
 @triton.jit
 def emulate_gemm_fast_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, val_a_ptr, sp_a_ptr, val_b_ptr,
                              sp_b_ptr, c_ptr, M, N, K,
-                             PACK_A: tl.constexpr, PACK_B: tl.constexpr, MODEL: tl.constexpr,
-                             L: tl.constexpr, F: tl.constexpr, ALIGN_RNE: tl.constexpr,
-                             OUT_MODE: tl.constexpr, E0: tl.constexpr, INV_GRID: tl.constexpr,
-                             SUM64: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``emulate_gemm_kernel``'s result where L divides 32 and the alignment truncates (the
-    section comment above): value tables (float32) instead of sig/exp; INV_GRID = 2^-E0
-    (fp32_sequential); ALIGN_RNE must be False."""
-    tl.static_assert(not ALIGN_RNE, "RNE-aligned models take emulate_gemm_kernel")
+                             PACK_A: tl.constexpr, PACK_B: tl.constexpr, E0: tl.constexpr,
+                             INV_GRID: tl.constexpr, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr):
+    """``emulate_gemm_kernel``'s result for ``fp32_sequential`` (the section comment above):
+    value tables (float32) instead of sig/exp; INV_GRID = 2^-E0."""
     rm, rn, acc, nan, pinf, ninf = _tile_start(BLOCK_M, BLOCK_N)
-    lk = tl.arange(0, L)
-    for k0 in range(0, K, L):
+    lk = tl.arange(0, 32)
+    for k0 in range(0, K, 32):
         va, spa, sca = _value_tile(a_ptr, sa_ptr, rm, k0 + lk, k0 // 32, M, K, PACK_A,
                                    val_a_ptr, sp_a_ptr)
         vb, spb, scb = _value_tile(b_ptr, sb_ptr, rn, k0 + lk, k0 // 32, N, K, PACK_B,
@@ -264,7 +255,7 @@ def emulate_gemm_fast_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, val_a_ptr, sp_a_ptr, 
         scale_nan = (sca == 255)[:, None] | (scb == 255)[None, :]
         nan = nan | scale_nan
         n_sp = tl.sum((spa != 0).to(tl.int32)) + tl.sum((spb != 0).to(tl.int32))
-        if n_sp > 0:  # a NaN/Inf code in the chunk: the reference's flags (rare: skipped else)
+        if n_sp > 0:  # a NaN/Inf code in the block: the reference's flags (rare: skipped else)
             code_sp = (spa != 0)[:, None, :] | (spb != 0)[None, :, :]
             pv = tl.where(spa != 0, spa, va)[:, None, :] * tl.where(spb != 0, spb, vb)[None, :, :]
             nan = nan | (tl.sum((code_sp & (pv != pv)).to(tl.int32), axis=2) > 0)
@@ -273,30 +264,9 @@ def emulate_gemm_fast_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, val_a_ptr, sp_a_ptr, 
                                          axis=2) > 0))
             ninf = ninf | (fin & (tl.sum((code_sp & (pv == float("-inf"))).to(tl.int32),
                                          axis=2) > 0))
-        s = (sca - 127)[:, None] + (scb - 127)[None, :]  # the chunk's scale exponent (int32)
+        s = (sca - 127)[:, None] + (scb - 127)[None, :]  # the block's scale exponent (int32)
         p = va[:, None, :] * vb[None, :, :]  # exact
-        if MODEL == 1:  # fp32_sequential: the block's exact sum, rounded once, added (RNE)
-            total = tl.sum((p * INV_GRID).to(tl.int64), axis=2)
-            acc = acc + _round_to_f32(total, (E0 + s).to(tl.int64), RNE_OUT)
-        else:
-            ap = tl.abs(p)
-            pmax = tl.max(ap, axis=2)
-            has_p = pmax > 0
-            lead_p = tl.where(has_p, ((pmax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127 + s,
-                              -(1 << 30)).to(tl.int64)
-            acc_sig, acc_exp, lead_acc = _acc_parts(acc)
-            q = tl.maximum(lead_p, lead_acc) - F
-            d = tl.minimum(tl.maximum(s.to(tl.int64) - q, -126), 127).to(tl.int32)
-            f = ((d + 127) << 23).to(tl.float32, bitcast=True)  # 2^(s - q), exact
-            x = ap * f[:, :, None]
-            if SUM64:
-                t = x.to(tl.int64)  # truncation toward zero (x >= 0)
-            else:
-                t = x.to(tl.int32)
-            t = tl.where(p < 0, -t, t)
-            total = tl.sum(t, axis=2).to(tl.int64) + _align(acc_sig, acc_exp, q, False)
-            new = _round_to_f32(total, q, OUT_MODE)
-            keep = (acc != acc) | (acc == float("inf")) | (acc == float("-inf")) | \
-                ~(has_p | (acc != 0))
-            acc = tl.where(keep, acc, new)
+        # the block's exact sum, rounded once, added (RNE)
+        total = tl.sum((p * INV_GRID).to(tl.int64), axis=2)
+        acc = acc + _round_to_f32(total, (E0 + s).to(tl.int64), RNE_OUT)
     _store_tile(c_ptr, acc, nan, pinf, ninf, rm, rn, M, N)

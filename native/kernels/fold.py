@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ...emulator.fold import NAN_EXPONENT
-from .common import RNE, decode_values, encode, f32_to_bf16_bits
+from .common import RNE, decode_values, encode, f32_to_bf16_bits, tile_ids
 
 NAN_EXP = tl.constexpr(NAN_EXPONENT)
 
@@ -70,6 +70,19 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
     tl.store(exp_ptr + q, r, mask=valid)
 
 
+# |exponent| bound of the per-row times per-column form (T * 2^ea) * 2^eb: T is 0 or a
+# multiple of 2^-18 below 2^31 (E4M3 products, at most 2^17.2 each, K < 2^14 of them), so
+# T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the second
+# multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it.
+RANK1_EXP = tl.constexpr(50)
+
+
+@triton.jit
+def _pow2(e):
+    """2^e as float32 for integer e in [-126, 127]."""
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
 @triton.jit
 def _group_scale(ea, eb):
     """2^(R_a + R_b) applied to a float32 tile T as (T * s1) * s2 with s1 = 2^e1, e1 = the
@@ -92,7 +105,8 @@ def _group_scale(ea, eb):
 @triton.jit
 def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
                        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       KT: tl.constexpr, OUT_BF16: tl.constexpr):
+                       KT: tl.constexpr, OUT_BF16: tl.constexpr, PROMOTE: tl.constexpr = True,
+                       GROUP_M: tl.constexpr = 8):
     """C[M, N] = A Bᵀ for folded operands: A (M, K), B (N, K) E4M3 codes, group exponents
     ea (M, K / (32 GROUP)), eb (N, K / (32 GROUP)) (module doc for the order of additions).
 
@@ -102,15 +116,32 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
     lowering): the same sums as KT = 32, in fewer, longer dots. The interpreter has no such
     split (its dot is one float32 matmul), so the host passes KT = 32 there. With KT = 32
     GROUP (the GPU default) the K loop is one flat loop, one dot and one epilogue per step:
-    the form Triton's software pipeliner overlaps with the next step's loads."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    the form Triton's software pipeliner overlaps with the next step's loads.
+
+    PROMOTE=False: no ``max_num_imprecise_acc``, so the tensor core accumulates a whole group
+    (its dots chained, each adding into the last's output) and only the group sum leaves it:
+    one float32 epilogue per group instead of one per 32 of K (``emulator.fold.folded_matmul``
+    with promote = 32 GROUP).
+
+    Registers decide the speed on Hopper: the KT / 32 partial sums of one dot are live at once
+    beside the accumulator, so a 64 x 128 warpgroup tile (64 registers per sum) makes ptxas
+    serialize the wgmmas and spill (compiled for sm_90a); 64 x 64 warpgroup tiles do not
+    (``FOLD_CONFIGS`` in ``native.fold``). A 1-D grid in GROUP_M-row bands for L2 reuse."""
+    pid_m, pid_n = tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    # E4M3 pointers: the loads feed the wgmma from shared memory (a bitcast after the load
+    # would route A through registers)
+    a_ptr = a_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
+    b_ptr = b_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
+    m0 = pid_m * BLOCK_M
+    n0 = pid_n * BLOCK_N
+    rm = m0 + tl.arange(0, BLOCK_M)
+    rn = n0 + tl.arange(0, BLOCK_N)
     kk = tl.arange(0, KT)
     n_groups = K // (32 * GROUP)
-    a_rows = a_ptr + rm[:, None] * K + kk[None, :]
-    b_cols = b_ptr + rn[None, :] * K + kk[:, None]
+    # the tile's first row as a 64-bit scalar offset, 32-bit offsets inside the tile (a tensor
+    # of 64-bit addresses cost two registers per element: spills, serialized wgmmas)
+    a_rows = a_ptr + m0.to(tl.int64) * K + (tl.arange(0, BLOCK_M)[:, None] * K + kk[None, :])
+    b_cols = b_ptr + n0.to(tl.int64) * K + (tl.arange(0, BLOCK_N)[None, :] * K + kk[:, None])
     ea_rows = ea_ptr + rm * n_groups
     eb_rows = eb_ptr + rn * n_groups
     m_ok = (rm < M)[:, None]
@@ -119,23 +150,35 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
     for g in range(0, n_groups):
         k0 = g * (GROUP * 32)
         if KT == GROUP * 32:  # one dot per group
-            a = tl.load(a_rows + k0, mask=m_ok, other=0).to(tl.float8e4nv, bitcast=True)
-            b = tl.load(b_cols + k0, mask=n_ok, other=0).to(tl.float8e4nv, bitcast=True)
-            t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
-                       max_num_imprecise_acc=32)  # K = 32 wgmmas, each promoted at once
+            a = tl.load(a_rows + k0, mask=m_ok, other=0.0)
+            b = tl.load(b_cols + k0, mask=n_ok, other=0.0)
+            if PROMOTE:  # K = 32 wgmmas, each promoted at once
+                t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                           max_num_imprecise_acc=32)
+            else:  # chained in the tensor core
+                t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
         else:
             t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
                 a = tl.load(a_rows + k0 + j * KT, mask=m_ok,  # overflowed shared memory)
-                            other=0).to(tl.float8e4nv, bitcast=True)
-                b = tl.load(b_cols + k0 + j * KT, mask=n_ok, other=0).to(tl.float8e4nv,
-                                                                         bitcast=True)
-                t = tl.dot(a, b, t, max_num_imprecise_acc=32)
-        s1, s2 = _group_scale(tl.load(ea_rows + g, mask=rm < M, other=0),
-                              tl.load(eb_rows + g, mask=rn < N, other=0))
-        acc += (t * s1) * s2
+                            other=0.0)
+                b = tl.load(b_cols + k0 + j * KT, mask=n_ok, other=0.0)
+                if PROMOTE:
+                    t = tl.dot(a, b, t, max_num_imprecise_acc=32)
+                else:
+                    t = tl.dot(a, b, t)
+        ea = tl.load(ea_rows + g, mask=rm < M, other=0)
+        eb = tl.load(eb_rows + g, mask=rn < N, other=0)
+        if (tl.min(ea) >= -RANK1_EXP) & (tl.max(ea) <= RANK1_EXP) & \
+                (tl.min(eb) >= -RANK1_EXP) & (tl.max(eb) <= RANK1_EXP):
+            acc += (t * _pow2(ea)[:, None]) * _pow2(eb)[None, :]
+        else:  # an extreme or NaN group exponent in the tile (rare)
+            s1, s2 = _group_scale(ea, eb)
+            acc += (t * s1) * s2
     cmask = (rm < M)[:, None] & (rn < N)[None, :]
+    c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (tl.arange(0, BLOCK_M)[:, None] * N +
+                                                  tl.arange(0, BLOCK_N)[None, :])
     if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
-        tl.store(c_ptr + rm[:, None] * N + rn[None, :], f32_to_bf16_bits(acc), mask=cmask)
+        tl.store(c_tile, f32_to_bf16_bits(acc), mask=cmask)
     else:
-        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=cmask)
+        tl.store(c_tile, acc, mask=cmask)

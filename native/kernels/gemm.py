@@ -4,7 +4,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import f32_to_bf16_bits
+from .common import f32_to_bf16_bits, tile_ids
 
 
 @triton.jit
@@ -15,14 +15,7 @@ def mx_gemm_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, c_ptr, M, N, K,
                    OUT_BF16: tl.constexpr):
     """C[M, N] = A B^T for K-major MX operands A (M, K) and B (N, K), fp32 accumulation by
     ``tl.dot_scaled``; C is float32, or bfloat16 rounded to nearest even (OUT_BF16)."""
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
+    pid_m, pid_n = tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
