@@ -4,7 +4,8 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm probe emulate accum conform speed. Logs and results go to /tmp/ocpmx_run/.
+# Steps: env tests sass bench gemm probe emulate accum conform speed.
+# Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
 mkdir -p $RUN /tmp/p
 ln -sfn "$PWD" /tmp/p/ocpmx

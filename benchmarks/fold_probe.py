@@ -2,8 +2,9 @@
 
 ``native.fold.folded_matmul`` promotes every K = 32 FP8 dot at once (``max_num_imprecise_acc
 =32``), or with ``promote=False`` chains a group's dots in the tensor core (rows with
-``promote`` = 32 * group: they test ``hopper_dot32``'s chained-accumulator hypothesis). The emulator's ``folded_matmul`` takes each such dot as exact. This probe compares the
-GPU's bits, per format and group, with the two models of the K = 32 dot of
+``promote`` = 32 * group: they test ``hopper_dot32``'s chained-accumulator hypothesis). The
+emulator's ``folded_matmul`` takes each such dot as exact. This probe compares the GPU's bits,
+per format and group, with the two models of the K = 32 dot of
 ``emulator.fold.folded_matmul``: ``dot="exact"`` and ``dot="hopper"`` (the wgmma rule fitted to
 this probe's first run, 2026-11-23; that run compared against the accumulate module's
 ``HOPPER_FP8`` chunk model instead, which matched nothing the exact model missed).

@@ -220,21 +220,19 @@ def section_gemm(rows):
         t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                    method="fp8"))
         t_fold = bench(lambda: fold.fold(qa, 4))
-        cases = (("cuBLAS bf16", t_bf16), ("FP8 _scaled_mm", t_fp8),
-                 ("dot_scaled mxfp4", t_mx), ("dot_scaled mxfp8", t_mx8),
-                 ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq),
-                 ("mxfp4 folded FP8 GEMM (group 4, GEMM only)", t_fgemm),
-                 ("mxfp4 folded FP8 GEMM chained (group 4, GEMM only)", t_fchain),
-                 ("mxfp4 method=fp8_exact (fold both + GEMM)", t_exact_e2e),
-                 ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e))
+        cases = (("cuBLAS bf16", t_bf16, None), ("FP8 _scaled_mm", t_fp8, None),
+                 ("dot_scaled mxfp4", t_mx, cfg), ("dot_scaled mxfp8", t_mx8, None),
+                 ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq, None),
+                 ("mxfp4 folded FP8 GEMM (group 4, GEMM only)", t_fgemm, fcfg),
+                 ("mxfp4 folded FP8 GEMM chained (group 4, GEMM only)", t_fchain, ccfg),
+                 ("mxfp4 method=fp8_exact (fold both + GEMM)", t_exact_e2e, None),
+                 ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e, None))
         rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group 4)", ms=t_fold,
                          of_bf16=t_bf16 / t_fold))
-        for name, t in cases:
+        for name, t, config in cases:  # config: the autotuned tile, where one was tuned
             rows.append(dict(case=f"gemm M={m} N={n} K={k} {name}", ms=t,
                              tflops=flop / t / 1e9, of_bf16=t_bf16 / t,
-                             config={"dot_scaled mxfp4": str(cfg), "mxfp4 folded FP8 GEMM "
-                                     "(group 4, GEMM only)": str(fcfg), "mxfp4 folded FP8 GEMM "
-                                     "chained (group 4, GEMM only)": str(ccfg)}.get(name, "")))
+                             config=str(config) if config is not None else ""))
 
 
 def section_linear(rows):
@@ -282,8 +280,9 @@ def section_numerics(rows):
 
 def section_emulate(rows):
     """method='emulate' (issue 23): a chip's accumulation model reproduced bit for bit in a Triton
-    GEMM (int64 products, aligned one by one), against cuBLAS bf16 and dot_scaled on the same
-    shape (smaller than the Llama shapes: the emulation is slow by design)."""
+    GEMM (the chunked models: int64 products aligned one by one; fp32_sequential: the float32
+    kernel), against cuBLAS bf16 and dot_scaled on the same shape (smaller than the Llama
+    shapes: the emulation is slow by design)."""
     m, n, k = 2048, 4096, 4096
     flop = 2 * m * n * k
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

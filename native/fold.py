@@ -9,11 +9,11 @@ Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on
 (H100 included). The GEMM is the emulator's ``folded_matmul`` with ``dot=dot_model(device)``:
 "exact" dots under the interpreter, Hopper's measured FP8 wgmma rule on an H100 (every format
 and group size; ``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md). Not yet fused
-into the quantize pass. The kernel measured at 123-127 TFLOP/s on an H100 at Llama-8B shapes,
-0.15-0.18x cuBLAS bf16 (results/native_gpu/bench_gemm_h100.md), had a float64 scale epilogue
-per group and a nested group loop (K = 128 per dot changed nothing); the present one (float32
-epilogue, one flat loop, 3 pipeline stages; same bits, tested through the interpreter) is not
-yet measured on a GPU.
+into the quantize pass. Its first two kernels ran at 0.15-0.19x cuBLAS bf16 on an H100 at
+Llama-8B shapes (results/native_gpu/bench_gemm_h100.md and its archive): registers spilled and
+the wgmmas ran one at a time (``FOLD_CONFIGS`` below says why). The present one (64-wide
+warpgroup tiles, autotuned; same bits, tested through the interpreter) is not yet measured on
+a GPU; neither is ``promote=False``, whose Hopper model is a hypothesis.
 """
 from __future__ import annotations
 
@@ -107,8 +107,9 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
                              f"offsets inside a tile (K < {2**31 // BLOCK_M_MAX})")
         args = (a.codes, b.codes, a.exponents, b.exponents,
                 c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
+        # enable_fp_fusion=False: the epilogue's product is rounded, then added
         common = dict(GROUP=a.group, KT=kt, OUT_BF16=out_dtype == torch.bfloat16,
-                      PROMOTE=bool(promote), enable_fp_fusion=False)  # the epilogue's product is rounded, then added
+                      PROMOTE=bool(promote), enable_fp_fusion=False)
         if interpreting():
             launch.run(kernels.fold.folded_gemm_kernel,
                        (triton.cdiv(m, 32) * triton.cdiv(n, 32),), *args, BLOCK_M=32,

@@ -71,9 +71,9 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
 
 
 # |exponent| bound of the per-row times per-column form (T * 2^ea) * 2^eb: T is 0 or a
-# multiple of 2^-18 below 2^31 (E4M3 products, at most 2^17.2 each, K < 2^14 of them), so
-# T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the second
-# multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it.
+# multiple of 2^-18 below 2^42 (E4M3 products, at most 2^17.2 each, K < 2^24 of them: the host
+# checks K), so T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the
+# second multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it.
 RANK1_EXP = tl.constexpr(50)
 
 
@@ -87,8 +87,9 @@ def _pow2(e):
 def _group_scale(ea, eb):
     """2^(R_a + R_b) applied to a float32 tile T as (T * s1) * s2 with s1 = 2^e1, e1 = the
     exponent sum clamped to [-100, 100], s2 = 2^(sum - e1) clamped to [-126, 127]; NaN where a
-    group holds a NaN block. T is 0 or 2^-18 <= |T| < 2^25 (sums of 128 E4M3 products), so
-    T * s1 is exact (a normal float32) and the one rounding is that of the second multiply:
+    group holds a NaN block. T is 0 or 2^-18 <= |T| < 2^42 (see RANK1_EXP), so T * s1 is exact
+    (a normal float32) or, only where e1 = 100 and |T| >= 2^28, Inf as the true product is; the
+    one rounding is that of the second multiply:
     fl32(T * 2^(R_a + R_b)), the value the float64 form fl32(fl64(T) * 2^(R_a + R_b)) gives,
     subnormal, overflowing and vanishing results included (beyond the clamps the result is
     +-Inf or +-0 either way). Needs no float contraction: the launch sets
@@ -97,9 +98,7 @@ def _group_scale(ea, eb):
     e = ea[:, None] + eb[None, :]
     e1 = tl.minimum(tl.maximum(e, -100), 100)
     e2 = tl.minimum(tl.maximum(e - e1, -126), 127)
-    s1 = ((e1 + 127) << 23).to(tl.float32, bitcast=True)
-    s2 = ((e2 + 127) << 23).to(tl.float32, bitcast=True)
-    return tl.where(nan, float("nan"), s1), s2
+    return tl.where(nan, float("nan"), _pow2(e1)), _pow2(e2)
 
 
 @triton.jit
@@ -123,10 +122,10 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
     one float32 epilogue per group instead of one per 32 of K (``emulator.fold.folded_matmul``
     with promote = 32 GROUP).
 
-    Registers decide the speed on Hopper: the KT / 32 partial sums of one dot are live at once
-    beside the accumulator, so a 64 x 128 warpgroup tile (64 registers per sum) makes ptxas
-    serialize the wgmmas and spill (compiled for sm_90a); 64 x 64 warpgroup tiles do not
-    (``FOLD_CONFIGS`` in ``native.fold``). A 1-D grid in GROUP_M-row bands for L2 reuse."""
+    Registers decide the speed on Hopper: with PROMOTE the KT / 32 partial sums of one dot are
+    live at once beside the accumulator, so a 64 x 128 warpgroup tile (64 registers per sum)
+    spills (compiled for sm_90a); 64 x 64 warpgroup tiles do not (``FOLD_CONFIGS`` in
+    ``native.fold``). A 1-D grid in GROUP_M-row bands for L2 reuse."""
     pid_m, pid_n = tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     # E4M3 pointers: the loads feed the wgmma from shared memory (a bitcast after the load
     # would route A through registers)
@@ -134,14 +133,16 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
     b_ptr = b_ptr.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
     m0 = pid_m * BLOCK_M
     n0 = pid_n * BLOCK_N
-    rm = m0 + tl.arange(0, BLOCK_M)
-    rn = n0 + tl.arange(0, BLOCK_N)
+    lm = tl.arange(0, BLOCK_M)  # rows and columns inside the tile
+    ln = tl.arange(0, BLOCK_N)
+    rm = m0 + lm
+    rn = n0 + ln
     kk = tl.arange(0, KT)
     n_groups = K // (32 * GROUP)
     # the tile's first row as a 64-bit scalar offset, 32-bit offsets inside the tile (a tensor
-    # of 64-bit addresses cost two registers per element: spills, serialized wgmmas)
-    a_rows = a_ptr + m0.to(tl.int64) * K + (tl.arange(0, BLOCK_M)[:, None] * K + kk[None, :])
-    b_cols = b_ptr + n0.to(tl.int64) * K + (tl.arange(0, BLOCK_N)[None, :] * K + kk[:, None])
+    # of 64-bit addresses cost two registers per element)
+    a_rows = a_ptr + m0.to(tl.int64) * K + (lm[:, None] * K + kk[None, :])
+    b_cols = b_ptr + n0.to(tl.int64) * K + (ln[None, :] * K + kk[:, None])
     ea_rows = ea_ptr + rm * n_groups
     eb_rows = eb_ptr + rn * n_groups
     m_ok = (rm < M)[:, None]
@@ -175,9 +176,8 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
         else:  # an extreme or NaN group exponent in the tile (rare)
             s1, s2 = _group_scale(ea, eb)
             acc += (t * s1) * s2
-    cmask = (rm < M)[:, None] & (rn < N)[None, :]
-    c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (tl.arange(0, BLOCK_M)[:, None] * N +
-                                                  tl.arange(0, BLOCK_N)[None, :])
+    cmask = m_ok & n_ok
+    c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (lm[:, None] * N + ln[None, :])
     if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
         tl.store(c_tile, f32_to_bf16_bits(acc), mask=cmask)
     else:
