@@ -33,12 +33,16 @@ from .tensor import MXTensor, pack_factor
 @dataclass
 class FoldedTensor:
     """codes: uint8 E4M3 (rows, K); exponents: int32 (rows, K / (32 group)); scales: the MX
-    E8M0 scales (rows, K / 32), kept; group: blocks per group; fmt: the MX element format."""
+    E8M0 scales (rows, K / 32), kept; group: blocks per group; fmt: the MX element format;
+    wide: int32 (1,) on the device, nonzero where some exponent lies beyond the folded GEMM's
+    per-row-times-per-column epilogue (|R| > ``kernels.fold.RANK1_EXP``, or a NaN group): then
+    the GEMM takes its general epilogue (same bits, more work per output)."""
     codes: torch.Tensor
     exponents: torch.Tensor
     scales: torch.Tensor
     group: int
     fmt: ElementFormat
+    wide: torch.Tensor
 
 
 def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
@@ -60,15 +64,16 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     rows = math.prod(data.shape[:-1])
     codes = torch.empty(rows, k, dtype=torch.uint8, device=data.device)
     exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=data.device)
+    wide = torch.zeros(1, dtype=torch.int32, device=data.device)
     n_groups = rows * nblk // group
     if n_groups:
         t = lower(TARGET)
         ng = 16
         launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
-                   exps, n_groups, **lower(fmt).constexprs(), PACK=pack_factor(fmt),
+                   exps, wide, n_groups, **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
                    T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, GROUP=group, NG=ng)
-    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt)
+    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, wide)
 
 
 def dot_model(device) -> str | None:
@@ -105,19 +110,22 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
         if BLOCK_M_MAX * k >= 2**31:
             raise ValueError(f"folded_matmul: K = {k} is too long for the kernel's 32-bit "
                              f"offsets inside a tile (K < {2**31 // BLOCK_M_MAX})")
-        args = (a.codes, b.codes, a.exponents, b.exponents,
+        args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
                 c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
         # enable_fp_fusion=False: the epilogue's product is rounded, then added
         common = dict(GROUP=a.group, KT=kt, OUT_BF16=out_dtype == torch.bfloat16,
                       PROMOTE=bool(promote), enable_fp_fusion=False)
-        if interpreting():
-            launch.run(kernels.fold.folded_gemm_kernel,
-                       (triton.cdiv(m, 32) * triton.cdiv(n, 32),), *args, BLOCK_M=32,
-                       BLOCK_N=32, num_warps=4, num_stages=1, **common)
-        else:
-            def grid(meta):
-                return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
-            launch.run(_tuned_kernel(promote), grid, *args, **common)
+        # two launches, one computing: RANK1=True unless an operand is wide (its kernel
+        # returns at once otherwise), then RANK1=False (the kernel's doc says why)
+        for rank1 in (True, False):
+            if interpreting():
+                launch.run(kernels.fold.folded_gemm_kernel,
+                           (triton.cdiv(m, 32) * triton.cdiv(n, 32),), *args, BLOCK_M=32,
+                           BLOCK_N=32, num_warps=4, num_stages=1, RANK1=rank1, **common)
+            else:
+                def grid(meta):
+                    return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+                launch.run(_tuned_kernel(promote), grid, *args, RANK1=rank1, **common)
     return c
 
 

@@ -182,6 +182,64 @@ def test_longer_dots_load_the_same_tiles(device):
         native_fold.folded_matmul(fa, fb, k_per_dot=96)
 
 
+def _rows_at_exponents(rng, p, k=256):
+    """Rows whose every 32-block peaks at 1.5 * 2^p[i] (E2M1, FLOOR scales: scale exponent
+    p - 2, group exponent R = p - 8), the rest normal values well below that peak."""
+    x = (rng.standard_normal((len(p), k)) * np.exp2(np.asarray(p, float) - 3)[:, None])
+    x[:, ::32] = 1.5 * np.exp2(np.asarray(p, float))[:, None]
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_rank1_epilogue_to_its_bound_and_the_wide_flag(device):
+    """The folded GEMM's two epilogues (``kernels.fold.RANK1_EXP``): operands whose group
+    exponents reach exactly +-RANK1_EXP take the per-row-times-per-column one (the dot times
+    up to 2^100 and down to 2^-100), one row past the bound makes its
+    operand ``wide`` and the GEMM take the general one. Both are the emulator's bits, and the
+    outputs the two operands share are the same bits under either epilogue. ``wide`` is
+    checked against the exponents themselves."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native.kernels import fold as kfold
+    bound = int(kfold.RANK1_EXP.value)
+    rng = np.random.default_rng(11)
+    pa = np.r_[bound + 8, -bound + 8, rng.integers(-bound + 8, bound + 9, 30)]  # R = p - 8
+    pb = np.r_[bound + 8, -bound + 8, rng.integers(-bound + 8, bound + 9, 14)]
+    xa, xb = _rows_at_exponents(rng, pa), _rows_at_exponents(rng, pb)
+    xb_wide = np.concatenate([xb, _rows_at_exponents(rng, [bound + 9])])  # R = bound + 1
+    got, want = {}, {}
+    for name, xbb in (("rank1", xb), ("wide", xb_wide)):
+        qa = native.quantize(torch.from_numpy(xa).to(device), "e2m1")
+        qb = native.quantize(torch.from_numpy(xbb).to(device), "e2m1")
+        fa, fb = native_fold.fold(qa, 4), native_fold.fold(qb, 4)
+        ea, eb = fold(qa.to_emulator(), 4), fold(qb.to_emulator(), 4)
+        for f, e in ((fa, ea), (fb, eb)):
+            beyond = (e.exponents == NAN_EXPONENT) | (np.abs(e.exponents) > bound)
+            assert int(f.wide.item()) == int(beyond.any())
+        assert np.abs(ea.exponents).max() == bound and ea.exponents.min() == -bound
+        assert int(fb.wide.item()) == (name == "wide")
+        want[name] = folded_matmul(ea, eb)
+        got[name] = native_fold.folded_matmul(fa, fb).cpu().numpy()
+        assert np.array_equal(got[name].view(np.uint32), want[name].view(np.uint32)), name
+    w = np.abs(want["rank1"][want["rank1"] != 0])
+    assert w.max() > 2.0**110 and w.min() < 2.0**-75  # the epilogue's products at both ends
+    shared = got["wide"][:, :len(pb)]
+    assert np.array_equal(shared.view(np.uint32), got["rank1"].view(np.uint32))
+
+
+def test_folded_operand_with_a_nan_block_is_wide():
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    x = np.random.default_rng(12).standard_normal((4, 256)).astype(np.float32)
+    q = native.quantize(torch.from_numpy(x), "e2m1")
+    assert int(native_fold.fold(q, 4).wide.item()) == 0
+    q.scales.view(-1)[5] = 0xFF  # a NaN scale
+    f = native_fold.fold(q, 4)
+    assert int(f.wide.item()) == 1 and (f.exponents == NAN_EXPONENT).sum() == 1
+
+
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 def test_group_scales_far_from_one(device):
     """Exponent sums R_a + R_b below float32's normal range (results are float32 subnormals,
@@ -361,15 +419,16 @@ from triton.compiler import ASTSource
 from ocpmx.audit.check import _nvidia_facts
 from ocpmx.native import fold
 from ocpmx.native.kernels import fold as kfold
-sig = {"a_ptr": "*u8", "b_ptr": "*u8", "ea_ptr": "*i32", "eb_ptr": "*i32", "c_ptr": "*i16",
-       "M": "i32", "N": "i32", "K": "i32", "GROUP": "constexpr", "BLOCK_M": "constexpr",
-       "BLOCK_N": "constexpr", "KT": "constexpr", "OUT_BF16": "constexpr",
-       "PROMOTE": "constexpr", "GROUP_M": "constexpr"}
-attrs = {(i,): [["tt.divisibility", 16]] for i in range(8)}  # as a launch specializes them
+sig = {"a_ptr": "*u8", "b_ptr": "*u8", "ea_ptr": "*i32", "eb_ptr": "*i32", "wide_a_ptr": "*i32",
+       "wide_b_ptr": "*i32", "c_ptr": "*i16", "M": "i32", "N": "i32", "K": "i32",
+       "GROUP": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "KT": "constexpr",
+       "OUT_BF16": "constexpr", "RANK1": "constexpr", "PROMOTE": "constexpr",
+       "GROUP_M": "constexpr"}
+attrs = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # as a launch specializes them
 out = []
-for promote, bm, bn, w, s in json.loads(sys.argv[1]):
+for promote, rank1, bm, bn, w, s in json.loads(sys.argv[1]):
     consts = {"GROUP": 4, "BLOCK_M": bm, "BLOCK_N": bn, "KT": 128, "OUT_BF16": True,
-              "PROMOTE": promote, "GROUP_M": 8}
+              "RANK1": rank1, "PROMOTE": promote, "GROUP_M": 8}
     k = triton.compile(ASTSource(kfold.folded_gemm_kernel, sig, consts, attrs),
                        target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=w, num_stages=s, enable_fp_fusion=False))
@@ -377,7 +436,7 @@ for promote, bm, bn, w, s in json.loads(sys.argv[1]):
     facts = _nvidia_facts(k)
     wgmma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.e4m3\.e4m3 \{[^}]*\}, (\S+)",
                        ptx)
-    out.append(dict(config=[promote, bm, bn, w, s], spills=facts["spills"],
+    out.append(dict(config=[promote, rank1, bm, bn, w, s], spills=facts["spills"],
                     shapes=sorted({m for m, _ in wgmma}),
                     a_from_registers=any(a.startswith("{") for _, a in wgmma),
                     promoted_adds=len(re.findall(r"add\.rn\.f32", ptx)),
@@ -388,18 +447,21 @@ print(json.dumps(out))
 
 def test_folded_gemm_tiles_compile_for_sm90_without_spills():
     """The folded GEMM's Hopper tiles (``native.fold.FOLD_CONFIGS``), compiled for sm_90a
-    without the chip (Triton 3.9, its ptxas): the promoted tiles spill at most 2 registers and
-    the chained 64-wide ones none, both wgmma operands come from shared memory (an A through registers
-    costs registers, the first kernel's 320-register spill), and every tile fits Hopper's
-    227 KiB of shared memory. A regression here is a lost factor in speed, found on a CPU."""
+    without the chip (the installed Triton and its ptxas; on the GPU host Triton 3.6 compiles
+    it too, which once failed there alone): the promoted tiles spill at most 2 registers and
+    the chained 64-wide ones none, both wgmma operands come from shared memory (an A through
+    registers costs registers, the first kernel's 320-register spill), and every tile fits
+    Hopper's 227 KiB of shared memory, the general epilogue's launch (RANK1=False) included.
+    A regression here is a lost factor in speed, found on a CPU."""
     import json
     import os
     import subprocess
     import sys
 
     from ocpmx.native.fold import FOLD_CONFIGS
-    configs = [[True, *c] for c in FOLD_CONFIGS[True]] + \
-        [[False, *c] for c in FOLD_CONFIGS[False] if c[1] == 64]
+    configs = [[True, True, *c] for c in FOLD_CONFIGS[True]] + \
+        [[False, True, *c] for c in FOLD_CONFIGS[False] if c[1] == 64] + \
+        [[p, False, *FOLD_CONFIGS[p][0]] for p in (True, False)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # ocpmx installed
     r = subprocess.run([sys.executable, "-c", _SM90_COMPILE, json.dumps(configs)], env=env,
                        capture_output=True, text=True, timeout=600)
@@ -407,12 +469,14 @@ def test_folded_gemm_tiles_compile_for_sm90_without_spills():
     facts = json.loads(r.stdout.strip().splitlines()[-1])
     assert [f["config"] for f in facts] == configs
     for f in facts:
+        assert f["shapes"] == ["m64n64k32"] and not f["a_from_registers"], f
+        assert f["shared"] <= 232448, f
+    fast = [f for f in facts if f["config"][1]]
+    for f in fast:
         # promoted 64-wide tiles with a bf16 output: at most 2 registers spilled (measured, the
         # first kernel spilled 55); chained 64-wide tiles none
         assert f["spills"].get("STL", 0) <= (2 if f["config"][0] else 0), f
-        assert f["shapes"] == ["m64n64k32"] and not f["a_from_registers"], f
-        assert f["shared"] <= 232448, f
     # promotion adds each K = 32 partial in float32; the chained form has no such adds per dot
-    promoted = [f["promoted_adds"] for f in facts if f["config"][0]]
-    chained = [f["promoted_adds"] for f in facts if not f["config"][0]]
+    promoted = [f["promoted_adds"] for f in fast if f["config"][0]]
+    chained = [f["promoted_adds"] for f in fast if not f["config"][0]]
     assert min(promoted) > max(chained)

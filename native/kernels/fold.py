@@ -23,8 +23,15 @@ from .common import RNE, decode_values, encode, f32_to_bf16_bits, tile_ids
 NAN_EXP = tl.constexpr(NAN_EXPONENT)
 
 
+# |exponent| bound of the per-row times per-column form (T * 2^ea) * 2^eb: T is 0 or a
+# multiple of 2^-18 below 2^42 (E4M3 products, at most 2^17.2 each, K < 2^24 of them: the host
+# checks K), so T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the
+# second multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it.
+RANK1_EXP = tl.constexpr(50)
+
+
 @triton.jit
-def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
+def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, wide_ptr, n_groups,
                 # the MX element format (the source)
                 IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                 EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -38,7 +45,9 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
                 # the tile
                 GROUP: tl.constexpr, NG: tl.constexpr):
     """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
-    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R."""
+    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R; wide_ptr
+    (one int32, zeroed by the host) gets 1 where some R lies outside [-RANK1_EXP, RANK1_EXP]
+    (NaN groups included): the folded GEMM's choice of epilogue."""
     q = tl.program_id(0) * NG + tl.arange(0, NG)
     valid = q < n_groups
     blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
@@ -68,13 +77,11 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, n_groups,
     r = tl.where(tl.max(nan_block.to(tl.int32), axis=1) > 0, NAN_EXP, r)
     tl.store(out_ptr + e, c8.to(tl.uint8), mask=m3)
     tl.store(exp_ptr + q, r, mask=valid)
+    wide = tl.max(((r < -RANK1_EXP) | (r > RANK1_EXP)).to(tl.int32) * valid.to(tl.int32), axis=0)
+    if wide > 0:
+        tl.atomic_or(wide_ptr, 1)
 
 
-# |exponent| bound of the per-row times per-column form (T * 2^ea) * 2^eb: T is 0 or a
-# multiple of 2^-18 below 2^42 (E4M3 products, at most 2^17.2 each, K < 2^24 of them: the host
-# checks K), so T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the
-# second multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it.
-RANK1_EXP = tl.constexpr(50)
 
 
 @triton.jit
@@ -102,10 +109,48 @@ def _group_scale(ea, eb):
 
 
 @triton.jit
-def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
+def _k_loop(a_rows, b_cols, ea_rows, eb_rows, m_ok, n_ok, row_ok, col_ok, n_groups,
+            GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KT: tl.constexpr,
+            PROMOTE: tl.constexpr, RANK1: tl.constexpr):
+    """The folded GEMM's K loop over one tile (``folded_gemm_kernel``): per group, T = the
+    group's dot, then acc += T * 2^(R_a + R_b), as (T * 2^ea) * 2^eb where RANK1 (every
+    exponent of the tile within RANK1_EXP) or through ``_group_scale``."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for g in range(0, n_groups):
+        k0 = g * (GROUP * 32)
+        if KT == GROUP * 32:  # one dot per group
+            a = tl.load(a_rows + k0, mask=m_ok, other=0.0)
+            b = tl.load(b_cols + k0, mask=n_ok, other=0.0)
+            if PROMOTE:  # K = 32 wgmmas, each promoted at once
+                t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                           max_num_imprecise_acc=32)
+            else:  # chained in the tensor core
+                t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+        else:
+            t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
+                a = tl.load(a_rows + k0 + j * KT, mask=m_ok,  # overflowed shared memory)
+                            other=0.0)
+                b = tl.load(b_cols + k0 + j * KT, mask=n_ok, other=0.0)
+                if PROMOTE:
+                    t = tl.dot(a, b, t, max_num_imprecise_acc=32)
+                else:
+                    t = tl.dot(a, b, t)
+        ea = tl.load(ea_rows + g, mask=row_ok, other=0)
+        eb = tl.load(eb_rows + g, mask=col_ok, other=0)
+        if RANK1:
+            acc += (t * _pow2(ea)[:, None]) * _pow2(eb)[None, :]
+        else:
+            s1, s2 = _group_scale(ea, eb)
+            acc += (t * s1) * s2
+    return acc
+
+
+@triton.jit
+def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr, c_ptr, M, N, K,
                        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       KT: tl.constexpr, OUT_BF16: tl.constexpr, PROMOTE: tl.constexpr = True,
-                       GROUP_M: tl.constexpr = 8):
+                       KT: tl.constexpr, OUT_BF16: tl.constexpr, RANK1: tl.constexpr,
+                       PROMOTE: tl.constexpr = True, GROUP_M: tl.constexpr = 8):
     """C[M, N] = A Bᵀ for folded operands: A (M, K), B (N, K) E4M3 codes, group exponents
     ea (M, K / (32 GROUP)), eb (N, K / (32 GROUP)) (module doc for the order of additions).
 
@@ -147,38 +192,22 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, c_ptr, M, N, K,
     eb_rows = eb_ptr + rn * n_groups
     m_ok = (rm < M)[:, None]
     n_ok = (rn < N)[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for g in range(0, n_groups):
-        k0 = g * (GROUP * 32)
-        if KT == GROUP * 32:  # one dot per group
-            a = tl.load(a_rows + k0, mask=m_ok, other=0.0)
-            b = tl.load(b_cols + k0, mask=n_ok, other=0.0)
-            if PROMOTE:  # K = 32 wgmmas, each promoted at once
-                t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
-                           max_num_imprecise_acc=32)
-            else:  # chained in the tensor core
-                t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
-        else:
-            t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
-                a = tl.load(a_rows + k0 + j * KT, mask=m_ok,  # overflowed shared memory)
-                            other=0.0)
-                b = tl.load(b_cols + k0 + j * KT, mask=n_ok, other=0.0)
-                if PROMOTE:
-                    t = tl.dot(a, b, t, max_num_imprecise_acc=32)
-                else:
-                    t = tl.dot(a, b, t)
-        ea = tl.load(ea_rows + g, mask=rm < M, other=0)
-        eb = tl.load(eb_rows + g, mask=rn < N, other=0)
-        if (tl.min(ea) >= -RANK1_EXP) & (tl.max(ea) <= RANK1_EXP) & \
-                (tl.min(eb) >= -RANK1_EXP) & (tl.max(eb) <= RANK1_EXP):
-            acc += (t * _pow2(ea)[:, None]) * _pow2(eb)[None, :]
-        else:  # an extreme or NaN group exponent in the tile (rare)
-            s1, s2 = _group_scale(ea, eb)
-            acc += (t * s1) * s2
-    cmask = m_ok & n_ok
-    c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (lm[:, None] * N + ln[None, :])
-    if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
-        tl.store(c_tile, f32_to_bf16_bits(acc), mask=cmask)
+    # RANK1: this launch computes the GEMM if neither operand has a group exponent beyond
+    # RANK1_EXP (the common case; the epilogue (T * 2^ea) * 2^eb), else the launch with
+    # RANK1=False does (``_group_scale``); the host launches both. One loop per kernel: a
+    # branch inside the K loop stops Triton 3.6's software pipeliner ("PassManager::run
+    # failed" on sm_90), and two loops in one kernel take twice the shared memory.
+    wide = tl.load(wide_a_ptr) | tl.load(wide_b_ptr)
+    if RANK1:
+        mine = wide == 0
     else:
-        tl.store(c_tile, acc, mask=cmask)
+        mine = wide != 0
+    if mine:
+        acc = _k_loop(a_rows, b_cols, ea_rows, eb_rows, m_ok, n_ok, rm < M, rn < N, n_groups,
+                      GROUP, BLOCK_M, BLOCK_N, KT, PROMOTE, RANK1)
+        cmask = m_ok & n_ok
+        c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (lm[:, None] * N + ln[None, :])
+        if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
+            tl.store(c_tile, f32_to_bf16_bits(acc), mask=cmask)
+        else:
+            tl.store(c_tile, acc, mask=cmask)
