@@ -228,12 +228,13 @@ def test_rank1_epilogue_to_its_bound_and_the_wide_flag(device):
     assert np.array_equal(shared.view(np.uint32), got["rank1"].view(np.uint32))
 
 
-def test_folded_operand_with_a_nan_block_is_wide():
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_folded_operand_with_a_nan_block_is_wide(device):
     import torch
     from ocpmx import native
     from ocpmx.native import fold as native_fold
     x = np.random.default_rng(12).standard_normal((4, 256)).astype(np.float32)
-    q = native.quantize(torch.from_numpy(x), "e2m1")
+    q = native.quantize(torch.from_numpy(x).to(device), "e2m1")
     assert int(native_fold.fold(q, 4).wide.item()) == 0
     q.scales.view(-1)[5] = 0xFF  # a NaN scale
     f = native_fold.fold(q, 4)
