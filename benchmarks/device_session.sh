@@ -37,7 +37,7 @@ for s in "$@"; do
       python3 benchmarks/fold_probe.py --out $RUN/fold_probe --save > $RUN/fold_probe.log 2>&1
       done_ $s $? ;;
     sweep)
-      python3 benchmarks/fold_tile_sweep.py --out $RUN/fold_tile_sweep > $RUN/fold_tile_sweep.log 2>&1
+      python3 benchmarks/fold_tile_sweep.py --out $RUN/fold_tile_sweep ${SWEEP_ARGS:-} > $RUN/fold_tile_sweep.log 2>&1
       done_ $s $? ;;
     emulate)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_emulate --sections emulate > $RUN/bench_emulate.log 2>&1

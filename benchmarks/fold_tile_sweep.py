@@ -40,7 +40,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--groups", default="4,8,16")
+    ap.add_argument("--tiles", default=";".join(",".join(map(str, t)) for t in TILES),
+                    help="BM,BN,warps,stages;...")
+    ap.add_argument("--kts", default="128,256", help="K per tl.dot to try (<= 32 group)")
     args = ap.parse_args()
+    tiles = [tuple(map(int, t.split(","))) for t in args.tiles.split(";")]
     rows = []
     for m, n, k in SHAPES:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -60,8 +64,8 @@ def main():
                 continue
             fa, fb = fold.fold(qa, group), fold.fold(qb, group)
             ref = fold.folded_matmul(fa, fb, torch.bfloat16, promote=False)
-            for kt in sorted({128, min(32 * group, 256)}):
-                for bm, bn, warps, stages in TILES:
+            for kt in [t for t in map(int, args.kts.split(",")) if (32 * group) % t == 0]:
+                for bm, bn, warps, stages in tiles:
                     case = dict(shape=[m, n, k], case="folded chained", group=group, kt=kt,
                                 tile=[bm, bn, warps, stages])
                     try:
