@@ -205,29 +205,31 @@ def section_gemm(rows):
         native.mx_matmul(q8a, q8b, **ds)
         t_mx8 = bench(lambda: native.mx_matmul(q8a, q8b, **ds))
         t_deq = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16, method="bf16"))
-        # issue 17: MXFP4 folded into E4M3 (groups of 4 blocks = one 128-wide K tile), then the
-        # FP8 GEMM of folded operands (tiles autotuned per shape, outside the timing); fold
-        # time apart
-        fa, fb = fold.fold(qa, 4), fold.fold(qb, 4)
+        # issue 17: MXFP4 folded into E4M3, then the FP8 GEMM of folded operands (tiles
+        # autotuned per shape, outside the timing), at each method's group
+        # (native.gemm.FOLD_GROUPS: 4 blocks promoted, 32 chained); fold time apart
+        g_exact, g_fp8 = native.gemm.FOLD_GROUPS["fp8_exact"], native.gemm.FOLD_GROUPS["fp8"]
+        fa, fb = fold.fold(qa, g_exact), fold.fold(qb, g_exact)
         fold.folded_matmul(fa, fb, torch.bfloat16)
         t_fgemm = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16))
         fcfg = getattr(fold._tuned_kernel(True), "best_config", None)
-        fold.folded_matmul(fa, fb, torch.bfloat16, promote=False)
-        t_fchain = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16, promote=False))
+        ca, cb = fold.fold(qa, g_fp8), fold.fold(qb, g_fp8)
+        fold.folded_matmul(ca, cb, torch.bfloat16, promote=False)
+        t_fchain = bench(lambda: fold.folded_matmul(ca, cb, torch.bfloat16, promote=False))
         ccfg = getattr(fold._tuned_kernel(False), "best_config", None)
         t_exact_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                      method="fp8_exact"))
         t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                    method="fp8"))
-        t_fold = bench(lambda: fold.fold(qa, 4))
+        t_fold = bench(lambda: fold.fold(qa, g_fp8))
         cases = (("cuBLAS bf16", t_bf16, None), ("FP8 _scaled_mm", t_fp8, None),
                  ("dot_scaled mxfp4", t_mx, cfg), ("dot_scaled mxfp8", t_mx8, None),
                  ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq, None),
-                 ("mxfp4 folded FP8 GEMM (group 4, GEMM only)", t_fgemm, fcfg),
-                 ("mxfp4 folded FP8 GEMM chained (group 4, GEMM only)", t_fchain, ccfg),
+                 (f"mxfp4 folded FP8 GEMM promoted (group {g_exact}, GEMM only)", t_fgemm, fcfg),
+                 (f"mxfp4 folded FP8 GEMM chained (group {g_fp8}, GEMM only)", t_fchain, ccfg),
                  ("mxfp4 method=fp8_exact (fold both + GEMM)", t_exact_e2e, None),
                  ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e, None))
-        rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group 4)", ms=t_fold,
+        rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group {g_fp8})", ms=t_fold,
                          of_bf16=t_bf16 / t_fold))
         for name, t, config in cases:  # config: the autotuned tile, where one was tuned
             rows.append(dict(case=f"gemm M={m} N={n} K={k} {name}", ms=t,

@@ -7,13 +7,13 @@ FP8 GEMM of two folded operands with every K = 32 partial sum promoted at once.
 
 Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on every device
 (H100 included). The GEMM is the emulator's ``folded_matmul`` with ``dot=dot_model(device)``:
-"exact" dots under the interpreter, Hopper's measured FP8 wgmma rule on an H100 (every format
-and group size; ``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md). Not yet fused
-into the quantize pass. Its first two kernels ran at 0.15-0.19x cuBLAS bf16 on an H100 at
-Llama-8B shapes (results/native_gpu/bench_gemm_h100.md and its archive): registers spilled and
-the wgmmas ran one at a time (``FOLD_CONFIGS`` below says why). The present one (64-wide
-warpgroup tiles, autotuned; same bits, tested through the interpreter) is not yet measured on
-a GPU; neither is ``promote=False``, whose Hopper model is a hypothesis.
+"exact" dots under the interpreter, Hopper's measured FP8 wgmma rule on an H100, promoted
+(every K = 32 dot alone) and chained (a group's dots accumulated in the tensor core) alike,
+every format and group size (``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md).
+Speed on an H100 at Llama-8B shapes (results/native_gpu/bench_gemm_h100.md, the tile and group
+sweeps beside it): promoted at groups of 4 blocks 0.42-0.50x cuBLAS bf16, chained at groups of
+32 blocks 1.03-1.18x; the float32 epilogue per group is what limits both. Not yet fused into
+the quantize pass.
 """
 from __future__ import annotations
 
@@ -34,15 +34,47 @@ from .tensor import MXTensor, pack_factor
 class FoldedTensor:
     """codes: uint8 E4M3 (rows, K); exponents: int32 (rows, K / (32 group)); scales: the MX
     E8M0 scales (rows, K / 32), kept; group: blocks per group; fmt: the MX element format;
-    wide: int32 (1,) on the device, nonzero where some exponent lies beyond the folded GEMM's
-    per-row-times-per-column epilogue (|R| > ``kernels.fold.RANK1_EXP``, or a NaN group): then
-    the GEMM takes its general epilogue (same bits, more work per output)."""
+    stats: int64 (2,) on the device, written by the fold: [0] nonzero where some exponent lies
+    beyond the folded GEMM's per-row-times-per-column epilogue (|R| >
+    ``kernels.fold.RANK1_EXP``, or a NaN group; then the GEMM takes its general epilogue, same
+    bits, more work per output); [1] the elements the fold rounded (``inexact``)."""
     codes: torch.Tensor
     exponents: torch.Tensor
     scales: torch.Tensor
     group: int
     fmt: ElementFormat
-    wide: torch.Tensor
+    stats: torch.Tensor
+
+    @property
+    def wide(self) -> torch.Tensor:
+        """(1,) int64: nonzero where an exponent needs the GEMM's general epilogue."""
+        return self.stats[0:1]
+
+    @property
+    def inexact(self) -> torch.Tensor:
+        """(1,) int64: the elements whose E4M3 code is not their exact MX value (blocks more
+        than the format's fold range below their group's largest; ``emulator.fold``'s
+        ``Folded.inexact``). A device tensor: reading it waits for the fold."""
+        return self.stats[1:2]
+
+
+_inexact_totals: dict = {}
+
+
+def inexact_total(device) -> torch.Tensor:
+    """The running count (int64, (1,), on ``device``) of elements every fold on that device has
+    rounded since the process started or ``reset_inexact_total``: what a training run logs so
+    that a rounded fold is never silent (reading it waits for the device)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device not in _inexact_totals:
+        _inexact_totals[device] = torch.zeros(1, dtype=torch.int64, device=device)
+    return _inexact_totals[device]
+
+
+def reset_inexact_total(device) -> None:
+    inexact_total(device).zero_()
 
 
 def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
@@ -64,16 +96,16 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     rows = math.prod(data.shape[:-1])
     codes = torch.empty(rows, k, dtype=torch.uint8, device=data.device)
     exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=data.device)
-    wide = torch.zeros(1, dtype=torch.int32, device=data.device)
+    stats = torch.zeros(2, dtype=torch.int64, device=data.device)
     n_groups = rows * nblk // group
     if n_groups:
         t = lower(TARGET)
         ng = 16
         launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
-                   exps, wide, n_groups, **lower(fmt).constexprs(), PACK=pack_factor(fmt),
+                   exps, stats, inexact_total(data.device), n_groups, **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
                    T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, GROUP=group, NG=ng)
-    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, wide)
+    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats)
 
 
 def dot_model(device) -> str | None:
@@ -91,8 +123,8 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul`` with
     ``dot=dot_model(device)`` and ``promote=32`` (``promote=True``: every K = 32 dot leaves the
     tensor core at once) or ``promote=32 * group`` (False: the group's dots chained in the
-    tensor core, one float32 epilogue per group; on Hopper the chained model is a hypothesis
-    until ``benchmarks/fold_probe.py`` has compared it). ``k_per_dot``: K of one ``tl.dot`` (a
+    tensor core, one float32 epilogue per group; on Hopper measured bit for bit as the
+    emulator's chained model). ``k_per_dot``: K of one ``tl.dot`` (a
     multiple of 32 dividing 32 * group; default 32 under the interpreter, up to 128 on a
     GPU)."""
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
@@ -130,16 +162,17 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
 
 
 # Tiles of the folded GEMM on a GPU (BLOCK_M, BLOCK_N, warps, stages), autotuned per shape (the
-# tile never changes the bits: every output's sums are the same). Compiled for sm_90a with
-# Triton 3.9 (ptxas -v): with promotion each warpgroup's tile is 64 x 64, where the dot's four
-# partial sums and the accumulator fit in registers (64 x 128 spilled 220 bytes and
-# serialized the wgmmas for lack of registers); Triton adds each partial right after its wgmma,
-# so ptxas serializes them all the same (C7514); with a bf16 output they spill 1-2 registers.
-# Chained (no promotion) there are no partials: 64 x 64 tiles spill nothing, 64 x 128 ones the
-# group exponents' per-column addresses (37 registers), kept for the autotuner to weigh
-# (tests/test_fold.py compiles them).
+# tile never changes the bits: every output's sums are the same). Promoted (method fp8_exact,
+# group 4): each warpgroup's tile is 64 x 64, where the dot's four partial sums and the
+# accumulator fit in registers (compiled for sm_90a, ptxas -v: 64 x 128 spilled 220 bytes and
+# serialized the wgmmas); Triton adds each partial right after its wgmma, so ptxas serializes
+# them all the same (C7514). Chained (method fp8, group 32): 64 x 256 and 64 x 128 warpgroup
+# tiles, the fastest on an H100 (results/native_gpu/fold_tile_sweep_groups16_32.md: 1.03-1.18x
+# cuBLAS bf16 against 0.52-0.59x for 64 x 64) although the group sum beside the accumulator
+# spills: the accumulator is touched once per group (32 blocks), outside the inner loop.
+# tests/test_fold.py compiles them all for sm_90a.
 FOLD_CONFIGS = {True: ((128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 4), (64, 64, 4, 3)),
-                False: ((128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 128, 8, 4))}
+                False: ((128, 256, 8, 3), (128, 256, 8, 4), (128, 128, 8, 3), (128, 128, 8, 4))}
 BLOCK_M_MAX = max(c[0] for cs in FOLD_CONFIGS.values() for c in cs)
 _tuned: dict = {}
 

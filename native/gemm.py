@@ -140,6 +140,13 @@ def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
 
 METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "emulate")
 FOLD_METHODS = ("fp8_exact", "fp8")  # MX operands folded into E4M3 (native.fold)
+# blocks per fold group (one E4M3 exponent per group; K / 32 not divisible: their gcd). The
+# promoted path adds a float32 epilogue per 32 of K whatever the group; the chained one adds
+# one per group, so its speed grows with the group (H100, 8192 x 6144 x 4096: 0.48x cuBLAS
+# bf16 at 4 blocks, 0.77x at 16, 1.03x at 32; results/native_gpu/fold_tile_sweep*.md),
+# and so does the reach of a fold's rounding (a block more than 14 octaves below its group's
+# largest is rounded; counted in FoldedTensor.inexact)
+FOLD_GROUPS = {"fp8_exact": 4, "fp8": 32}
 
 
 def has_mx_units(device: torch.device) -> bool:
@@ -165,13 +172,14 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
       'fp8_exact'   FP4/FP6 operands folded into E4M3 with one exponent per 4 blocks (a 128-wide
                     K tile; ``native.fold``), then an FP8 tensor-core GEMM promoting every
                     K = 32: bit for bit ``emulator.fold.folded_matmul(..., dot=
-                    fold.dot_model(device))``. Its first kernel ran at 0.15-0.18x cuBLAS
-                    bf16 on an H100; the present one (64-wide warpgroup tiles, autotuned) is
-                    not yet measured;
-      'fp8'         the same fold, the group's four K = 32 dots chained in the tensor core and
-                    only the group sum promoted (one float32 epilogue per 128 of K):
-                    ``folded_matmul(..., promote=32 * group)``, whose chained Hopper dot is a
-                    hypothesis not yet compared with an H100 (``benchmarks/fold_probe.py``);
+                    fold.dot_model(device))``. 0.42-0.50x cuBLAS bf16 on an H100 (one float32
+                    epilogue per 32 of K; results/native_gpu/bench_gemm_h100.md);
+      'fp8'         folded with one exponent per 32 blocks (``FOLD_GROUPS``), the group's K = 32
+                    dots chained in the tensor core and only the group sum promoted (one
+                    epilogue per 1024 of K): ``folded_matmul(..., promote=32 * group)``, the
+                    chained Hopper dot measured bit for bit on an H100
+                    (results/native_gpu/fold_probe.md). A block more than 14 octaves below its
+                    group's largest is rounded when folded (``FoldedTensor.inexact``);
       'emulate'     the products summed under the accumulation ``model`` ('fp32_sequential',
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
@@ -219,7 +227,7 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
     if method == "emulate":
         return _emulate(da, sa, db, sb, fmt_a, fmt_b, k, model).to(out_dtype)
     if method in FOLD_METHODS:
-        group = math.gcd(k // BLOCK_SIZE, 4)
+        group = math.gcd(k // BLOCK_SIZE, FOLD_GROUPS[method])
         fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
         fb = fold.fold_kmajor(db, sb, k, fmt_b, group)
         return fold.folded_matmul(fa, fb, out_dtype, promote=method == "fp8_exact")

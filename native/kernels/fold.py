@@ -31,7 +31,7 @@ RANK1_EXP = tl.constexpr(50)
 
 
 @triton.jit
-def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, wide_ptr, n_groups,
+def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_groups,
                 # the MX element format (the source)
                 IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                 EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -45,9 +45,11 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, wide_ptr, n_groups,
                 # the tile
                 GROUP: tl.constexpr, NG: tl.constexpr):
     """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
-    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R; wide_ptr
-    (one int32, zeroed by the host) gets 1 where some R lies outside [-RANK1_EXP, RANK1_EXP]
-    (NaN groups included): the folded GEMM's choice of epilogue."""
+    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R.
+    stats_ptr: two int64, zeroed by the host: [0] |= 1 where some R lies outside
+    [-RANK1_EXP, RANK1_EXP] (NaN groups included: the folded GEMM's choice of epilogue), [1] +=
+    the elements whose E4M3 code is not their exact value (a block too far below its group's
+    largest), which total_ptr (the process's running count on this device) also gets."""
     q = tl.program_id(0) * NG + tl.arange(0, NG)
     valid = q < n_groups
     blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
@@ -79,7 +81,19 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, wide_ptr, n_groups,
     tl.store(exp_ptr + q, r, mask=valid)
     wide = tl.max(((r < -RANK1_EXP) | (r > RANK1_EXP)).to(tl.int32) * valid.to(tl.int32), axis=0)
     if wide > 0:
-        tl.atomic_or(wide_ptr, 1)
+        tl.atomic_or(stats_ptr, 1)
+    # the E4M3 code's value, decoded from its bits, against the exact value (magnitudes)
+    mag = c8 & (T_SIGN - 1)
+    te = mag >> T_MBITS
+    tm = mag & ((1 << T_MBITS) - 1)
+    normal = ((te - T_BIAS + 127) << 23 | tm << (23 - T_MBITS)).to(tl.float32, bitcast=True)
+    sub = tm.to(tl.float32) * (2.0 ** (1 - T_BIAS - T_MBITS))
+    back = tl.where(te > 0, normal, sub)
+    changed = (back != ab.to(tl.float32, bitcast=True)) & m3 & ~nan_block[:, :, None]
+    n_changed = tl.sum(tl.sum(tl.sum(changed.to(tl.int64), axis=2), axis=1), axis=0)
+    if n_changed > 0:
+        tl.atomic_add(stats_ptr + 1, n_changed)
+        tl.atomic_add(total_ptr, n_changed)
 
 
 
