@@ -212,11 +212,11 @@ def section_gemm(rows):
         fa, fb = fold.fold(qa, g_exact), fold.fold(qb, g_exact)
         fold.folded_matmul(fa, fb, torch.bfloat16)
         t_fgemm = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16))
-        fcfg = getattr(fold._tuned_kernel(True), "best_config", None)
+        fcfg = fold.tuned_tile(True, m, n, k, g_exact)
         ca, cb = fold.fold(qa, g_fp8), fold.fold(qb, g_fp8)
         fold.folded_matmul(ca, cb, torch.bfloat16, promote=False)
         t_fchain = bench(lambda: fold.folded_matmul(ca, cb, torch.bfloat16, promote=False))
-        ccfg = getattr(fold._tuned_kernel(False), "best_config", None)
+        ccfg = fold.tuned_tile(False, m, n, k, g_fp8)
         t_exact_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                      method="fp8_exact"))
         t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,

@@ -158,6 +158,10 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
         same = (got_c.view(np.uint32) == want_c.view(np.uint32)) | \
             (np.isnan(got_c) & np.isnan(want_c))
         assert same.all(), ("chained", group, int((~same).sum()))
+        if device != "cpu":  # the autotuned tile of the launch that computed, reported
+            cfg = native_fold.tuned_tile(False, 24, 40, 512, group)
+            assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps,
+                    cfg.num_stages) in native_fold.FOLD_CONFIGS[False]
         got16 = native_fold.folded_matmul(fa, fb, torch.bfloat16).float().cpu().numpy()
         want16 = torch.from_numpy(want).bfloat16().float().numpy()
         assert np.array_equal(np.isnan(got16), np.isnan(want16))
