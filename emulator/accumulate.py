@@ -39,6 +39,7 @@ import numpy as np
 from ..spec import ElementFormat
 from .decode import decode_table
 from .block_quantize import MXArray
+from .fold import HOPPER_FP8_CHAINED, HOPPER_FP8_EXACT, FoldedModel
 
 _NL = 26          # 32-bit limbs: 832 bits
 _BASE = -416      # exponent of bit 0 of limb 0
@@ -71,8 +72,11 @@ HOPPER_BF16 = ChunkedModel(16, 25, "truncate", "rtz")
 # differs: products keep unnormalized exponents (e_a + e_b) for the alignment, and the dot's
 # result is truncated to 14 significant bits, outside any running accumulator.
 HOPPER_FP8 = ChunkedModel(32, 13, "truncate", "rtz")
+# the folded FP8 GEMMs of ocpmx.native (method "fp8_exact" and "fp8") on Hopper, measured bit
+# for bit on an H100 (emulator.fold.FoldedModel)
 MODELS = {"exact": "exact", "fp32_sequential": "fp32_sequential",
-          "hopper_bf16": HOPPER_BF16, "hopper_fp8": HOPPER_FP8}
+          "hopper_bf16": HOPPER_BF16, "hopper_fp8": HOPPER_FP8,
+          "hopper_fp8_exact": HOPPER_FP8_EXACT, "hopper_fp8_chained": HOPPER_FP8_CHAINED}
 
 
 @lru_cache(maxsize=None)
@@ -330,8 +334,9 @@ def mx_matmul(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> n
     """C[m, n] = sum_k A[m, k] * B[n, k] (A @ B^T) in float32, under an accumulation model.
 
     a: MXArray of shape (M, K), b: MXArray of shape (N, K), both quantized along K (axis 1)
-    with the same block size. model: 'exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8'
-    or a ``ChunkedModel``.
+    with the same block size. model: 'exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8',
+    a ``ChunkedModel``, or a folded FP8 GEMM: 'hopper_fp8_exact', 'hopper_fp8_chained' or a
+    ``fold.FoldedModel`` (FP4/FP6 operands, blocks of 32; ``path`` does not apply).
     path: 'auto' (the fast kernel of ``gemm_fast`` where it applies, else the reference),
     'reference' (the per-element reference kernel ``_gemm_reference``), or 'fast' (an error
     where the fast kernel does not apply). Both give the same bits.
@@ -347,8 +352,10 @@ def mx_matmul(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> n
     if isinstance(model, str):
         if model not in MODELS:
             raise ValueError(f"unknown accumulation model {model!r}; expected one of {sorted(MODELS)} "
-                             "or a ChunkedModel")
+                             "or a ChunkedModel or FoldedModel")
         model = MODELS[model]
+    if isinstance(model, FoldedModel):
+        return model.matmul(a, b)
     if model == "exact":
         mid, L, F, al, om = 0, 1, 0, False, _RNE
     elif model == "fp32_sequential":
@@ -357,7 +364,7 @@ def mx_matmul(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> n
         mid, L, F = 2, model.chunk, model.frac_bits
         al, om = model.align == "rne", (_RNE if model.output == "rne" else _RTZ)
     else:
-        raise TypeError(f"model must be a name or a ChunkedModel, got {model!r}")
+        raise TypeError(f"model must be a name, a ChunkedModel or a FoldedModel, got {model!r}")
     if path != "reference":
         from .gemm_fast import gemm_fast   # imports this module's helpers
         out = gemm_fast(ac, asc, bc, bsc, a.block_size, a.fmt, b.fmt, mid, L, F, al, om)

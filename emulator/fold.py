@@ -40,6 +40,7 @@ what differs is how a K = 32 dot sums its products, and how the dots' partial su
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -253,3 +254,36 @@ def folded_matmul(a: Folded, b: Folded, dot: str = "exact", promote: int = BLOCK
             scale = _scale(a.exponents[:, gi])[:, None] * _scale(b.exponents[:, gi])[None, :]
             acc = acc + (t.astype(np.float64) * scale).astype(np.float32)
     return acc
+
+
+@dataclass(frozen=True)
+class FoldedModel:
+    """An accumulation model (``emulator.mx_matmul(a, b, model)``): the MX GEMM as an FP8
+    tensor-core GEMM of folded operands computes it. The operands are folded in groups of
+    gcd(K / 32, ``group``) blocks, each K = 32 dot summed by ``dot`` ("exact" or "hopper"),
+    every dot promoted at once (``chained=False``) or each group's dots chained in the tensor
+    core (``chained=True``). Blocks more than the format's fold range below their group's
+    largest are rounded when folded, as ``fold`` says: part of the model."""
+    group: int
+    chained: bool
+    dot: str = "hopper"
+
+    def __post_init__(self):
+        if self.group < 1:
+            raise ValueError(f"group must be at least 1, got {self.group}")
+        if self.dot not in DOTS:
+            raise ValueError(f"unknown dot {self.dot!r}; expected one of {DOTS}")
+
+    def group_for(self, k: int) -> int:
+        """The group a contraction of length k is folded in."""
+        return math.gcd(k // BLOCK_SIZE, self.group)
+
+    def matmul(self, a: MXArray, b: MXArray) -> np.ndarray:
+        g = self.group_for(a.codes.shape[1])
+        return folded_matmul(fold(a, g), fold(b, g), self.dot,
+                             promote=BLOCK_SIZE * g if self.chained else BLOCK_SIZE)
+
+
+# what ocpmx.native.mx_matmul(method="fp8_exact") and (method="fp8") compute on Hopper
+HOPPER_FP8_EXACT = FoldedModel(4, chained=False)
+HOPPER_FP8_CHAINED = FoldedModel(32, chained=True)

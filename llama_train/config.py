@@ -118,7 +118,8 @@ class PrecisionSection:
         aliases=("--mx-backend",))
     keep_bf16: list[str] = _field(["output"], "Linear layers left in bf16 (fnmatch patterns "
                                               "of module names)")
-    accumulation: Optional[Literal["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8"]] = \
+    accumulation: Optional[Literal["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8",
+                                   "hopper_fp8_exact", "hopper_fp8_chained"]] = \
         _field(None, "sum every MX GEMM under this emulator accumulation model, bit for bit "
                      "(a chip's numerics; CPU: the emulator, GPU: mx_matmul method 'emulate', "
                      "every model but 'exact'; slow); None: the backend's own sums")

@@ -15,8 +15,6 @@ measure the difference against the emulator's exact model and state it.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -140,13 +138,16 @@ def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
 
 METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "emulate")
 FOLD_METHODS = ("fp8_exact", "fp8")  # MX operands folded into E4M3 (native.fold)
+# the fold methods' models (emulator.fold.FoldedModel: what each computes on Hopper) and their
 # blocks per fold group (one E4M3 exponent per group; K / 32 not divisible: their gcd). The
 # promoted path adds a float32 epilogue per 32 of K whatever the group; the chained one adds
 # one per group, so its speed grows with the group (H100, 8192 x 6144 x 4096: 0.48x cuBLAS
 # bf16 at 4 blocks, 0.77x at 16, 1.03x at 32; results/native_gpu/fold_tile_sweep*.md),
 # and so does the reach of a fold's rounding (a block more than 14 octaves below its group's
 # largest is rounded; counted in FoldedTensor.inexact)
-FOLD_GROUPS = {"fp8_exact": 4, "fp8": 32}
+FOLD_MODELS = {"fp8_exact": emulator.fold.HOPPER_FP8_EXACT,
+               "fp8": emulator.fold.HOPPER_FP8_CHAINED}
+FOLD_GROUPS = {method: model.group for method, model in FOLD_MODELS.items()}
 
 
 def has_mx_units(device: torch.device) -> bool:
@@ -227,10 +228,7 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
     if method == "emulate":
         return _emulate(da, sa, db, sb, fmt_a, fmt_b, k, model).to(out_dtype)
     if method in FOLD_METHODS:
-        group = math.gcd(k // BLOCK_SIZE, FOLD_GROUPS[method])
-        fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
-        fb = fold.fold_kmajor(db, sb, k, fmt_b, group)
-        return fold.folded_matmul(fa, fb, out_dtype, promote=method == "fp8_exact")
+        return _folded(da, sa, db, sb, fmt_a, fmt_b, k, out_dtype, FOLD_MODELS[method])
     if method == "bf16":
         am = dequantize_kmajor(da, sa, fmt_a, k, BLOCK_SIZE, torch.bfloat16, backend, None)
         bm = dequantize_kmajor(db, sb, fmt_b, k, BLOCK_SIZE, torch.bfloat16, backend, None)
@@ -258,12 +256,28 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
 _EMULATE_TILE = 16
 
 
+def _folded(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, model) -> torch.Tensor:
+    """The folded FP8 GEMM (``native.fold``) with ``model``'s group and promotion; its dot is
+    the device's (``fold.dot_model``)."""
+    group = model.group_for(k)
+    fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
+    fb = fold.fold_kmajor(db, sb, k, fmt_b, group)
+    return fold.folded_matmul(fa, fb, out_dtype, promote=not model.chained)
+
+
 def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     """``method='emulate'``: ``kernels.emulate`` under ``model``: the float32 kernel for
     fp32_sequential, the int64 one for the chunked models (where it measured faster on an
     H100, results/native_gpu/bench_emulate_h100.md)."""
     m, n = da.shape[0], db.shape[0]
     model = emulator.accumulate.MODELS.get(model, model) if isinstance(model, str) else model
+    if isinstance(model, emulator.fold.FoldedModel):  # the folded GEMM where its dot is this
+        dot = fold.dot_model(da.device)               # device's FP8 dot
+        if dot != model.dot:
+            raise ValueError(f"method='emulate': {model} sums its K = 32 dots as {model.dot!r} "
+                             f"FP8 tensor cores do; this device's are {dot!r}: not reproducible "
+                             "here (the emulator backend computes it anywhere)")
+        return _folded(da, sa, db, sb, fmt_a, fmt_b, k, torch.float32, model)
     if model == "exact":
         raise ValueError("method='emulate' has no 'exact' model (an exact sum over all of K needs "
                          "a multi-word accumulator): use the emulator backend, "

@@ -523,3 +523,55 @@ def test_folded_gemm_tiles_compile_for_sm90_without_spills():
     promoted = [adds_per_output(f) for f in fast if f["config"][0]]
     chained = [adds_per_output(f) for f in fast if not f["config"][0]]
     assert min(promoted) >= 4 and max(chained) == 1, (promoted, chained)
+
+
+def test_folded_models_in_the_emulators_mx_matmul():
+    """``emulator.mx_matmul(a, b, "hopper_fp8_exact" / "hopper_fp8_chained")``: the fold in
+    gcd(K / 32, group) blocks and the folded GEMM's sums, as composed by hand; named models are
+    the FoldedModels native.gemm's fold methods use."""
+    from ocpmx.emulator.fold import HOPPER_FP8_CHAINED, HOPPER_FP8_EXACT, FoldedModel
+    from ocpmx.native import gemm
+    rng = np.random.default_rng(13)
+    for k in (192, 2048):
+        x = (rng.standard_normal((12, k)) * np.exp(rng.normal(0, 2, (1, k)))).astype(np.float32)
+        w = rng.standard_normal((10, k)).astype(np.float32)
+        a, b = emulator.quantize(x, "e2m3"), emulator.quantize(w, "e2m3")
+        for name, group, promote in (("hopper_fp8_exact", 4, lambda g: 32),
+                                     ("hopper_fp8_chained", 32, lambda g: 32 * g)):
+            g = int(np.gcd(k // 32, group))
+            want = folded_matmul(fold(a, g), fold(b, g), "hopper", promote=promote(g))
+            got = emulator.mx_matmul(a, b, name)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (k, name)
+    assert emulator.accumulate.MODELS["hopper_fp8_exact"] is HOPPER_FP8_EXACT
+    assert gemm.FOLD_MODELS == {"fp8_exact": HOPPER_FP8_EXACT, "fp8": HOPPER_FP8_CHAINED}
+    with pytest.raises(ValueError, match="unknown dot"):
+        FoldedModel(4, False, "tensor")
+    with pytest.raises(ValueError, match="only FP4/FP6"):
+        emulator.mx_matmul(emulator.quantize(w, "e4m3"), emulator.quantize(w, "e4m3"),
+                           "hopper_fp8_chained")
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_native_emulate_runs_a_folded_model_where_its_dot_is_the_devices(device):
+    """``native.mx_matmul(method="emulate", model=<FoldedModel>)``: the folded FP8 GEMM where
+    the device's FP8 dot is the model's (the emulator's bits), a ValueError naming both dots
+    where it is not."""
+    import torch
+    from ocpmx import native
+    from ocpmx.emulator.fold import FoldedModel
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(14)
+    x = torch.from_numpy(rng.standard_normal((16, 1024)).astype(np.float32)).to(device)
+    w = torch.from_numpy(rng.standard_normal((24, 1024)).astype(np.float32)).to(device)
+    qa, qb = native.quantize(x, "e2m1"), native.quantize(w, "e2m1")
+    dot = native_fold.dot_model(device)
+    if dot is None:
+        pytest.skip("this GPU's FP8 dot is not measured")
+    other = "exact" if dot == "hopper" else "hopper"
+    for model in (FoldedModel(32, True, dot), FoldedModel(4, False, dot)):
+        got = native.mx_matmul(qa, qb, method="emulate", model=model, backend="triton")
+        want = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), model)
+        assert np.array_equal(got.cpu().numpy().view(np.uint32), want.view(np.uint32)), model
+    with pytest.raises(ValueError, match=f"'{other}' FP8 tensor cores do; this device's are '{dot}'"):
+        native.mx_matmul(qa, qb, method="emulate", model=FoldedModel(4, False, other),
+                         backend="triton")
