@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm probe sweep emulate accum conform speed.
+# Steps: env tests sass bench gemm probe sweep cublas emulate accum conform speed.
 # Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
 mkdir -p $RUN /tmp/p
@@ -38,6 +38,9 @@ for s in "$@"; do
       done_ $s $? ;;
     sweep)
       python3 benchmarks/fold_tile_sweep.py --out $RUN/fold_tile_sweep ${SWEEP_ARGS:-} > $RUN/fold_tile_sweep.log 2>&1
+      done_ $s $? ;;
+    cublas)
+      python3 benchmarks/cublas_blockwise_probe.py --out $RUN/cublas_blockwise > $RUN/cublas_blockwise.log 2>&1
       done_ $s $? ;;
     emulate)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_emulate --sections emulate > $RUN/bench_emulate.log 2>&1
