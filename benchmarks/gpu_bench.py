@@ -221,6 +221,14 @@ def section_gemm(rows):
                                                      method="fp8_exact"))
         t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                    method="fp8"))
+        # cuBLAS's blockwise 1 x 128 FP8 GEMM on operands folded at group 4 (method fp8_cublas)
+        s_a = fold.group_scales(fa).t().contiguous().t()
+        s_b = fold.group_scales(fb).t().contiguous()
+        a8, b8 = fa.codes.view(torch.float8_e4m3fn), fb.codes.view(torch.float8_e4m3fn)
+        t_cublas = bench(lambda: torch._scaled_mm(a8, b8.t(), scale_a=s_a, scale_b=s_b,
+                                                  out_dtype=torch.bfloat16))
+        t_cublas_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
+                                                      method="fp8_cublas"))
         t_fold = bench(lambda: fold.fold(qa, g_fp8))
         cases = (("cuBLAS bf16", t_bf16, None), ("FP8 _scaled_mm", t_fp8, None),
                  ("dot_scaled mxfp4", t_mx, cfg), ("dot_scaled mxfp8", t_mx8, None),
@@ -228,7 +236,10 @@ def section_gemm(rows):
                  (f"mxfp4 folded FP8 GEMM promoted (group {g_exact}, GEMM only)", t_fgemm, fcfg),
                  (f"mxfp4 folded FP8 GEMM chained (group {g_fp8}, GEMM only)", t_fchain, ccfg),
                  ("mxfp4 method=fp8_exact (fold both + GEMM)", t_exact_e2e, None),
-                 ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e, None))
+                 ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e, None),
+                 (f"mxfp4 folded FP8 _scaled_mm blockwise 1x128 (group {g_exact}, GEMM only)",
+                  t_cublas, None),
+                 ("mxfp4 method=fp8_cublas (fold both + GEMM)", t_cublas_e2e, None))
         rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group {g_fp8})", ms=t_fold,
                          of_bf16=t_bf16 / t_fold))
         for name, t, config in cases:  # config: the autotuned tile, where one was tuned

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..emulator.fold import TARGET, shift_range
+from ..emulator.fold import NAN_EXPONENT, TARGET, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
 from . import launch
 from ._lazy import kernels, triton
@@ -56,6 +56,17 @@ class FoldedTensor:
         than the format's fold range below their group's largest; ``emulator.fold``'s
         ``Folded.inexact``). A device tensor: reading it waits for the fold."""
         return self.stats[1:2]
+
+
+def group_scales(f: FoldedTensor) -> torch.Tensor:
+    """2^R per group as float32 (rows, K / (32 group)), built from the bits (exact for every
+    R a float32 holds, subnormals included; 0 below, Inf above; NaN for a NaN group)."""
+    e = f.exponents
+    normal = ((e.clamp(-126, 127) + 127) << 23).view(torch.float32)
+    sub = (torch.ones_like(e) << (e.clamp(-149, -127) + 149)).view(torch.float32)
+    s = torch.where(e >= -126, normal, torch.where(e >= -149, sub, torch.zeros_like(normal)))
+    s = torch.where(e > 127, torch.full_like(s, float("inf")), s)
+    return torch.where(e == NAN_EXPONENT, torch.full_like(s, float("nan")), s)
 
 
 _inexact_totals: dict = {}

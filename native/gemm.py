@@ -136,8 +136,8 @@ def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
     return t.data, t.scales_kmajor
 
 
-METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "emulate")
-FOLD_METHODS = ("fp8_exact", "fp8")  # MX operands folded into E4M3 (native.fold)
+METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "fp8_cublas", "emulate")
+FOLD_METHODS = ("fp8_exact", "fp8", "fp8_cublas")  # MX operands folded into E4M3 (native.fold)
 # the fold methods' models (emulator.fold.FoldedModel: what each computes on Hopper) and their
 # blocks per fold group (one E4M3 exponent per group; K / 32 not divisible: their gcd). The
 # promoted path adds a float32 epilogue per 32 of K whatever the group; the chained one adds
@@ -181,6 +181,10 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     chained Hopper dot measured bit for bit on an H100
                     (results/native_gpu/fold_probe.md). A block more than 14 octaves below its
                     group's largest is rounded when folded (``FoldedTensor.inexact``);
+      'fp8_cublas'  folded in groups of 4 blocks, then cuBLAS's blockwise 1 x 128 FP8 GEMM
+                    (``torch._scaled_mm``; CUDA sm_90+, K a multiple of 128): exact products,
+                    cuBLAS's undocumented sums (no declared model); 1.23-1.38x cuBLAS bf16 for
+                    the GEMM alone on an H100 (results/native_gpu/cublas_blockwise.md);
       'emulate'     the products summed under the accumulation ``model`` ('fp32_sequential',
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
@@ -227,6 +231,8 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
         return torch.from_numpy(emulator.mx_matmul(ea, eb, model)).to(out_dtype).to(da.device)
     if method == "emulate":
         return _emulate(da, sa, db, sb, fmt_a, fmt_b, k, model).to(out_dtype)
+    if method == "fp8_cublas":
+        return _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k, out_dtype)
     if method in FOLD_METHODS:
         return _folded(da, sa, db, sb, fmt_a, fmt_b, k, out_dtype, FOLD_MODELS[method])
     if method == "bf16":
@@ -254,6 +260,27 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
 
 
 _EMULATE_TILE = 16
+
+
+def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.Tensor:
+    """``method='fp8_cublas'``: both operands folded in groups of 4 blocks (one exponent per
+    1 x 128 block along K), then cuBLAS's blockwise-scaled FP8 GEMM (``torch._scaled_mm`` with
+    scales 2^R: A's (M, K / 128) outer-dim-major, B's (K / 128, N); the layout
+    ``benchmarks/cublas_blockwise_probe.py`` found on an H100). The products are exact; how
+    cuBLAS sums them is not documented, so this method declares no model."""
+    if da.device.type != "cuda":
+        raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
+                         f"(sm_90+) feature; the operands are on {da.device}")
+    if k % 128:
+        raise ValueError(f"method='fp8_cublas' scales 1 x 128 blocks along K: K = {k} is not a "
+                         "multiple of 128")
+    fa = fold.fold_kmajor(da, sa, k, fmt_a, 4)
+    fb = fold.fold_kmajor(db, sb, k, fmt_b, 4)
+    scale_a = fold.group_scales(fa).t().contiguous().t()
+    scale_b = fold.group_scales(fb).t().contiguous()
+    return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),
+                            fb.codes.view(torch.float8_e4m3fn).t(), scale_a=scale_a,
+                            scale_b=scale_b, out_dtype=out_dtype)
 
 
 def _folded(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, model) -> torch.Tensor:

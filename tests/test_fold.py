@@ -575,3 +575,55 @@ def test_native_emulate_runs_a_folded_model_where_its_dot_is_the_devices(device)
     with pytest.raises(ValueError, match=f"'{other}' FP8 tensor cores do; this device's are '{dot}'"):
         native.mx_matmul(qa, qb, method="emulate", model=FoldedModel(4, False, other),
                          backend="triton")
+
+
+def test_group_scales_are_the_powers_of_two_float32_holds():
+    """``native.fold.group_scales``: 2^R from the bits for every R from -160 to 140 and the NaN
+    group, against NumPy's float32 ldexp (subnormals, 0 below 2^-149, Inf above 2^127)."""
+    import torch
+    from ocpmx.native import fold as native_fold
+    r = np.r_[np.arange(-160, 141), NAN_EXPONENT].astype(np.int32)[None, :]
+    f = native_fold.FoldedTensor(None, torch.from_numpy(r), None, 4, FORMATS["e2m1"], None)
+    got = native_fold.group_scales(f).numpy()
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.where(r == NAN_EXPONENT, np.float32(np.nan),
+                        np.ldexp(np.float32(1), np.where(r == NAN_EXPONENT, 0, r)))
+    assert want.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_method_fp8_cublas(device):
+    """``mx_matmul(method="fp8_cublas")``: cuBLAS's blockwise 1 x 128 FP8 GEMM of operands
+    folded in groups of 4 blocks. Its sums are undeclared, so the checks are what must hold
+    whatever they are: on operands whose every partial sum is exact in float32 the exact
+    model's bits (a wrong scale layout scrambles them); blocks 60 octaves above and below one
+    within 1e-6 of the exact product; a NaN block's row NaN. On a CPU, and for K not a
+    multiple of 128, a ValueError that says why."""
+    import torch
+    from ocpmx import native
+    rng = np.random.default_rng(15)
+    x = torch.from_numpy(rng.standard_normal((40, 1024)).astype(np.float32)).to(device)
+    w = torch.from_numpy(rng.standard_normal((24, 1024)).astype(np.float32)).to(device)
+    qa, qb = native.quantize(x, "e2m1"), native.quantize(w, "e2m1")
+    if device == "cpu":
+        with pytest.raises(ValueError, match="CUDA"):
+            native.mx_matmul(qa, qb, method="fp8_cublas", backend="triton")
+        return
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        pytest.skip("blockwise FP8 _scaled_mm needs sm_90+")
+    got = native.mx_matmul(qa, qb, method="fp8_cublas").cpu().numpy()
+    want = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), "exact")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    far = x * torch.exp2(torch.from_numpy(rng.choice([-60.0, 60.0], (40, 1))).float().to(device))
+    qf = native.quantize(far, "e2m1")
+    got = native.mx_matmul(qf, qb, method="fp8_cublas").double().cpu().numpy()
+    want = emulator.mx_matmul(qf.to_emulator(), qb.to_emulator(), "exact").astype(np.float64)
+    assert (np.abs(got - want) <= 1e-6 * np.abs(want) + 1e-45).all()
+    xn = x.clone()
+    xn[3, 500] = float("nan")
+    got = native.mx_matmul(native.quantize(xn, "e2m1"), qb, method="fp8_cublas").cpu().numpy()
+    assert np.isnan(got[3]).all() and not np.isnan(np.delete(got, 3, 0)).any()
+    q160 = native.quantize(x[:, :160], "e2m1")
+    with pytest.raises(ValueError, match="multiple of 128"):
+        native.mx_matmul(q160, q160, method="fp8_cublas")
