@@ -328,7 +328,7 @@ def header():
 
 
 def to_markdown(head, rows):
-    lines = [f"# Native backend GPU benchmark", "", *(f"- {k}: `{v}`" for k, v in head.items()), ""]
+    lines = ["# Native backend GPU benchmark", "", *(f"- {k}: `{v}`" for k, v in head.items()), ""]
     keys = []
     for r in rows:
         keys += [k for k in r if k not in keys]
