@@ -88,22 +88,27 @@ def main():
                                              for mn, v in models.items()}
                         row["outputs"] = int(got.size)
             except Exception as e:  # noqa: BLE001 - a layout cuBLAS refuses
-                row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
             rows.append(row)
             print(json.dumps(row), flush=True)
     env = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                triton=triton.__version__, cuda=torch.version.cuda,
                date=time.strftime("%Y-%m-%d %H:%M"))
     json.dump(dict(env=env, rows=rows), open(args.out + ".json", "w"), indent=1)
-    with open(args.out + ".md", "w") as f:
+    write_markdown(args.out + ".md", env, rows)
+
+
+def write_markdown(path, env, rows):
+    with open(path, "w") as f:
         f.write(f"# torch._scaled_mm blockwise 1 x 128 on folded MXFP4 (group 4): {env}\n\n"
                 "| M x N x K | scale layout | max rel err | x cuBLAS bf16 | TFLOP/s | "
                 "outputs bit-equal to each model | error |\n|---|---|---|---|---|---|---|\n")
         for r in rows:
+            err = " ".join(r.get("error", "").split())[:120]
             f.write(f"| {'x'.join(map(str, r['shape']))} | {r['layout']} | "
                     f"{r.get('max_rel_err', '')} | {r.get('of_bf16', '')} | "
                     f"{r.get('tflops', '')} | {r.get('bits_equal', '')} of "
-                    f"{r.get('outputs', '')} | {r.get('error', '')} |\n")
+                    f"{r.get('outputs', '')} | {err} |\n")
 
 
 if __name__ == "__main__":

@@ -274,6 +274,10 @@ def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.
     if k % 128:
         raise ValueError(f"method='fp8_cublas' scales 1 x 128 blocks along K: K = {k} is not a "
                          "multiple of 128")
+    m, n = da.shape[0], db.shape[0]
+    if m % 16 or n % 16:
+        raise ValueError(f"method='fp8_cublas': cuBLAS's FP8 GEMM takes M and N in multiples of "
+                         f"16, got M = {m}, N = {n}")
     fa = fold.fold_kmajor(da, sa, k, fmt_a, 4)
     fb = fold.fold_kmajor(db, sb, k, fmt_b, 4)
     scale_a = fold.group_scales(fa).t().contiguous().t()

@@ -599,12 +599,12 @@ def test_method_fp8_cublas(device):
     whatever they are: on operands whose every partial sum is exact in float32 the exact
     model's bits (a wrong scale layout scrambles them); blocks 60 octaves above and below one
     within 1e-6 of the exact product; a NaN block's row NaN. On a CPU, and for K not a
-    multiple of 128, a ValueError that says why."""
+    multiple of 128 or M, N not multiples of 16, a ValueError that says why."""
     import torch
     from ocpmx import native
     rng = np.random.default_rng(15)
-    x = torch.from_numpy(rng.standard_normal((40, 1024)).astype(np.float32)).to(device)
-    w = torch.from_numpy(rng.standard_normal((24, 1024)).astype(np.float32)).to(device)
+    x = torch.from_numpy(rng.standard_normal((48, 1024)).astype(np.float32)).to(device)
+    w = torch.from_numpy(rng.standard_normal((32, 1024)).astype(np.float32)).to(device)
     qa, qb = native.quantize(x, "e2m1"), native.quantize(w, "e2m1")
     if device == "cpu":
         with pytest.raises(ValueError, match="CUDA"):
@@ -615,7 +615,7 @@ def test_method_fp8_cublas(device):
     got = native.mx_matmul(qa, qb, method="fp8_cublas").cpu().numpy()
     want = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), "exact")
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    far = x * torch.exp2(torch.from_numpy(rng.choice([-60.0, 60.0], (40, 1))).float().to(device))
+    far = x * torch.exp2(torch.from_numpy(rng.choice([-60.0, 60.0], (48, 1))).float().to(device))
     qf = native.quantize(far, "e2m1")
     got = native.mx_matmul(qf, qb, method="fp8_cublas").double().cpu().numpy()
     want = emulator.mx_matmul(qf.to_emulator(), qb.to_emulator(), "exact").astype(np.float64)
@@ -627,3 +627,6 @@ def test_method_fp8_cublas(device):
     q160 = native.quantize(x[:, :160], "e2m1")
     with pytest.raises(ValueError, match="multiple of 128"):
         native.mx_matmul(q160, q160, method="fp8_cublas")
+    q40 = native.quantize(x[:40], "e2m1")
+    with pytest.raises(ValueError, match="multiples of 16"):
+        native.mx_matmul(q40, qb, method="fp8_cublas")
