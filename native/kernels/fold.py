@@ -96,8 +96,6 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_g
         tl.atomic_add(total_ptr, n_changed)
 
 
-
-
 @triton.jit
 def _pow2(e):
     """2^e as float32 for integer e in [-126, 127]."""
@@ -128,7 +126,7 @@ def _k_loop(a_rows, b_cols, ea_rows, eb_rows, m_ok, n_ok, row_ok, col_ok, n_grou
             PROMOTE: tl.constexpr, RANK1: tl.constexpr):
     """The folded GEMM's K loop over one tile (``folded_gemm_kernel``): per group, T = the
     group's dot, then acc += T * 2^(R_a + R_b), as (T * 2^ea) * 2^eb where RANK1 (every
-    exponent of the tile within RANK1_EXP) or through ``_group_scale``."""
+    exponent of both operands within RANK1_EXP) or through ``_group_scale``."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g in range(0, n_groups):
         k0 = g * (GROUP * 32)
