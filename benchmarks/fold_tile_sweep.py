@@ -85,7 +85,8 @@ def main():
     with open(args.out + ".md", "w") as f:
         f.write(f"# Chained folded GEMM sweep: {env}\n\n"
                 "| M x N x K | case | group | K per dot | tile (BM, BN, warps, stages) | ms | "
-                "x cuBLAS bf16 | TFLOP/s | bits = autotuned |\n|---|---|---|---|---|---|---|---|---|\n")
+                "x cuBLAS bf16 | TFLOP/s | bits = autotuned |\n"
+                "|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             f.write(f"| {'x'.join(map(str, r['shape']))} | {r['case']} | {r.get('group', '')} | "
                     f"{r.get('kt', '')} | {r.get('tile', '')} | "

@@ -12,7 +12,7 @@ Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on
 every format and group size (``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md).
 Speed on an H100 at Llama-8B shapes (results/native_gpu/bench_gemm_h100.md, the tile and group
 sweeps beside it): promoted at groups of 4 blocks 0.42-0.50x cuBLAS bf16, chained at groups of
-32 blocks 1.03-1.18x; the float32 epilogue per group is what limits both. Not yet fused into
+32 blocks 1.00-1.24x; the float32 epilogue per group is what limits both. Not yet fused into
 the quantize pass.
 """
 from __future__ import annotations
@@ -113,7 +113,8 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
         t = lower(TARGET)
         ng = max(1, min(16, 64 // group))  # groups per program: at most 2048 elements
         launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
-                   exps, stats, inexact_total(data.device), n_groups, **lower(fmt).constexprs(), PACK=pack_factor(fmt),
+                   exps, stats, inexact_total(data.device), n_groups,
+                   **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
                    T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, GROUP=group, NG=ng)
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats)
@@ -178,9 +179,11 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
 # accumulator fit in registers (compiled for sm_90a, ptxas -v: 64 x 128 spilled 220 bytes and
 # serialized the wgmmas); Triton adds each partial right after its wgmma, so ptxas serializes
 # them all the same (C7514). Chained (method fp8, group 32): 64 x 256 and 64 x 128 warpgroup
-# tiles, the fastest on an H100 (results/native_gpu/fold_tile_sweep_groups16_32.md: 1.03-1.18x
-# cuBLAS bf16 against 0.52-0.59x for 64 x 64) although the group sum beside the accumulator
-# spills: the accumulator is touched once per group (32 blocks), outside the inner loop.
+# tiles with 8 warps, the fastest measured on an H100 (results/native_gpu/
+# fold_tile_sweep_groups16_32.md, group 32: 1.02-1.18x cuBLAS bf16; a 64 x 256 CTA with 4 warps
+# 0.52-0.59x, a 128 x 256 one with 4 warps 0.16-0.17x) although the group sum beside the
+# accumulator spills: the accumulator is touched once per group (32 blocks), outside the
+# inner loop.
 # tests/test_fold.py compiles them all for sm_90a.
 FOLD_CONFIGS = {True: ((128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 4), (64, 64, 4, 3)),
                 False: ((128, 256, 8, 3), (128, 256, 8, 4), (128, 128, 8, 3), (128, 128, 8, 4))}

@@ -409,9 +409,10 @@ def test_dot_model_of_a_cpu_tensor_is_exact():
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 def test_mx_matmul_method_fp8_exact(device):
     """native.mx_matmul(method='fp8_exact' and 'fp8'): the fold (groups of gcd(K / 32,
-    FOLD_GROUPS[method]) blocks: 4 and 32) and the folded GEMM, bit for bit the emulator's folded_matmul under the device's dot model, along
-    rows and along columns (Wgrad's operands), H16 on both; FP8 operands are refused with the
-    reason. MXLinear takes the method too."""
+    FOLD_GROUPS[method]) blocks: 4 and 32) and the folded GEMM, bit for bit the emulator's
+    folded_matmul under the device's dot model, along rows and along columns (Wgrad's
+    operands), H16 on both; FP8 operands are refused with the reason. MXLinear takes the
+    method too."""
     import torch
     from ocpmx import native
     from ocpmx.native import fold as native_fold
@@ -461,8 +462,8 @@ sig = {"a_ptr": "*u8", "b_ptr": "*u8", "ea_ptr": "*i32", "eb_ptr": "*i32", "wide
 attrs = {(i,): [["tt.divisibility", 16]] for i in range(10)}  # as a launch specializes them
 out = []
 for promote, rank1, bm, bn, w, s in json.loads(sys.argv[1]):
-    consts = {"GROUP": 4 if promote else 32, "BLOCK_M": bm, "BLOCK_N": bn, "KT": 128, "OUT_BF16": True,
-              "RANK1": rank1, "PROMOTE": promote, "GROUP_M": 8}
+    consts = {"GROUP": 4 if promote else 32, "BLOCK_M": bm, "BLOCK_N": bn, "KT": 128,
+              "OUT_BF16": True, "RANK1": rank1, "PROMOTE": promote, "GROUP_M": 8}
     k = triton.compile(ASTSource(kfold.folded_gemm_kernel, sig, consts, attrs),
                        target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=w, num_stages=s, enable_fp_fusion=False))
@@ -572,7 +573,8 @@ def test_native_emulate_runs_a_folded_model_where_its_dot_is_the_devices(device)
         got = native.mx_matmul(qa, qb, method="emulate", model=model, backend="triton")
         want = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), model)
         assert np.array_equal(got.cpu().numpy().view(np.uint32), want.view(np.uint32)), model
-    with pytest.raises(ValueError, match=f"'{other}' FP8 tensor cores do; this device's are '{dot}'"):
+    with pytest.raises(ValueError,
+                       match=f"'{other}' FP8 tensor cores do; this device's are '{dot}'"):
         native.mx_matmul(qa, qb, method="emulate", model=FoldedModel(4, False, other),
                          backend="triton")
 
