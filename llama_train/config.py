@@ -118,6 +118,10 @@ class PrecisionSection:
         aliases=("--mx-backend",))
     keep_bf16: list[str] = _field(["output"], "Linear layers left in bf16 (fnmatch patterns "
                                               "of module names)")
+    gemm_method: Literal["auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "fp8_cublas"] = _field(
+        "auto", "how the Triton backend runs each MX GEMM (ocpmx.native.mx_matmul's method; "
+                "auto: dot_scaled on MX units, bf16 elsewhere); the method that ran is recorded "
+                "in config.json, and the fold methods' rounded elements in metrics.jsonl")
     accumulation: Optional[Literal["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8",
                                    "hopper_fp8_exact", "hopper_fp8_chained"]] = \
         _field(None, "sum every MX GEMM under this emulator accumulation model, bit for bit "
@@ -197,6 +201,9 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be {_either(allowed)}, got {value!r}")
         if self.precision.accumulation is not None and self.training.compile:
             raise ValueError("accumulation models run eagerly: drop --compile")
+        if self.precision.accumulation is not None and self.precision.gemm_method != "auto":
+            raise ValueError(f"--accumulation {self.precision.accumulation} decides how every MX "
+                             f"GEMM is summed; drop --gemm-method {self.precision.gemm_method}")
         if data.seq_len > cfg.max_seq_len:
             raise ValueError(f"seq_len {data.seq_len} exceeds the preset's {cfg.max_seq_len}")
         if not 0 <= self.optimizer.decay_fraction <= 1:

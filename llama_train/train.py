@@ -28,7 +28,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..native import GEMMS, RECIPES, MXLinear, convert_linears, set_step
+from ..native import GEMMS, RECIPES, MXLinear, convert_linears, fold, set_step
+from ..native.dispatch import pick_backend
+from ..native.gemm import FOLD_METHODS, auto_method
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TRAIN_PRESETS, RunExists, TrainConfig, TrainingDiverged, lr_at
 from .data import load_tokenizer, open_stream, validation_set
@@ -55,7 +57,7 @@ def build(cfg: TrainConfig, dist: Dist):
     model.activation_checkpointing = cfg.training.activation_checkpointing
     convert_linears(model, precision.recipe, rules=[(p, None) for p in precision.keep_bf16],
                     seed=cfg.training.seed, backend=precision.backend,
-                    accumulation=precision.accumulation)
+                    method=precision.gemm_method, accumulation=precision.accumulation)
     if dist.world > 1:  # FSDP2: each block, then the root; fp32 shards, bf16 compute by autocast
         from torch.distributed.fsdp import fully_shard
         for layer in model.layers:
@@ -72,6 +74,20 @@ def build(cfg: TrainConfig, dist: Dist):
                             lr=opt_cfg.lr, betas=opt_cfg.betas, eps=opt_cfg.eps,
                             fused=dist.device.type == "cuda")  # one kernel for the update
     return model, opt, tok, mcfg
+
+
+def gemm_method_run(model, device) -> str | None:
+    """The method the MX GEMMs of ``model`` run (``auto`` resolved on ``device``; a chip's
+    accumulation model, or the emulator backend, named as such); None without an MX GEMM."""
+    for m in model.modules():
+        if isinstance(m, MXLinear) and any(m.recipe.gemm(g).is_mx for g in GEMMS):
+            ctx = m.context
+            if ctx.accumulation is not None:
+                return f"accumulation {ctx.accumulation}"
+            if pick_backend(device, ctx.backend) == "emulator":
+                return "emulator"
+            return auto_method(device) if ctx.method == "auto" else ctx.method
+    return None
 
 
 def loss_fn(model, batch, device):
@@ -222,7 +238,10 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
                          cfg.eval.eval_sampling)
     if dist.main:
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), "model": asdict(mcfg),
-                                                     "world": dist.world}, indent=1))
+                                                     "world": dist.world,
+                                                     "gemm_method_run": gemm_method_run(model,
+                                                                                        device)},
+                                                    indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
                       tensorboard=cfg.logging.tensorboard, steps=(start, steps),
                       label=f"{cfg.model.preset}/{cfg.precision.recipe}",
@@ -263,6 +282,8 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
                 row["resumed"] = True  # the first step of a resumed process: not a step's time
             if device.type == "cuda":
                 row["max_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+            if cfg.precision.gemm_method in FOLD_METHODS:  # never silent: rounded fold elements
+                row["fold_inexact"] = int(fold.inexact_total(device).item())
             profiler.step_ends(step)
             metrics.log_step(row)
             last, reached = step == steps - 1, False

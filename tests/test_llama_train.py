@@ -406,3 +406,28 @@ def test_train_under_an_accumulation_model(corpus, tmp_path):
     assert layers and all(m.context.accumulation == "hopper_bf16" for m in layers)
     with pytest.raises(ValueError, match="accumulation models run eagerly"):
         cfg(corpus, tmp_path / "x", accumulation="hopper_bf16", compile=True).validate()
+
+
+def test_train_with_a_fold_gemm_method(corpus, tmp_path):
+    """--gemm-method (issue 17): every MXLinear carries it, config.json records the method that
+    ran (auto resolved; the emulator backend and accumulation models named as such), and a fold
+    method logs the running count of rounded fold elements in every metrics row (through the
+    Triton interpreter on CPU: one step). --accumulation beside it is refused."""
+    c = cfg(corpus, tmp_path / "fp8", recipe="mxfp4_all_h16", max_steps=1, eval_every=1,
+            eval_sequences=2, save_every=0, backend="triton", gemm_method="fp8")
+    T.train(c)
+    rows, _ = T.read_metrics(tmp_path / "fp8" / "metrics.jsonl")
+    assert len(rows) == 1 and math.isfinite(rows[0]["loss"])
+    assert rows[0]["fold_inexact"] == int(T.fold.inexact_total("cpu").item()) >= 0
+    assert json.loads((tmp_path / "fp8" / "config.json").read_text())["gemm_method_run"] == "fp8"
+    model, *_ = T.build(c, T.setup_dist("cpu"))
+    layers = [m for m in model.modules() if isinstance(m, MXLinear)]
+    assert layers and all(m.context.method == "fp8" for m in layers)
+    assert T.gemm_method_run(model, torch.device("cpu")) == "fp8"
+    for kw, want in ((dict(backend="triton"), "dot_scaled"), (dict(backend="emulator"), "emulator"),
+                     (dict(accumulation="hopper_bf16"), "accumulation hopper_bf16"),
+                     (dict(recipe="bf16"), None)):
+        m, *_ = T.build(cfg(corpus, tmp_path / "x", **kw), T.setup_dist("cpu"))
+        assert T.gemm_method_run(m, torch.device("cpu")) == want, kw
+    with pytest.raises(ValueError, match="drop --gemm-method fp8"):
+        cfg(corpus, tmp_path / "y", accumulation="hopper_bf16", gemm_method="fp8").validate()
