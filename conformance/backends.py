@@ -105,6 +105,8 @@ class TritonBackend(Backend):
 
     name = "triton"
 
+    gemm_method = "dot_scaled"  # native.mx_matmul's method for the GEMM checks
+
     def __init__(self, device: str | None = None):
         import torch
 
@@ -132,7 +134,11 @@ class TritonBackend(Backend):
     def supports(self, op, fmt, **options):
         if fmt == "e8m0":
             return "no standalone E8M0 cast (the kernels write scales only through quantize)"
-        if op == "gemm" and fmt not in ("e2m1", "e4m3", "e5m2"):
+        from ..native.gemm import FOLD_METHODS
+        if op == "gemm" and self.gemm_method in FOLD_METHODS:
+            if fmt not in ("e2m1", "e2m3", "e3m2"):
+                return f"method {self.gemm_method!r} folds e2m1, e2m3, e3m2 into E4M3 (not {fmt})"
+        elif op == "gemm" and fmt not in ("e2m1", "e4m3", "e5m2"):
             return f"tl.dot_scaled takes e2m1, e4m3, e5m2 (not {fmt})"
         bs = options.get("block_size", BLOCK_SIZE)
         if op in ("quantize", "dequantize") and bs & (bs - 1):
@@ -173,7 +179,7 @@ class TritonBackend(Backend):
         from .. import native
         a = self._mx(a_codes, a_scales, fmt_a, 1, BLOCK_SIZE)
         b = self._mx(b_codes, b_scales, fmt_b, 1, BLOCK_SIZE)
-        return native.mx_matmul(a, b, backend="triton", method="dot_scaled",
+        return native.mx_matmul(a, b, backend="triton", method=self.gemm_method,
                                 tune=False).cpu().numpy()
 
 
@@ -391,7 +397,22 @@ def _nvidia_driver() -> str:
         return "unknown"
 
 
+class TritonFp8ExactBackend(TritonBackend):
+    """The Triton backend with GEMMs through ``native.mx_matmul(method="fp8_exact")``: FP4/FP6
+    operands folded into E4M3, an FP8 GEMM promoting every K = 32 (``emulator.fold``)."""
+    name = "triton_fp8_exact"
+    gemm_method = "fp8_exact"
+
+
+class TritonFp8Backend(TritonBackend):
+    """The Triton backend with GEMMs through ``native.mx_matmul(method="fp8")``: folded in
+    groups of 32 blocks, each group's dots chained in the tensor core."""
+    name = "triton_fp8"
+    gemm_method = "fp8"
+
+
 BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend,
+           "triton_fp8_exact": TritonFp8ExactBackend, "triton_fp8": TritonFp8Backend,
            "triton_gfx950": TritonGfx950Backend, "torch": TorchBackend,
            "ml_dtypes": MlDtypesBackend, "torchao": TorchaoBackend, "gfloat": GfloatBackend}
 # Peers: built in, usable when their package is installed.

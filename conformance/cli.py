@@ -86,7 +86,8 @@ def cmd_conform(args) -> int:
         problem = report_path_problem(args.report)
         if problem:
             return fail(problem)
-    triton_backend = args.backend in ("triton", "triton_gfx950")
+    from .backends import BUILTIN, TritonBackend
+    triton_backend = issubclass(BUILTIN.get(args.backend, object), TritonBackend)
     if triton_backend and args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
     from .backends import load_backend

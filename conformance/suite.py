@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from .. import emulator
 from ..emulator.accumulate import ChunkedModel
+from ..emulator.fold import FoldedModel
 from ..spec import BLOCK_SIZE, FORMATS, SCALE_RULES, get_format
 from .backends import Backend
 from .cli import OPS
@@ -596,6 +597,118 @@ def model_from_probe(p: dict):
     return ChunkedModel(chunk, f_bits, align, "rtz")
 
 
+FOLD_PROBE_K = 2048  # 64 blocks: fold groups up to 64 blocks (a whole row) tell apart
+
+
+def _fold_dot(backend, a_vals, a_scale_exp, b_vals, fmt="e2m1"):
+    """A 1 x 1 GEMM of length FOLD_PROBE_K: a's elements {position: value} with per-block scale
+    exponents {block: e} (others 0), b's {position: value} under scale 1."""
+    a, b = np.zeros(FOLD_PROBE_K, np.float32), np.zeros(FOLD_PROBE_K, np.float32)
+    for pos, v in a_vals.items():
+        a[pos] = v
+    for pos, v in b_vals.items():
+        b[pos] = v
+    sa = np.full((1, FOLD_PROBE_K // BLOCK_SIZE), 127, np.uint8)
+    for blk, e in a_scale_exp.items():
+        sa[0, blk] = 127 + e
+    ac, as_ = _operand(a, fmt, sa)
+    bc, bs = _operand(b, fmt, None)
+    return float(np.asarray(backend.gemm(ac, as_, bc, bs, fmt, fmt))[0, 0])
+
+
+def probe_folding(backend) -> dict:
+    """Infer how a backend that runs FP4/FP6 GEMMs on FP8 tensor cores folds and sums
+    (``emulator.fold``), from designed E2M1 (and, where the backend takes it, E3M2) dot
+    products of length 2048:
+
+    group      a product 2^-19 below another, its block scaled 2^-20 below: lost where both
+               blocks share a fold group (the far block rounds to zero), kept in float32
+               otherwise; the first block distance (1, 2, 4, ..., 64) that keeps it is the
+               group (1: no rounding across blocks, as an unfolded backend);
+    chained    a product 2^-17 below the one before it, in the next block of the same group
+               (both fold exactly): kept when each K = 32 dot leaves the tensor core alone
+               (promoted) or the dots are exact, lost when the running sum takes part in the
+               next dot's alignment (Hopper's chained wgmma);
+    dot        (E3M2) two products 2^-17.6 apart in one block: kept by an exact dot, lost by
+               one that truncates to 13 bits below the largest (Hopper's FP8 wgmma)."""
+    out = {}
+    group = None
+    for j in (1, 2, 4, 8, 16, 32):
+        # a: 0.5 in block 0 (scale 1), 0.5 in block j (scale 2^-20); b: 0.5 and 1
+        v = _fold_dot(backend, {0: 0.5, 32 * j: 0.5}, {j: -20}, {0: 0.5, 32 * j: 1.0})
+        if v == 0.25 + 2.0**-21:
+            group = j
+            break
+        if v != 0.25:
+            raise ValueError(f"fold probe: block distance {j} gave {v!r}, neither the sum "
+                             f"{0.25 + 2.0**-21!r} nor 0.25")
+    out["group"] = group if group is not None else 64
+    g = out["group"]
+    if g >= 2:
+        # a: 4 in block 0 (scale 1), 0.5 in block 1 (scale 2^-12): products 16 and 2^-13
+        v = _fold_dot(backend, {0: 4.0, 32: 0.5}, {1: -12}, {0: 4.0, 32: 1.0})
+        out["chained"] = {16.0 + 2.0**-13: False, 16.0: True}.get(v, f"neither ({v!r})")
+    else:
+        out["chained"] = "not observable (group 1)"
+    if backend.supports("gemm", "e3m2") is True:
+        # E3M2: 28 x 28 = 784 and 0.0625 x 0.0625 = 2^-8 in block 0
+        v = _fold_dot(backend, {0: 28.0, 1: 0.0625}, {}, {0: 28.0, 1: 0.0625}, "e3m2")
+        out["dot"] = {784.0 + 2.0**-8: "exact", 784.0: "hopper"}.get(v, f"neither ({v!r})")
+    else:
+        out["dot"] = "not observable (no e3m2 GEMM)"
+    if out["chained"] is True:
+        out["dot"] = "hopper"  # a chained exact dot keeps the product: the chain truncates
+    return out
+
+
+def model_from_fold_probe(p: dict):
+    """The FoldedModel the probe's findings describe, or None where no fold is observed
+    (group 1 and exact dots: the blocks' sums, fp32_sequential's)."""
+    dot = p.get("dot") if p.get("dot") in ("exact", "hopper") else "exact"
+    if p["group"] == 1 and dot == "exact":
+        return None
+    return FoldedModel(p["group"], p.get("chained") is True, dot)
+
+
+def _fold_probe_checks(backend, rules):
+    ok = backend.supports("gemm", "e2m1")
+    if ok is not True:
+        return [CheckResult("gemm/probe/fold", "gemm", "e2m1", "not-supported", str(ok))]
+    t0 = time.time()
+    try:
+        probe = probe_folding(backend)
+    except NotImplementedError as e:
+        return [CheckResult("gemm/probe/fold", "gemm", "e2m1", "not-supported", str(e))]
+    except Exception as e:  # noqa: BLE001
+        return [CheckResult("gemm/probe/fold", "gemm", "e2m1", "error", f"{type(e).__name__}: {e}")]
+    dt = time.time() - t0
+    model = model_from_fold_probe(probe)
+    out = [CheckResult("gemm/probe/fold", "gemm", "e2m1", "pass",
+                       f"inferred: fold group {probe['group']} blocks, chained {probe['chained']},"
+                       f" dot {probe['dot']}; model: {model}", seconds=dt, data=probe)]
+    if model is None:
+        return out
+    # the emulator configured with the inferred model must reproduce the backend on random data
+    rng = np.random.default_rng(8)
+    fmts = ["e2m1"] + (["e3m2"] if backend.supports("gemm", "e3m2") is True else [])
+    bad, total = 0, 0
+    for fmt in fmts:
+        x = rng.standard_normal((32, 1024)) * np.exp(rng.normal(0, 2, (32, 32))).repeat(32, 1)
+        a = emulator.quantize(x.astype(np.float32), fmt)
+        b = emulator.quantize(rng.standard_normal((24, 1024)).astype(np.float32), fmt)
+        got = np.asarray(backend.gemm(a.codes, a.scales, b.codes, b.scales, fmt, fmt), np.float32)
+        want = emulator.mx_matmul(a, b, model)
+        bad += int((got.view(np.uint32) != want.view(np.uint32)).sum())
+        total += got.size
+    dev = explain(rules, "gemm", "e2m1", "fold-model", "not-reproduced")
+    status = "pass" if bad == 0 else ("deviation" if dev else "fail")
+    out.append(CheckResult("gemm/fold-model-reproduces-backend", "gemm", "e2m1", status,
+                           f"emulator with {model}: {total - bad} of {total} outputs bit-equal "
+                           f"({', '.join(fmts)}, blocks far apart)",
+                           deviations=[dev] if dev and status == "deviation" else []))
+    return out
+
+
 def gemm_checks(backend, formats, budget, rules):
     from hypothesis import strategies as st
     out = []
@@ -623,6 +736,8 @@ def gemm_checks(backend, formats, budget, rules):
         out.append(_run(f"gemm/exactly-summable/{fa}x{fb}", "gemm", fa, backend, body))
     if "e4m3" in formats:
         out.extend(_probe_checks(backend, rules))
+    if "e2m1" in formats:
+        out.extend(_fold_probe_checks(backend, rules))
     return out
 
 

@@ -380,3 +380,78 @@ def test_triton_gfx950_backend(tmp_path):
                          .read_text())
     doc = json.loads(_doc_block("<!-- gfx950-deviations -->", "json"))
     assert builtin["deviations"] == doc["deviations"]
+
+
+class _Folding(EmulatorBackend):
+    """An emulator backend whose GEMM is a folded FP8 GEMM (``FoldedModel``) and takes FP4/FP6
+    formats only, as ``native.mx_matmul(method="fp8")`` does."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def supports(self, op, fmt, **options):
+        if op == "gemm" and fmt not in ("e2m1", "e2m3", "e3m2"):
+            return "folds FP4/FP6 only"
+        return True
+
+    def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
+        a = emulator.MXArray(a_codes, a_scales, get_format(fmt_a), 1)
+        b = emulator.MXArray(b_codes, b_scales, get_format(fmt_b), 1)
+        return emulator.mx_matmul(a, b, self.model)
+
+
+@pytest.mark.parametrize("group, chained, dot", [(4, False, "hopper"), (32, True, "hopper"),
+                                                  (8, False, "exact"), (1, False, "hopper"),
+                                                  (64, True, "hopper")])
+def test_fold_probe_infers_the_folded_model_unaided(group, chained, dot):
+    """``probe_folding`` finds a folding backend's group, chaining and dot rule from designed
+    dot products alone, and the suite's check reproduces the backend with the inferred model;
+    the exact emulator shows no fold."""
+    from ocpmx.conformance.suite import model_from_fold_probe, probe_folding
+    from ocpmx.emulator.fold import FoldedModel
+    backend = _Folding(FoldedModel(group, chained, dot))
+    p = probe_folding(backend)
+    assert (p["group"], p["chained"] is True, p["dot"]) == (group, chained, dot), p
+    assert model_from_fold_probe(p) == FoldedModel(group, chained, dot)
+    results = {r.check: r for r in run_suite(backend, formats=("e2m1",), ops=("gemm",))}
+    assert results["gemm/probe/fold"].status == "pass"
+    assert results["gemm/fold-model-reproduces-backend"].status == "pass", \
+        results["gemm/fold-model-reproduces-backend"].detail
+    exact = probe_folding(EmulatorBackend())
+    assert exact == {"group": 1, "chained": "not observable (group 1)", "dot": "exact"}
+    assert model_from_fold_probe(exact) is None
+
+
+def test_fold_probe_check_fails_a_backend_its_model_does_not_reproduce():
+    """A backend that folds in groups of 4 but chains only every other group's dots (no
+    FoldedModel): the probe infers a model, and the reproduction check fails."""
+    from ocpmx.emulator.fold import FoldedModel
+
+    class Mixed(_Folding):
+        def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
+            a = emulator.MXArray(a_codes, a_scales, get_format(fmt_a), 1)
+            b = emulator.MXArray(b_codes, b_scales, get_format(fmt_b), 1)
+            out = emulator.mx_matmul(a, b, FoldedModel(4, False))
+            odd = emulator.mx_matmul(a, b, FoldedModel(4, True))
+            out[1::2] = odd[1::2]
+            return out
+    results = {r.check: r for r in run_suite(Mixed(None), formats=("e2m1",), ops=("gemm",))}
+    assert results["gemm/probe/fold"].status == "pass"
+    assert results["gemm/fold-model-reproduces-backend"].status == "fail"
+
+
+@pytest.mark.parametrize("name, model", [("triton_fp8_exact", (4, False, "exact")),
+                                         ("triton_fp8", (32, False, "exact"))])
+def test_fold_probe_on_the_triton_fold_backends(name, model):
+    """The Triton fold backends through the interpreter (exact dots there): the probe infers
+    their groups (4 and 32), the chain being unobservable with exact dots, and the model
+    reproduces them; E4M3 GEMMs are refused with the reason."""
+    pytest.importorskip("torch")
+    from ocpmx.conformance.suite import model_from_fold_probe, probe_folding
+    from ocpmx.emulator.fold import FoldedModel
+    from ocpmx.native import interpreting
+    if not interpreting():
+        pytest.skip("the Triton backend on CPU needs the interpreter")
+    backend = load_backend(name, device="cpu")
+    assert "folds" in backend.supports("gemm", "e4m3")
+    assert model_from_fold_probe(probe_folding(backend)) == FoldedModel(*model)
