@@ -177,12 +177,12 @@ def load_run(run, data: str | None = None):
     """(model, tokenizer, config, process group, checkpoint state) of a run directory's latest
     checkpoint, every Linear in bf16 (the analysis quantizes itself)."""
     from .checkpoint import load_checkpoint
-    from .config import TrainConfig
+    from .config import RUN_FACTS, TrainConfig
     from .distributed import setup_dist
     from .train import build
     run = Path(run)
     conf = {k: v for k, v in json.loads((run / "config.json").read_text()).items()
-            if k not in ("model", "world")}  # flat names; older runs' too (mx_backend)
+            if k not in RUN_FACTS}  # flat names; older runs' too (mx_backend)
     cfg = TrainConfig.from_flat(**{**conf, "data": data or conf["data"], "recipe": "bf16",
                                    "compile": False, "activation_checkpointing": False,
                                    "progress": False, "tensorboard": False})
