@@ -116,7 +116,8 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
                    exps, stats, inexact_total(data.device), n_groups,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
-                   T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, GROUP=group, NG=ng)
+                   T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, T_BITS=t.bits,
+                   T_EBITS=t.ebits, T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng)
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats)
 
 

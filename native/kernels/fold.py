@@ -42,6 +42,7 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_g
                 # the fold: the largest exact shift, and the target E4M3
                 D_MAX: tl.constexpr, T_MBITS: tl.constexpr, T_BIAS: tl.constexpr,
                 T_MAXC: tl.constexpr, T_NANC: tl.constexpr, T_SIGN: tl.constexpr,
+                T_BITS: tl.constexpr, T_EBITS: tl.constexpr, T_SUBQ: tl.constexpr,
                 # the tile
                 GROUP: tl.constexpr, NG: tl.constexpr):
     """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
@@ -82,14 +83,10 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_g
     wide = tl.max(((r < -RANK1_EXP) | (r > RANK1_EXP)).to(tl.int32) * valid.to(tl.int32), axis=0)
     if wide > 0:
         tl.atomic_or(stats_ptr, 1)
-    # the E4M3 code's value, decoded from its bits, against the exact value (magnitudes)
-    mag = c8 & (T_SIGN - 1)
-    te = mag >> T_MBITS
-    tm = mag & ((1 << T_MBITS) - 1)
-    normal = ((te - T_BIAS + 127) << 23 | tm << (23 - T_MBITS)).to(tl.float32, bitcast=True)
-    sub = tm.to(tl.float32) * (2.0 ** (1 - T_BIAS - T_MBITS))
-    back = tl.where(te > 0, normal, sub)
-    changed = (back != ab.to(tl.float32, bitcast=True)) & m3 & ~nan_block[:, :, None]
+    # the E4M3 code's value (under scale 2^0) against the exact value
+    back = decode_values(c8, c8 * 0 + 127, IS_INT=False, BITS=T_BITS, EBITS=T_EBITS,
+                         MBITS=T_MBITS, BIAS=T_BIAS, NANC=T_NANC, INFC=-1, SUBQ=T_SUBQ)
+    changed = (back != v) & m3 & ~nan_block[:, :, None]
     n_changed = tl.sum(tl.sum(tl.sum(changed.to(tl.int64), axis=2), axis=1), axis=0)
     if n_changed > 0:
         tl.atomic_add(stats_ptr + 1, n_changed)
