@@ -670,18 +670,26 @@ def model_from_fold_probe(p: dict):
     return FoldedModel(p["group"], p.get("chained") is True, dot)
 
 
-def _fold_probe_checks(backend, rules):
-    ok = backend.supports("gemm", "e2m1")
+def _run_probe(backend, check, fmt, probe_fn):
+    """(findings, seconds, None) of ``probe_fn(backend)``, or (None, 0, [the CheckResult]) where
+    the backend does not take ``fmt`` GEMMs or the probe raises."""
+    ok = backend.supports("gemm", fmt)
     if ok is not True:
-        return [CheckResult("gemm/probe/fold", "gemm", "e2m1", "not-supported", str(ok))]
+        return None, 0.0, [CheckResult(check, "gemm", fmt, "not-supported", str(ok))]
     t0 = time.time()
     try:
-        probe = probe_folding(backend)
+        probe = probe_fn(backend)
     except NotImplementedError as e:
-        return [CheckResult("gemm/probe/fold", "gemm", "e2m1", "not-supported", str(e))]
+        return None, 0.0, [CheckResult(check, "gemm", fmt, "not-supported", str(e))]
     except Exception as e:  # noqa: BLE001
-        return [CheckResult("gemm/probe/fold", "gemm", "e2m1", "error", f"{type(e).__name__}: {e}")]
-    dt = time.time() - t0
+        return None, 0.0, [CheckResult(check, "gemm", fmt, "error", f"{type(e).__name__}: {e}")]
+    return probe, time.time() - t0, None
+
+
+def _fold_probe_checks(backend, rules):
+    probe, dt, stop = _run_probe(backend, "gemm/probe/fold", "e2m1", probe_folding)
+    if stop:
+        return stop
     model = model_from_fold_probe(probe)
     out = [CheckResult("gemm/probe/fold", "gemm", "e2m1", "pass",
                        f"inferred: fold group {probe['group']} blocks, chained {probe['chained']},"
@@ -743,17 +751,9 @@ def gemm_checks(backend, formats, budget, rules):
 
 def _probe_checks(backend, rules):
     out = []
-    ok = backend.supports("gemm", "e4m3")
-    if ok is not True:
-        return [CheckResult("gemm/probe", "gemm", "e4m3", "not-supported", str(ok))]
-    t0 = time.time()
-    try:
-        probe = probe_accumulation(backend)
-    except NotImplementedError as e:
-        return [CheckResult("gemm/probe", "gemm", "e4m3", "not-supported", str(e))]
-    except Exception as e:  # noqa: BLE001
-        return [CheckResult("gemm/probe", "gemm", "e4m3", "error", f"{type(e).__name__}: {e}")]
-    dt = time.time() - t0
+    probe, dt, stop = _run_probe(backend, "gemm/probe", "e4m3", probe_accumulation)
+    if stop:
+        return stop
     detail = describe_probe(probe)
     for key, want in (("e8m0_0x00", "2^-127"), ("e8m0_0xff", "NaN")):
         dev = explain(rules, "gemm", "e4m3", key, probe[key])
