@@ -222,8 +222,7 @@ def section_gemm(rows):
         t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                    method="fp8"))
         # cuBLAS's blockwise 1 x 128 FP8 GEMM on operands folded at group 4 (method fp8_cublas)
-        s_a = fold.group_scales(fa).t().contiguous().t()
-        s_b = fold.group_scales(fb).t().contiguous()
+        s_a, s_b = fold.blockwise_scales(fa, fb)
         a8, b8 = fa.codes.view(torch.float8_e4m3fn), fb.codes.view(torch.float8_e4m3fn)
         t_cublas = bench(lambda: torch._scaled_mm(a8, b8.t(), scale_a=s_a, scale_b=s_b,
                                                   out_dtype=torch.bfloat16))

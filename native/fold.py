@@ -69,6 +69,14 @@ def group_scales(f: FoldedTensor) -> torch.Tensor:
     return torch.where(e == NAN_EXPONENT, torch.full_like(s, float("nan")), s)
 
 
+def blockwise_scales(a: FoldedTensor, b: FoldedTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale_a, scale_b) of two operands folded at groups of 4 blocks for cuBLAS's blockwise
+    1 x 128 FP8 GEMM (``torch._scaled_mm(a, b.t(), ...)``): A's 2^R (M, K / 128) outer-dim-major,
+    B's (K / 128, N) contiguous, the one layout torch 2.11 took on an H100
+    (``benchmarks/cublas_blockwise_probe.py``)."""
+    return group_scales(a).t().contiguous().t(), group_scales(b).t().contiguous()
+
+
 _inexact_totals: dict = {}
 
 

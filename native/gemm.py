@@ -265,8 +265,7 @@ _EMULATE_TILE = 16
 def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.Tensor:
     """``method='fp8_cublas'``: both operands folded in groups of 4 blocks (one exponent per
     1 x 128 block along K), then cuBLAS's blockwise-scaled FP8 GEMM (``torch._scaled_mm`` with
-    scales 2^R: A's (M, K / 128) outer-dim-major, B's (K / 128, N); the layout
-    ``benchmarks/cublas_blockwise_probe.py`` found on an H100). The products are exact; how
+    scales 2^R laid out by ``fold.blockwise_scales``). The products are exact; how
     cuBLAS sums them is not documented, so this method declares no model."""
     if da.device.type != "cuda":
         raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
@@ -280,8 +279,7 @@ def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.
                          f"16, got M = {m}, N = {n}")
     fa = fold.fold_kmajor(da, sa, k, fmt_a, 4)
     fb = fold.fold_kmajor(db, sb, k, fmt_b, 4)
-    scale_a = fold.group_scales(fa).t().contiguous().t()
-    scale_b = fold.group_scales(fb).t().contiguous()
+    scale_a, scale_b = fold.blockwise_scales(fa, fb)
     return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),
                             fb.codes.view(torch.float8_e4m3fn).t(), scale_a=scale_a,
                             scale_b=scale_b, out_dtype=out_dtype)

@@ -594,6 +594,21 @@ def test_group_scales_are_the_powers_of_two_float32_holds():
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_blockwise_scales_have_the_layout_cublas_takes():
+    """``native.fold.blockwise_scales``: A's 2^R (M, K / 128) outer-dim-major (stride (1, M)),
+    B's (K / 128, N) contiguous, the values ``group_scales``'s."""
+    import torch
+    from ocpmx.native import fold as native_fold
+    ea = torch.arange(-6, 6, dtype=torch.int32).reshape(4, 3)  # M = 4, K = 384
+    eb = torch.arange(0, 15, dtype=torch.int32).reshape(5, 3)  # N = 5
+    fa = native_fold.FoldedTensor(None, ea, None, 4, FORMATS["e2m1"], None)
+    fb = native_fold.FoldedTensor(None, eb, None, 4, FORMATS["e2m1"], None)
+    sa, sb = native_fold.blockwise_scales(fa, fb)
+    assert sa.shape == (4, 3) and sa.stride() == (1, 4)
+    assert sb.shape == (3, 5) and sb.is_contiguous()
+    assert torch.equal(sa, torch.exp2(ea.float())) and torch.equal(sb, torch.exp2(eb.float()).t())
+
+
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 def test_method_fp8_cublas(device):
     """``mx_matmul(method="fp8_cublas")``: cuBLAS's blockwise 1 x 128 FP8 GEMM of operands
