@@ -17,23 +17,14 @@ import triton
 from triton.testing import do_bench
 
 from ocpmx import native
-from ocpmx.native import fold, launch
-from ocpmx.native.kernels import fold as kfold
+from ocpmx.native import fold
 
 SHAPES = ((8192, 6144, 4096), (8192, 4096, 14336))
 TILES = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3))
 
 
-def folded(fa, fb, group, kt, bm, bn, warps, stages):
-    m, n, k = fa.codes.shape[0], fb.codes.shape[0], fa.codes.shape[1]
-    c = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
-    for rank1 in (True, False):
-        launch.run(kfold.folded_gemm_kernel, (triton.cdiv(m, bm) * triton.cdiv(n, bn),),
-                   fa.codes, fb.codes, fa.exponents, fb.exponents, fa.wide, fb.wide,
-                   c.view(torch.int16), m, n, k, GROUP=group, KT=kt, OUT_BF16=True,
-                   RANK1=rank1, PROMOTE=False, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
-                   num_stages=stages, enable_fp_fusion=False)
-    return c
+def folded(fa, fb, kt, tile):
+    return fold.folded_matmul(fa, fb, torch.bfloat16, k_per_dot=kt, promote=False, tile=tile)
 
 
 def main():
@@ -69,9 +60,10 @@ def main():
                     case = dict(shape=[m, n, k], case="folded chained", group=group, kt=kt,
                                 tile=[bm, bn, warps, stages])
                     try:
-                        got = folded(fa, fb, group, kt, bm, bn, warps, stages)
+                        tile = (bm, bn, warps, stages)
+                        got = folded(fa, fb, kt, tile)
                         torch.cuda.synchronize()
-                        t = do_bench(lambda: folded(fa, fb, group, kt, bm, bn, warps, stages))
+                        t = do_bench(lambda: folded(fa, fb, kt, tile))
                         case.update(ms=t, of_bf16=t_bf16 / t, tflops=flops / t / 1e9,
                                     bits_equal_autotuned=bool(torch.equal(
                                         got.view(torch.int16), ref.view(torch.int16))))

@@ -140,14 +140,16 @@ def dot_model(device) -> str | None:
 
 
 def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
-                  *, k_per_dot: int | None = None, promote: bool = True) -> torch.Tensor:
+                  *, k_per_dot: int | None = None, promote: bool = True,
+                  tile: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul`` with
     ``dot=dot_model(device)`` and ``promote=32`` (``promote=True``: every K = 32 dot leaves the
     tensor core at once) or ``promote=32 * group`` (False: the group's dots chained in the
     tensor core, one float32 epilogue per group; on Hopper measured bit for bit as the
     emulator's chained model). ``k_per_dot``: K of one ``tl.dot`` (a
     multiple of 32 dividing 32 * group; default 32 under the interpreter, up to 128 on a
-    GPU)."""
+    GPU). ``tile``: (BLOCK_M, BLOCK_N, warps, stages) instead of the autotuned tile (a tile
+    never changes the bits; ``benchmarks/fold_tile_sweep.py``)."""
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
@@ -160,9 +162,11 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
         if kt % 32 or (32 * a.group) % kt:
             raise ValueError(f"k_per_dot {kt} must be a multiple of 32 dividing the group's "
                              f"{32 * a.group} elements")
-        if BLOCK_M_MAX * k >= 2**31:
+        fixed = tile or ((32, 32, 4, 1) if interpreting() else None)
+        bm_max = fixed[0] if fixed else BLOCK_M_MAX
+        if bm_max * k >= 2**31:
             raise ValueError(f"folded_matmul: K = {k} is too long for the kernel's 32-bit "
-                             f"offsets inside a tile (K < {2**31 // BLOCK_M_MAX})")
+                             f"offsets inside a tile (K < {2**31 // bm_max})")
         args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
                 c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
         # enable_fp_fusion=False: the epilogue's product is rounded, then added
@@ -171,10 +175,12 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
         # two launches, one computing: RANK1=True unless an operand is wide (its kernel
         # returns at once otherwise), then RANK1=False (the kernel's doc says why)
         for rank1 in (True, False):
-            if interpreting():
+            if fixed:
+                bm, bn, warps, stages = fixed
                 launch.run(kernels.fold.folded_gemm_kernel,
-                           (triton.cdiv(m, 32) * triton.cdiv(n, 32),), *args, BLOCK_M=32,
-                           BLOCK_N=32, num_warps=4, num_stages=1, RANK1=rank1, **common)
+                           (triton.cdiv(m, bm) * triton.cdiv(n, bn),), *args, BLOCK_M=bm,
+                           BLOCK_N=bn, num_warps=warps, num_stages=stages, RANK1=rank1,
+                           **common)
             else:
                 def grid(meta):
                     return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)

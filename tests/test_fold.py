@@ -174,7 +174,7 @@ def test_longer_dots_load_the_same_tiles(device):
     """k_per_dot 64 and 128 (a GPU runs 128 for groups of 4) against 32: on a GPU Triton splits
     the longer dot into K = 32 wgmmas promoted one by one, the same sums; under the interpreter
     one float32 dot, exact here (E2M1: every partial sum fits 24 bits). Bit for bit against the
-    emulator; a k_per_dot not dividing the group is refused."""
+    emulator; a k_per_dot not dividing the group is refused; fixed tiles give the same bits."""
     import torch
     from ocpmx import native
     from ocpmx.native import fold as native_fold
@@ -190,6 +190,10 @@ def test_longer_dots_load_the_same_tiles(device):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), kt
     with pytest.raises(ValueError, match="k_per_dot 96"):
         native_fold.folded_matmul(fa, fb, k_per_dot=96)
+    # a fixed tile instead of the autotuned one (the tile sweep's path): the same bits
+    for tile in ((16, 64, 4, 1), (64, 16, 4, 1)):
+        got = native_fold.folded_matmul(fa, fb, tile=tile).cpu().numpy()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), tile
 
 
 def _rows_at_exponents(rng, p, k=256):
