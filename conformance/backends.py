@@ -134,12 +134,13 @@ class TritonBackend(Backend):
     def supports(self, op, fmt, **options):
         if fmt == "e8m0":
             return "no standalone E8M0 cast (the kernels write scales only through quantize)"
-        from ..native.gemm import FOLD_METHODS
+        from ..native.gemm import DOT_SCALED_FORMATS, FOLD_FORMATS, FOLD_METHODS
         if op == "gemm" and self.gemm_method in FOLD_METHODS:
-            if fmt not in ("e2m1", "e2m3", "e3m2"):
-                return f"method {self.gemm_method!r} folds e2m1, e2m3, e3m2 into E4M3 (not {fmt})"
-        elif op == "gemm" and fmt not in ("e2m1", "e4m3", "e5m2"):
-            return f"tl.dot_scaled takes e2m1, e4m3, e5m2 (not {fmt})"
+            if fmt not in FOLD_FORMATS:
+                return (f"method {self.gemm_method!r} folds {', '.join(FOLD_FORMATS)} into E4M3 "
+                        f"(not {fmt})")
+        elif op == "gemm" and fmt not in DOT_SCALED_FORMATS:
+            return f"tl.dot_scaled takes {', '.join(DOT_SCALED_FORMATS)} (not {fmt})"
         bs = options.get("block_size", BLOCK_SIZE)
         if op in ("quantize", "dequantize") and bs & (bs - 1):
             return f"the kernels take power-of-two block sizes (not {bs})"

@@ -237,11 +237,9 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
     val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences,
                          cfg.eval.eval_sampling)
     if dist.main:
-        (out / "config.json").write_text(json.dumps({**cfg.to_flat(), "model": asdict(mcfg),
-                                                     "world": dist.world,
-                                                     "gemm_method_run": gemm_method_run(model,
-                                                                                        device)},
-                                                    indent=1))
+        facts = {"model": asdict(mcfg), "world": dist.world,  # config.RUN_FACTS
+                 "gemm_method_run": gemm_method_run(model, device)}
+        (out / "config.json").write_text(json.dumps({**cfg.to_flat(), **facts}, indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
                       tensorboard=cfg.logging.tensorboard, steps=(start, steps),
                       label=f"{cfg.model.preset}/{cfg.precision.recipe}",
