@@ -118,12 +118,14 @@ def _group_scale(ea, eb):
 
 
 @triton.jit
-def _k_loop(a_rows, b_cols, ea_rows, eb_rows, m_ok, n_ok, row_ok, col_ok, n_groups,
+def _k_loop(a_rows, b_cols, ea_rows, eb_rows, row_ok, col_ok, n_groups,
             GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KT: tl.constexpr,
             PROMOTE: tl.constexpr, RANK1: tl.constexpr):
     """The folded GEMM's K loop over one tile (``folded_gemm_kernel``): per group, T = the
     group's dot, then acc += T * 2^(R_a + R_b), as (T * 2^ea) * 2^eb where RANK1 (every
     exponent of both operands within RANK1_EXP) or through ``_group_scale``."""
+    m_ok = row_ok[:, None]
+    n_ok = col_ok[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g in range(0, n_groups):
         k0 = g * (GROUP * 32)
@@ -199,8 +201,6 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr, c_p
     b_cols = b_ptr + n0.to(tl.int64) * K + (ln[None, :] * K + kk[:, None])
     ea_rows = ea_ptr + rm * n_groups
     eb_rows = eb_ptr + rn * n_groups
-    m_ok = (rm < M)[:, None]
-    n_ok = (rn < N)[None, :]
     # RANK1: this launch computes the GEMM if neither operand has a group exponent beyond
     # RANK1_EXP (the common case; the epilogue (T * 2^ea) * 2^eb), else the launch with
     # RANK1=False does (``_group_scale``); the host launches both. One loop per kernel: a
@@ -212,9 +212,9 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr, c_p
     else:
         mine = wide != 0
     if mine:
-        acc = _k_loop(a_rows, b_cols, ea_rows, eb_rows, m_ok, n_ok, rm < M, rn < N, n_groups,
-                      GROUP, BLOCK_M, BLOCK_N, KT, PROMOTE, RANK1)
-        cmask = m_ok & n_ok
+        acc = _k_loop(a_rows, b_cols, ea_rows, eb_rows, rm < M, rn < N, n_groups, GROUP,
+                      BLOCK_M, BLOCK_N, KT, PROMOTE, RANK1)
+        cmask = (rm < M)[:, None] & (rn < N)[None, :]
         c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (lm[:, None] * N + ln[None, :])
         if OUT_BF16:  # c_ptr is the bf16 output viewed as int16
             tl.store(c_tile, f32_to_bf16_bits(acc), mask=cmask)
