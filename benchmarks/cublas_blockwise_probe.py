@@ -28,12 +28,6 @@ from ocpmx.native import fold
 SHAPES = ((512, 512, 1024), (8192, 6144, 4096), (8192, 4096, 14336))
 
 
-def scales(f):
-    """2^R as float32 (M, K / 128)."""
-    e = f.exponents.to(torch.float32)
-    return torch.exp2(e)
-
-
 def layouts(sa, sb):
     """Candidate (scale_a, scale_b) pairs: a (M, K/128) outer-dim-major, b as (N, K/128) or
     (K/128, N), each contiguous or outer-dim-major."""
@@ -57,7 +51,7 @@ def main():
         fa, fb = fold.fold(qa, 4), fold.fold(qb, 4)
         a8 = fa.codes.view(torch.float8_e4m3fn)
         b8 = fb.codes.view(torch.float8_e4m3fn)
-        sa, sb = scales(fa), scales(fb)
+        sa, sb = fold.group_scales(fa), fold.group_scales(fb)
         exact = (native.dequantize(qa).double() @ native.dequantize(qb).double().T)
         small = m * n * k <= 2**28
         if small:
