@@ -4,10 +4,11 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm probe sweep cublas emulate accum conform speed.
+# Steps: env tests sass bench gemm probe sweep cublas cublas_profile emulate accum conform
+# conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
-mkdir -p $RUN /tmp/p
+mkdir -p $RUN/conform /tmp/p
 ln -sfn "$PWD" /tmp/p/ocpmx
 export PYTHONPATH=/tmp/p:$PWD/tests PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 step() { echo "=== $1 start $(date +%T)"; }
@@ -52,6 +53,17 @@ for s in "$@"; do
     conform)
       python3 -m ocpmx.cli conform --backend triton --budget quick \
         --report $RUN/conform/triton_gpu_quick.json > $RUN/conform.log 2>&1
+      done_ $s $? ;;
+    conform_fold)
+      # the fold methods' GEMMs: the fold probe and its model check (issue 17)
+      for b in ${FOLD_BACKENDS:-triton_fp8 triton_fp8_exact triton_fp8_cublas}; do
+        python3 -m ocpmx.cli conform --backend $b --ops gemm --formats e2m1 e3m2 \
+          --report $RUN/conform/${b}_gpu_gemm.json >> $RUN/conform_fold.log 2>&1
+        echo "$b exit $?" >> $RUN/conform_fold.log
+      done
+      done_ $s $? ;;
+    cublas_profile)
+      python3 benchmarks/fp8_cublas_profile.py --out $RUN/fp8_cublas_profile > $RUN/fp8_cublas_profile.log 2>&1
       done_ $s $? ;;
     speed)
       bash benchmarks/train_speed.sh $RUN/speed "${SPEED_PRESETS:-30m 125m}" \

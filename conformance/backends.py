@@ -412,8 +412,37 @@ class TritonFp8Backend(TritonBackend):
     gemm_method = "fp8"
 
 
+class TritonFp8CublasBackend(TritonBackend):
+    """The Triton backend with GEMMs through ``native.mx_matmul(method="fp8_cublas")``: folded
+    in groups of 4 blocks (one exponent per 1 x 128), summed by cuBLAS's blockwise FP8 GEMM
+    (``torch._scaled_mm``), whose accumulation is not documented: the fold probe infers it.
+    cuBLAS takes M and N in multiples of 16 and K in multiples of 128: the backend pads the
+    operands with zero blocks (scale 1, codes 0: they add nothing to any sum) and returns the
+    M x N corner."""
+    name = "triton_fp8_cublas"
+    gemm_method = "fp8_cublas"
+
+    def supports(self, op, fmt, **options):
+        if op == "gemm" and not self.device.startswith("cuda"):
+            return "method 'fp8_cublas' is torch._scaled_mm's FP8 GEMM: a CUDA GPU only"
+        return super().supports(op, fmt, **options)
+
+    def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
+        def pad(codes, scales, rows):
+            (r, k), kp = codes.shape, -(-codes.shape[1] // 128) * 128
+            c = np.zeros((rows, kp), codes.dtype)
+            s = np.full((rows, kp // BLOCK_SIZE), 127, np.uint8)
+            c[:r, :k], s[:r, :k // BLOCK_SIZE] = codes, scales
+            return c, s
+        m, n = a_codes.shape[0], b_codes.shape[0]
+        a = pad(a_codes, a_scales, -(-m // 16) * 16)
+        b = pad(b_codes, b_scales, -(-n // 16) * 16)
+        return super().gemm(*a, *b, fmt_a, fmt_b)[:m, :n]
+
+
 BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend,
            "triton_fp8_exact": TritonFp8ExactBackend, "triton_fp8": TritonFp8Backend,
+           "triton_fp8_cublas": TritonFp8CublasBackend,
            "triton_gfx950": TritonGfx950Backend, "torch": TorchBackend,
            "ml_dtypes": MlDtypesBackend, "torchao": TorchaoBackend, "gfloat": GfloatBackend}
 # Peers: built in, usable when their package is installed.

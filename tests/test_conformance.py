@@ -437,7 +437,45 @@ def test_fold_probe_check_fails_a_backend_its_model_does_not_reproduce():
             return out
     results = {r.check: r for r in run_suite(Mixed(None), formats=("e2m1",), ops=("gemm",))}
     assert results["gemm/probe/fold"].status == "pass"
-    assert results["gemm/fold-model-reproduces-backend"].status == "fail"
+    check = results["gemm/fold-model-reproduces-backend"]
+    assert check.status == "fail"
+    # the report scores the candidate models: each half of the outputs is one model's
+    close = check.data["closeness"]
+    for m in (FoldedModel(4, False), FoldedModel(4, True)):
+        assert 0 < close[str(m)]["differ"] < close[str(m)]["outputs"]
+    assert close["exact"]["differ"] > 0 and "closest model" in check.detail
+
+
+def test_ulp_distance():
+    from ocpmx.conformance.suite import ulp_distance
+    one = np.float32(1)
+    got = np.array([one, -0.0, -one, np.nan, one, np.inf], np.float32)
+    want = np.array([np.nextafter(one, np.float32(2)), 0.0, np.nextafter(-one, np.float32(0)),
+                     np.nan, np.nan, np.finfo(np.float32).max], np.float32)
+    assert ulp_distance(got, want).tolist() == [1, 1, 1, 0, 2**32, 1]
+
+
+def test_fp8_cublas_backend_pads_to_cublas_shapes():
+    """The cuBLAS fold backend refuses GEMMs off CUDA with the reason, and pads M, N to 16 and K
+    to 128 with zero blocks: through the interpreter (its method swapped for fp8_exact, as
+    cuBLAS is CUDA only) exactly summable 5 x 96 and 7 x 96 operands give the exact product."""
+    pytest.importorskip("torch")
+    from ocpmx.conformance.backends import TritonFp8CublasBackend
+    from ocpmx.conformance.strategies import exactly_summable_operand
+    from ocpmx.native import interpreting
+    if not interpreting():
+        pytest.skip("the Triton backend on CPU needs the interpreter")
+    backend = load_backend("triton_fp8_cublas", device="cpu")
+    assert isinstance(backend, TritonFp8CublasBackend)
+    assert "CUDA" in backend.supports("gemm", "e2m1")
+    backend.gemm_method = "fp8_exact"
+    rng = np.random.default_rng(3)
+    (ac, as_), (bc, bs) = (exactly_summable_operand(rng, r, 96, "e2m1") for r in (5, 7))
+    got = backend.gemm(ac, as_, bc, bs, "e2m1", "e2m1")
+    want = emulator.mx_matmul(emulator.MXArray(ac, as_, get_format("e2m1"), 1),
+                              emulator.MXArray(bc, bs, get_format("e2m1"), 1), "exact")
+    assert got.shape == (5, 7)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("name, model", [("triton_fp8_exact", (4, False, "exact")),
