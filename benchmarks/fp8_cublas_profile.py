@@ -30,6 +30,8 @@ def stage_times(m, n, k) -> dict:
     t = {"cuBLAS bf16": do_bench(lambda: xb @ wb.T),
          "fold A (group 4)": do_bench(lambda: fold.fold(qa, 4)),
          "fold B (group 4)": do_bench(lambda: fold.fold(qb, 4)),
+         "fold A (group 4, writing cuBLAS's scales)": do_bench(
+             lambda: fold.fold_kmajor(qa.data, qa.scales_kmajor, k, qa.fmt, 4, pow2=True)),
          "group_scales A": do_bench(lambda: fold.group_scales(fa)),
          "blockwise_scales (A and B)": do_bench(lambda: fold.blockwise_scales(fa, fb)),
          "_scaled_mm (scales made once)": do_bench(

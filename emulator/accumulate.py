@@ -39,7 +39,7 @@ import numpy as np
 from ..spec import ElementFormat
 from .decode import decode_table
 from .block_quantize import MXArray
-from .fold import HOPPER_FP8_CHAINED, HOPPER_FP8_EXACT, FoldedModel
+from .fold import HOPPER_FP8_CHAINED, HOPPER_FP8_CUBLAS, HOPPER_FP8_EXACT, FoldedModel
 
 _NL = 26          # 32-bit limbs: 832 bits
 _BASE = -416      # exponent of bit 0 of limb 0
@@ -76,7 +76,8 @@ HOPPER_FP8 = ChunkedModel(32, 13, "truncate", "rtz")
 # for bit on an H100 (emulator.fold.FoldedModel)
 MODELS = {"exact": "exact", "fp32_sequential": "fp32_sequential",
           "hopper_bf16": HOPPER_BF16, "hopper_fp8": HOPPER_FP8,
-          "hopper_fp8_exact": HOPPER_FP8_EXACT, "hopper_fp8_chained": HOPPER_FP8_CHAINED}
+          "hopper_fp8_exact": HOPPER_FP8_EXACT, "hopper_fp8_chained": HOPPER_FP8_CHAINED,
+          "hopper_fp8_cublas": HOPPER_FP8_CUBLAS}
 
 
 @lru_cache(maxsize=None)
@@ -335,7 +336,8 @@ def mx_matmul(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> n
 
     a: MXArray of shape (M, K), b: MXArray of shape (N, K), both quantized along K (axis 1)
     with the same block size. model: 'exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8',
-    a ``ChunkedModel``, or a folded FP8 GEMM: 'hopper_fp8_exact', 'hopper_fp8_chained' or a
+    a ``ChunkedModel``, or a folded FP8 GEMM: 'hopper_fp8_exact', 'hopper_fp8_chained',
+    'hopper_fp8_cublas' or a
     ``fold.FoldedModel`` (FP4/FP6 operands, blocks of 32; ``path`` does not apply).
     path: 'auto' (the fast kernel of ``gemm_fast`` where it applies, else the reference),
     'reference' (the per-element reference kernel ``_gemm_reference``), or 'fast' (an error

@@ -287,3 +287,9 @@ class FoldedModel:
 # what ocpmx.native.mx_matmul(method="fp8_exact") and (method="fp8") compute on Hopper
 HOPPER_FP8_EXACT = FoldedModel(4, chained=False)
 HOPPER_FP8_CHAINED = FoldedModel(32, chained=True)
+# what ocpmx.native.mx_matmul(method="fp8_cublas") computes on an H100: cuBLAS's blockwise
+# 1 x 128 FP8 GEMM (torch._scaled_mm, torch 2.11 + CUDA 13.0) chains each 128-wide K tile's
+# four K = 32 wgmmas and promotes once per tile; the conformance fold probe inferred it unaided
+# and it reproduced every output tested (results/native_gpu/fp8_cublas_model_h100.md). cuBLAS
+# picks its kernel per shape and version: the tests and the conformance check say where it held.
+HOPPER_FP8_CUBLAS = FoldedModel(4, chained=True)

@@ -123,7 +123,8 @@ class PrecisionSection:
                 "auto: dot_scaled on MX units, bf16 elsewhere); the method that ran is recorded "
                 "in config.json, and the fold methods' rounded elements in metrics.jsonl")
     accumulation: Optional[Literal["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8",
-                                   "hopper_fp8_exact", "hopper_fp8_chained"]] = \
+                                   "hopper_fp8_exact", "hopper_fp8_chained",
+                                   "hopper_fp8_cublas"]] = \
         _field(None, "sum every MX GEMM under this emulator accumulation model, bit for bit "
                      "(a chip's numerics; CPU: the emulator, GPU: mx_matmul method 'emulate', "
                      "every model but 'exact'; slow); None: the backend's own sums")

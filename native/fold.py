@@ -44,6 +44,7 @@ class FoldedTensor:
     group: int
     fmt: ElementFormat
     stats: torch.Tensor
+    pow2: torch.Tensor | None = None  # float32 2^R group-major (K / (32 group), rows), if asked
 
     @property
     def wide(self) -> torch.Tensor:
@@ -74,6 +75,8 @@ def blockwise_scales(a: FoldedTensor, b: FoldedTensor) -> tuple[torch.Tensor, to
     1 x 128 FP8 GEMM (``torch._scaled_mm(a, b.t(), ...)``): A's 2^R (M, K / 128) outer-dim-major,
     B's (K / 128, N) contiguous, the one layout torch 2.11 took on an H100
     (``benchmarks/cublas_blockwise_probe.py``)."""
+    if a.pow2 is not None and b.pow2 is not None:  # written by the fold: no host work
+        return a.pow2.t(), b.pow2
     return group_scales(a).t().contiguous().t(), group_scales(b).t().contiguous()
 
 
@@ -105,8 +108,10 @@ def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
 
 
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
-                group: int = 4) -> FoldedTensor:
-    """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32)."""
+                group: int = 4, pow2: bool = False) -> FoldedTensor:
+    """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32).
+    pow2: also write each group's 2^R as float32, group-major (``FoldedTensor.pow2``, what
+    ``blockwise_scales`` hands cuBLAS), in the same pass."""
     if fmt.name not in ("e2m1", "e2m3", "e3m2"):
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {fmt.name}")
     nblk = k // BLOCK_SIZE
@@ -116,17 +121,21 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     codes = torch.empty(rows, k, dtype=torch.uint8, device=data.device)
     exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=data.device)
     stats = torch.zeros(2, dtype=torch.int64, device=data.device)
+    p2 = (torch.empty(nblk // group, rows, dtype=torch.float32, device=data.device) if pow2
+          else exps)  # (the kernel does not touch it without POW2)
     n_groups = rows * nblk // group
     if n_groups:
         t = lower(TARGET)
         ng = max(1, min(16, 64 // group))  # groups per program: at most 2048 elements
         launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
-                   exps, stats, inexact_total(data.device), n_groups,
+                   exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
                    T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, T_BITS=t.bits,
-                   T_EBITS=t.ebits, T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng)
-    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats)
+                   T_EBITS=t.ebits, T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng,
+                   POW2=pow2)
+    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
+                        p2 if pow2 else None)
 
 
 def dot_model(device) -> str | None:

@@ -146,7 +146,8 @@ FOLD_METHODS = ("fp8_exact", "fp8", "fp8_cublas")  # MX operands folded into E4M
 # and so does the reach of a fold's rounding (a block more than 14 octaves below its group's
 # largest is rounded; counted in FoldedTensor.inexact)
 FOLD_MODELS = {"fp8_exact": emulator.fold.HOPPER_FP8_EXACT,
-               "fp8": emulator.fold.HOPPER_FP8_CHAINED}
+               "fp8": emulator.fold.HOPPER_FP8_CHAINED,
+               "fp8_cublas": emulator.fold.HOPPER_FP8_CUBLAS}
 FOLD_GROUPS = {method: model.group for method, model in FOLD_MODELS.items()}
 
 
@@ -182,9 +183,12 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     (results/native_gpu/fold_probe.md). A block more than 14 octaves below its
                     group's largest is rounded when folded (``FoldedTensor.inexact``);
       'fp8_cublas'  folded in groups of 4 blocks, then cuBLAS's blockwise 1 x 128 FP8 GEMM
-                    (``torch._scaled_mm``; CUDA sm_90+, K a multiple of 128): exact products,
-                    cuBLAS's undocumented sums (no declared model); 1.23-1.38x cuBLAS bf16 for
-                    the GEMM alone on an H100 (results/native_gpu/cublas_blockwise.md);
+                    (``torch._scaled_mm``; CUDA sm_90+, K a multiple of 128, M and N of 16):
+                    exact products; cuBLAS's sums are undocumented, inferred on an H100 as each
+                    K tile's four dots chained and promoted once per tile
+                    (``emulator.fold.HOPPER_FP8_CUBLAS``, bit for bit where tested);
+                    1.30-1.49x cuBLAS bf16 for the GEMM alone on an H100
+                    (results/native_gpu/cublas_blockwise.md);
       'emulate'     the products summed under the accumulation ``model`` ('fp32_sequential',
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
@@ -265,8 +269,9 @@ _EMULATE_TILE = 16
 def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.Tensor:
     """``method='fp8_cublas'``: both operands folded in groups of 4 blocks (one exponent per
     1 x 128 block along K), then cuBLAS's blockwise-scaled FP8 GEMM (``torch._scaled_mm`` with
-    scales 2^R laid out by ``fold.blockwise_scales``). The products are exact; how
-    cuBLAS sums them is not documented, so this method declares no model."""
+    scales 2^R, written by the folds in the layout ``fold.blockwise_scales`` hands cuBLAS). The
+    products are exact; cuBLAS does not document its sums: the conformance fold probe inferred
+    ``emulator.fold.HOPPER_FP8_CUBLAS`` on an H100 and it reproduced every output tested."""
     if da.device.type != "cuda":
         raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
                          f"(sm_90+) feature; the operands are on {da.device}")
@@ -277,8 +282,9 @@ def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.
     if m % 16 or n % 16:
         raise ValueError(f"method='fp8_cublas': cuBLAS's FP8 GEMM takes M and N in multiples of "
                          f"16, got M = {m}, N = {n}")
-    fa = fold.fold_kmajor(da, sa, k, fmt_a, 4)
-    fb = fold.fold_kmajor(db, sb, k, fmt_b, 4)
+    group = FOLD_GROUPS["fp8_cublas"]  # one exponent per 1 x 128 block
+    fa = fold.fold_kmajor(da, sa, k, fmt_a, group, pow2=True)
+    fb = fold.fold_kmajor(db, sb, k, fmt_b, group, pow2=True)
     scale_a, scale_b = fold.blockwise_scales(fa, fb)
     return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),
                             fb.codes.view(torch.float8_e4m3fn).t(), scale_a=scale_a,

@@ -534,7 +534,8 @@ def test_folded_models_in_the_emulators_mx_matmul():
     """``emulator.mx_matmul(a, b, "hopper_fp8_exact" / "hopper_fp8_chained")``: the fold in
     gcd(K / 32, group) blocks and the folded GEMM's sums, as composed by hand; named models are
     the FoldedModels native.gemm's fold methods use."""
-    from ocpmx.emulator.fold import HOPPER_FP8_CHAINED, HOPPER_FP8_EXACT, FoldedModel
+    from ocpmx.emulator.fold import (HOPPER_FP8_CHAINED, HOPPER_FP8_CUBLAS, HOPPER_FP8_EXACT,
+                                     FoldedModel)
     from ocpmx.native import gemm
     rng = np.random.default_rng(13)
     for k in (192, 2048):
@@ -542,13 +543,15 @@ def test_folded_models_in_the_emulators_mx_matmul():
         w = rng.standard_normal((10, k)).astype(np.float32)
         a, b = emulator.quantize(x, "e2m3"), emulator.quantize(w, "e2m3")
         for name, group, promote in (("hopper_fp8_exact", 4, lambda g: 32),
-                                     ("hopper_fp8_chained", 32, lambda g: 32 * g)):
+                                     ("hopper_fp8_chained", 32, lambda g: 32 * g),
+                                     ("hopper_fp8_cublas", 4, lambda g: 32 * g)):
             g = int(np.gcd(k // 32, group))
             want = folded_matmul(fold(a, g), fold(b, g), "hopper", promote=promote(g))
             got = emulator.mx_matmul(a, b, name)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (k, name)
     assert emulator.accumulate.MODELS["hopper_fp8_exact"] is HOPPER_FP8_EXACT
-    assert gemm.FOLD_MODELS == {"fp8_exact": HOPPER_FP8_EXACT, "fp8": HOPPER_FP8_CHAINED}
+    assert gemm.FOLD_MODELS == {"fp8_exact": HOPPER_FP8_EXACT, "fp8": HOPPER_FP8_CHAINED,
+                                "fp8_cublas": HOPPER_FP8_CUBLAS}
     with pytest.raises(ValueError, match="unknown dot"):
         FoldedModel(4, False, "tensor")
     with pytest.raises(ValueError, match="only FP4/FP6"):
@@ -614,15 +617,41 @@ def test_blockwise_scales_have_the_layout_cublas_takes():
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
-def test_method_fp8_cublas(device):
-    """``mx_matmul(method="fp8_cublas")``: cuBLAS's blockwise 1 x 128 FP8 GEMM of operands
-    folded in groups of 4 blocks. Its sums are undeclared, so the checks are what must hold
-    whatever they are: on operands whose every partial sum is exact in float32 the exact
-    model's bits (a wrong scale layout scrambles them); blocks 60 octaves above and below one
-    within 1e-6 of the exact product; a NaN block's row NaN. On a CPU, and for K not a
-    multiple of 128 or M, N not multiples of 16, a ValueError that says why."""
+def test_fold_writes_cublas_scales(device):
+    """``fold_kmajor(..., pow2=True)``: the fold writes 2^R group-major in the same pass, equal
+    to ``group_scales`` (NaN, zero and far blocks included), and ``blockwise_scales`` hands them
+    to cuBLAS as views in the layout it takes."""
     import torch
     from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((6, 1024)) * np.exp2(rng.integers(-120, 120, (6, 32))).repeat(32, 1)
+    x[2, :256] = 0
+    x[4, 700] = np.nan
+    q = native.quantize(torch.from_numpy(x.astype(np.float32)).to(device), "e2m1")
+    f = native_fold.fold_kmajor(q.data, q.scales_kmajor, 1024, q.fmt, 4, pow2=True)
+    plain = native_fold.fold(q, 4)
+    assert f.pow2.shape == (8, 6) and f.pow2.is_contiguous()
+    want = native_fold.group_scales(plain)
+    assert torch.equal(f.pow2.t().view(torch.int32), want.view(torch.int32))
+    assert torch.equal(f.codes, plain.codes) and torch.equal(f.exponents, plain.exponents)
+    sa, sb = native_fold.blockwise_scales(f, f)
+    assert sa.stride() == (1, 6) and sb.is_contiguous()
+    assert torch.equal(sa.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_method_fp8_cublas(device):
+    """``mx_matmul(method="fp8_cublas")``: cuBLAS's blockwise 1 x 128 FP8 GEMM of operands
+    folded in groups of 4 blocks, bit for bit ``emulator.fold.HOPPER_FP8_CUBLAS`` (the model the
+    conformance probe inferred on an H100) on random, outlier-heavy (block scales 2^+-40 apart),
+    exactly summable and far-scaled (2^+-60) operands; a NaN block's row NaN. On a CPU, and for
+    K not a multiple of 128 or M, N not multiples of 16, a ValueError that says why."""
+    import torch
+    from ocpmx import native
+    from ocpmx.conformance.backends import TritonBackend
+    from ocpmx.conformance.strategies import exactly_summable_operand
+    from ocpmx.emulator.fold import HOPPER_FP8_CUBLAS
     rng = np.random.default_rng(15)
     x = torch.from_numpy(rng.standard_normal((48, 1024)).astype(np.float32)).to(device)
     w = torch.from_numpy(rng.standard_normal((32, 1024)).astype(np.float32)).to(device)
@@ -631,16 +660,20 @@ def test_method_fp8_cublas(device):
         with pytest.raises(ValueError, match="CUDA"):
             native.mx_matmul(qa, qb, method="fp8_cublas", backend="triton")
         return
-    if torch.cuda.get_device_capability(device) < (9, 0):
-        pytest.skip("blockwise FP8 _scaled_mm needs sm_90+")
-    got = native.mx_matmul(qa, qb, method="fp8_cublas").cpu().numpy()
-    want = emulator.mx_matmul(qa.to_emulator(), qb.to_emulator(), "exact")
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    if torch.cuda.get_device_capability(device)[0] != 9:
+        pytest.skip("blockwise FP8 _scaled_mm's model was measured on sm_90")
+    spread = torch.exp2(torch.from_numpy(rng.integers(-40, 41, (48, 32))).float()).to(device)
+    outl = x * spread.repeat_interleave(32, 1)
     far = x * torch.exp2(torch.from_numpy(rng.choice([-60.0, 60.0], (48, 1))).float().to(device))
-    qf = native.quantize(far, "e2m1")
-    got = native.mx_matmul(qf, qb, method="fp8_cublas").double().cpu().numpy()
-    want = emulator.mx_matmul(qf.to_emulator(), qb.to_emulator(), "exact").astype(np.float64)
-    assert (np.abs(got - want) <= 1e-6 * np.abs(want) + 1e-45).all()
+    (ec, es), (fc, fs) = (exactly_summable_operand(rng, r, 1024, "e2m1") for r in (48, 32))
+    mx = TritonBackend(device)._mx  # MXTensors from codes and scales
+    cases = [(qa, qb), (native.quantize(outl, "e2m1"), qb), (native.quantize(far, "e2m1"), qb),
+             (native.quantize(outl, "e3m2"), native.quantize(w, "e3m2")),
+             (mx(ec, es, "e2m1", 1, 32), mx(fc, fs, "e2m1", 1, 32))]
+    for a, b in cases:
+        got = native.mx_matmul(a, b, method="fp8_cublas").cpu().numpy()
+        want = emulator.mx_matmul(a.to_emulator(), b.to_emulator(), HOPPER_FP8_CUBLAS)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), a.fmt.name
     xn = x.clone()
     xn[3, 500] = float("nan")
     got = native.mx_matmul(native.quantize(xn, "e2m1"), qb, method="fp8_cublas").cpu().numpy()
@@ -651,3 +684,29 @@ def test_method_fp8_cublas(device):
     q40 = native.quantize(x[:40], "e2m1")
     with pytest.raises(ValueError, match="multiples of 16"):
         native.mx_matmul(q40, qb, method="fp8_cublas")
+
+
+@pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (8192, 14336, 4096),
+                                     (8192, 4096, 14336), (4096, 14336, 8192)])
+def test_method_fp8_cublas_at_llama_shapes(m, n, k):
+    """At Llama-8B shapes (cuBLAS picks its kernel per shape), ``fp8_cublas`` gives the bits of
+    the Triton folded GEMM chained at groups of 4 blocks, itself bit for bit the emulator's
+    ``HOPPER_FP8_CUBLAS`` on an H100 (test_native_fold_and_folded_gemm_are_the_emulators):
+    random operands with block scales spread over 2^+-8."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU (cuBLAS's blockwise FP8 GEMM and Hopper's dot)")
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+
+    def operand(rows):
+        v = torch.randn(rows, k, device="cuda", generator=g)
+        s = torch.randint(-8, 9, (rows, k // 32), device="cuda", generator=g).float()
+        return native.quantize(v * torch.exp2(s).repeat_interleave(32, 1), "e2m1")
+    qa, qb = operand(m), operand(n)
+    got = native.mx_matmul(qa, qb, method="fp8_cublas")
+    want = native_fold.folded_matmul(native_fold.fold(qa, 4), native_fold.fold(qb, 4),
+                                     promote=False)
+    diff = (got.view(torch.int32) != want.view(torch.int32)).sum().item()
+    assert diff == 0, f"{diff} of {m * n} outputs differ"

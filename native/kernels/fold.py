@@ -31,7 +31,8 @@ RANK1_EXP = tl.constexpr(50)
 
 
 @triton.jit
-def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_groups,
+def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+                n_groups, rows,
                 # the MX element format (the source)
                 IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                 EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -43,14 +44,16 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_g
                 D_MAX: tl.constexpr, T_MBITS: tl.constexpr, T_BIAS: tl.constexpr,
                 T_MAXC: tl.constexpr, T_NANC: tl.constexpr, T_SIGN: tl.constexpr,
                 T_BITS: tl.constexpr, T_EBITS: tl.constexpr, T_SUBQ: tl.constexpr,
-                # the tile
-                GROUP: tl.constexpr, NG: tl.constexpr):
+                # the tile; POW2: also write 2^R as float32 group-major (pow2_ptr[g, row])
+                GROUP: tl.constexpr, NG: tl.constexpr, POW2: tl.constexpr):
     """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
     the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R.
     stats_ptr: two int64, zeroed by the host: [0] |= 1 where some R lies outside
     [-RANK1_EXP, RANK1_EXP] (NaN groups included: the folded GEMM's choice of epilogue), [1] +=
     the elements whose E4M3 code is not their exact value (a block too far below its group's
-    largest), which total_ptr (the process's running count on this device) also gets."""
+    largest), which total_ptr (the process's running count on this device) also gets.
+    With POW2, pow2_ptr (float32, (K / (32 GROUP), rows)) gets 2^R group by group: cuBLAS's
+    blockwise scale layout (``native.fold.blockwise_scales``)."""
     q = tl.program_id(0) * NG + tl.arange(0, NG)
     valid = q < n_groups
     blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
@@ -80,6 +83,9 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_g
     r = tl.where(tl.max(nan_block.to(tl.int32), axis=1) > 0, NAN_EXP, r)
     tl.store(out_ptr + e, c8.to(tl.uint8), mask=m3)
     tl.store(exp_ptr + q, r, mask=valid)
+    if POW2:
+        per_row = n_groups // rows
+        tl.store(pow2_ptr + (q % per_row) * rows + q // per_row, _pow2_any(r), mask=valid)
     wide = tl.max(((r < -RANK1_EXP) | (r > RANK1_EXP)).to(tl.int32) * valid.to(tl.int32), axis=0)
     if wide > 0:
         tl.atomic_or(stats_ptr, 1)
@@ -91,6 +97,17 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, stats_ptr, total_ptr, n_g
     if n_changed > 0:
         tl.atomic_add(stats_ptr + 1, n_changed)
         tl.atomic_add(total_ptr, n_changed)
+
+
+@triton.jit
+def _pow2_any(e):
+    """2^e as float32 for any int32 e: normal, subnormal (from 2^-149), 0 below, Inf above;
+    NaN for NAN_EXP (``native.fold.group_scales``' values)."""
+    normal = ((tl.minimum(tl.maximum(e, -126), 127) + 127) << 23).to(tl.float32, bitcast=True)
+    sub = (1 << (tl.minimum(tl.maximum(e, -149), -127) + 149)).to(tl.float32, bitcast=True)
+    v = tl.where(e >= -126, normal, tl.where(e >= -149, sub, 0.0))
+    v = tl.where(e > 127, float("inf"), v)
+    return tl.where(e == NAN_EXP, float("nan"), v)
 
 
 @triton.jit
