@@ -133,9 +133,16 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
                    T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, T_BITS=t.bits,
                    T_EBITS=t.ebits, T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng,
-                   POW2=pow2)
+                   POW2=pow2, HW_CVT=_e4m3_cvt(data.device))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
                         p2 if pow2 else None)
+
+
+def _e4m3_cvt(device) -> bool:
+    """Whether the fold kernel may encode with the GPU's float32 -> E4M3 instruction: an NVIDIA
+    GPU of sm_89 or later, not under the interpreter."""
+    return (device.type == "cuda" and not interpreting() and torch.version.hip is None
+            and torch.cuda.get_device_capability(device) >= (8, 9))
 
 
 def dot_model(device) -> str | None:

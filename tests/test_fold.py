@@ -117,6 +117,35 @@ def test_folded_gemm_is_the_fp32_sequential_model():
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name", ["e2m1", "e2m3", "e3m2"])
+def test_native_fold_of_every_code_at_every_shift(device, name):
+    """The fold kernel against the emulator's fold on every code at every shift from the
+    format's largest down to 40 octaves below its group's largest block (exact, then rounded
+    to nearest even E4M3, then zero: the GPU encodes with its conversion instruction, the
+    interpreter with ``encode``), with each row's rounded-element count; scales 2^-127 to
+    2^127 for the group's reference block, and a NaN block."""
+    import torch
+    from ocpmx.conformance.backends import TritonBackend
+    from ocpmx.native import fold as native_fold
+    f = FORMATS[name]
+    every = np.arange(32) % f.num_codes
+    codes, scales = [], []
+    for ref in (1, 60, 127, 200, 254):
+        for spread in range(41):
+            codes.append(np.r_[np.full(32, f.max_code), every])
+            scales.append([ref, max(ref - spread, 0)])
+    codes.append(np.r_[every, every])
+    scales.append([255, 127])
+    codes, scales = np.array(codes, np.uint8), np.array(scales, np.uint8)
+    mx = TritonBackend(device)._mx(codes, scales, name, 1, 32)
+    want = fold(emulator.MXArray(codes, scales, f, 1), 2)
+    got = native_fold.fold(mx, 2)
+    assert np.array_equal(got.codes.cpu().numpy(), want.codes)
+    assert np.array_equal(got.exponents.cpu().numpy(), want.exponents)
+    assert int(got.inexact.item()) == want.inexact > 0
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name", ["e2m1", "e2m3", "e3m2"])
 def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
     """The Triton fold kernel and the folded FP8 GEMM, bit for bit against the emulator: group
     sizes 1, 4 and a whole row, a block far below its group (rounded), a NaN block, a zero
