@@ -131,8 +131,8 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
-                   T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit, T_BITS=t.bits,
-                   T_EBITS=t.ebits, T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng,
+                   T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit,
+                   T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng,
                    POW2=pow2, HW_CVT=_e4m3_cvt(data.device))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
                         p2 if pow2 else None)
