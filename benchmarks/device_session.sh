@@ -4,7 +4,8 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm probe sweep cublas cublas_profile emulate accum conform
+# Steps: env tests sass bench gemm probe sweep cublas cublas_profile cublas_model emulate accum
+# conform
 # conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/.
 RUN=/tmp/ocpmx_run
@@ -61,6 +62,9 @@ for s in "$@"; do
           --report $RUN/conform/${b}_gpu_gemm.json >> $RUN/conform_fold.log 2>&1
         echo "$b exit $?" >> $RUN/conform_fold.log
       done
+      done_ $s $? ;;
+    cublas_model)
+      python3 benchmarks/fp8_cublas_model_check.py --out $RUN/fp8_cublas_model > $RUN/fp8_cublas_model.log 2>&1
       done_ $s $? ;;
     cublas_profile)
       python3 benchmarks/fp8_cublas_profile.py --out $RUN/fp8_cublas_profile > $RUN/fp8_cublas_profile.log 2>&1
