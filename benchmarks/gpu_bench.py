@@ -261,12 +261,17 @@ def section_linear(rows):
     t_ref = bench(lambda: step(ref), rep=100)
     rows.append(dict(case=f"linear fwd+bwd T={t} {d_in}->{d_out} nn.Linear bf16", ms=t_ref,
                      of_bf16=1.0))
-    for name in native.RECIPES:
-        lin = native.MXLinear(d_in, d_out, bias=False, recipe=name, device="cuda")
+    # each recipe under method auto (on Hopper: fp8_cublas for FP4 operands, bf16 for the
+    # rest), and the main MXFP4 recipes under each other GEMM method that takes them
+    cases = [(name, "auto") for name in native.RECIPES]
+    cases += [(name, m) for name in ("mxfp4_all", "mxfp4_all_h16", "mxfp4_wgrad",
+                                     "mxfp4_wgrad_h16") for m in ("bf16", "fp8", "fp8_cublas")]
+    for name, method in cases:
+        lin = native.MXLinear(d_in, d_out, bias=False, recipe=name, device="cuda", method=method)
         step(lin)
         ms = bench(lambda: step(lin), rep=100)
-        rows.append(dict(case=f"linear fwd+bwd T={t} {d_in}->{d_out} {name}", ms=ms,
-                         of_bf16=t_ref / ms))
+        rows.append(dict(case=f"linear fwd+bwd T={t} {d_in}->{d_out} {name} method={method}",
+                         ms=ms, of_bf16=t_ref / ms))
 
 
 def section_numerics(rows):

@@ -12,6 +12,7 @@ flat table), ``summary_matrix`` and ``to_table``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -870,16 +871,23 @@ def to_json(results, header) -> dict:
 
 
 def suite_commit() -> str:
-    """``git rev-parse --short HEAD`` in the package's directory (a git checkout), else
-    'unknown'."""
+    """The commit the suite runs from: ``OCPMX_COMMIT`` where set (a copy of a working tree
+    without its history, as on a lent GPU machine), else ``git rev-parse --short HEAD`` in the
+    package's directory with "-dirty" where tracked files differ from it, else 'unknown'."""
+    if os.environ.get("OCPMX_COMMIT"):
+        return os.environ["OCPMX_COMMIT"]
+    root = Path(__file__).resolve().parent.parent
     try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                              cwd=Path(__file__).resolve().parent.parent, capture_output=True,
-                              text=True, timeout=10)
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root,
+                               capture_output=True, timeout=30).returncode == 1
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     commit = done.stdout.strip()
-    return commit if done.returncode == 0 and commit else "unknown"
+    if done.returncode != 0 or not commit:
+        return "unknown"
+    return commit + ("-dirty" if dirty else "")
 
 
 def header_text(value) -> str:

@@ -77,7 +77,8 @@ def build(cfg: TrainConfig, dist: Dist):
 
 
 def gemm_method_run(model, device) -> str | None:
-    """The method the MX GEMMs of ``model`` run (``auto`` resolved on ``device``; a chip's
+    """The method the MX GEMMs of ``model`` run (``auto`` resolved on ``device``: on Hopper
+    'fp8_cublas', whose refused GEMMs run 'bf16' (``native.gemm.fit_method``); a chip's
     accumulation model, or the emulator backend, named as such); None without an MX GEMM."""
     for m in model.modules():
         if isinstance(m, MXLinear) and any(m.recipe.gemm(g).is_mx for g in GEMMS):
@@ -236,9 +237,10 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
                          state["data"] if state else None, cfg.data.data_order)
     val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences,
                          cfg.eval.eval_sampling)
+    method_run = gemm_method_run(model, device)
     if dist.main:
         facts = {"model": asdict(mcfg), "world": dist.world,  # config.RUN_FACTS
-                 "gemm_method_run": gemm_method_run(model, device)}
+                 "gemm_method_run": method_run}
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), **facts}, indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
                       tensorboard=cfg.logging.tensorboard, steps=(start, steps),
@@ -280,7 +282,7 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
                 row["resumed"] = True  # the first step of a resumed process: not a step's time
             if device.type == "cuda":
                 row["max_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-            if cfg.precision.gemm_method in FOLD_METHODS:  # never silent: rounded fold elements
+            if method_run in FOLD_METHODS:  # never silent: rounded fold elements
                 row["fold_inexact"] = int(fold.inexact_total(device).item())
             profiler.step_ends(step)
             metrics.log_step(row)

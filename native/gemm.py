@@ -22,7 +22,7 @@ from .. import emulator
 from ..spec import BLOCK_SIZE
 from . import fold, launch
 from ._lazy import kernels, triton
-from .dispatch import blackwell, interpreting, pick_backend
+from .dispatch import blackwell, hopper, interpreting, pick_backend
 from .ops import dequantize_kmajor
 from .tensor import MXTensor, pack_factor
 
@@ -193,7 +193,8 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
                     any GPU, slowly (every product aligned one by one in int64);
-      'auto'        'dot_scaled' on MX units and under the interpreter, else 'bf16'.
+      'auto'        'dot_scaled' on MX units and under the interpreter; on Hopper 'fp8_cublas'
+                    where it takes the operands (``fit_method``); else 'bf16'.
     tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
     tile, for many small shapes (the conformance suite).
     backend 'emulator': the emulator's ``mx_matmul`` with accumulation ``model`` ('exact').
@@ -214,7 +215,7 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
         raise ValueError(f"operands carry different rotations ({a.rotation} vs {b.rotation}); "
                          "the product would not cancel them")
     if method == "auto" and pick_backend(a.device, backend) != "emulator":
-        method = auto_method(a.device)
+        method = fit_method(auto_method(a.device), a.fmt, b.fmt, da.shape[0], db.shape[0], ka)
     if torch.compiler.is_compiling():
         from . import library
         if not isinstance(model, str):
@@ -395,8 +396,26 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 
 @torch.compiler.assume_constant_result
 def auto_method(device: torch.device) -> str:
-    """'dot_scaled' on MX units and under the interpreter, else 'bf16'."""
-    return "dot_scaled" if (interpreting() or has_mx_units(device)) else "bf16"
+    """'dot_scaled' on MX units and under the interpreter; on Hopper (sm_90, torch 2.11 or
+    later) 'fp8_cublas', the fastest path whose sums the emulator models bit for bit (MXFP4
+    end to end 0.89-1.16x cuBLAS bf16 where 'bf16' gives 0.75-0.97x, H100,
+    results/native_gpu/bench_gemm_h100.md; ``fit_method`` hands the GEMMs it does not take to
+    'bf16'); else 'bf16'."""
+    if interpreting() or has_mx_units(device):
+        return "dot_scaled"
+    if hopper(device) and tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11):
+        return "fp8_cublas"
+    return "bf16"
+
+
+def fit_method(method: str, fmt_a, fmt_b, m: int, n: int, k: int) -> str:
+    """``method`` as ``auto_method`` chose it, or 'bf16' where it is 'fp8_cublas' and the GEMM
+    is one that method refuses: an operand that does not fold (MXFP8, MXINT8), K not a multiple
+    of 128, or M, N not multiples of 16."""
+    if method == "fp8_cublas" and not (fmt_a.name in FOLD_FORMATS and fmt_b.name in FOLD_FORMATS
+                                       and k % 128 == 0 and m % 16 == 0 and n % 16 == 0):
+        return "bf16"
+    return method
 
 
 def bf16_product(am: torch.Tensor, bm: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:

@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import emulator
-from ..spec import BLOCK_SIZE, Rotation, parse_rotation
+from ..spec import BLOCK_SIZE, Rotation, get_format, parse_rotation
 from .baselines import bf16_matmul, fp8_matmul
 from .dispatch import pick_backend
-from .gemm import auto_method, bf16_product, mx_matmul
+from .gemm import auto_method, bf16_product, fit_method, mx_matmul
 from .ops import dequantize, quantize, quantize_dequantize
 from .recipes import (FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe,
                       check_accumulation, get_recipe)
@@ -140,7 +140,11 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
     if ctx.accumulation is not None:
         return _emulated_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys)
     on_emulator = pick_backend(a.device, ctx.backend) == "emulator"
-    method = auto_method(a.device) if ctx.method == "auto" and not on_emulator else ctx.method
+    method = ctx.method
+    if method == "auto" and not on_emulator:
+        fmt = get_format(g.element)
+        method = fit_method(auto_method(a.device), fmt, fmt, am.shape[0], bm.shape[0],
+                            am.shape[1])
     ops = []
     for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)):
         # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the

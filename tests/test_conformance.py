@@ -493,3 +493,24 @@ def test_fold_probe_on_the_triton_fold_backends(name, model):
     backend = load_backend(name, device="cpu")
     assert "folds" in backend.supports("gemm", "e4m3")
     assert model_from_fold_probe(probe_folding(backend)) == FoldedModel(*model)
+
+
+def test_suite_commit_names_the_tree(monkeypatch):
+    """The report's commit: OCPMX_COMMIT where set (a tree copied without its history), else
+    git's HEAD, marked -dirty where tracked files differ from it."""
+    import subprocess
+
+    from ocpmx.conformance.suite import suite_commit
+    monkeypatch.setenv("OCPMX_COMMIT", "abc1234")
+    assert suite_commit() == "abc1234"
+    monkeypatch.delenv("OCPMX_COMMIT")
+    got = suite_commit()
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                          capture_output=True, text=True)
+    if head.returncode != 0:
+        assert got == "unknown"
+    else:
+        assert got.split("-")[0] == head.stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode == 1
+        assert got.endswith("-dirty") == dirty

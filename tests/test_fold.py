@@ -123,7 +123,7 @@ def test_native_fold_of_every_code_at_every_shift(device, name):
     to nearest even E4M3, then zero: the GPU encodes with its conversion instruction, the
     interpreter with ``encode``), with each row's rounded-element count; scales 2^-127 to
     2^127 for the group's reference block, and a NaN block."""
-    import torch
+    pytest.importorskip("torch")
     from ocpmx.conformance.backends import TritonBackend
     from ocpmx.native import fold as native_fold
     f = FORMATS[name]
@@ -703,6 +703,12 @@ def test_method_fp8_cublas(device):
         got = native.mx_matmul(a, b, method="fp8_cublas").cpu().numpy()
         want = emulator.mx_matmul(a.to_emulator(), b.to_emulator(), HOPPER_FP8_CUBLAS)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), a.fmt.name
+    # method "auto" on Hopper: this method where it applies, "bf16" for an MXFP8 operand
+    assert torch.equal(native.mx_matmul(qa, qb).view(torch.int32),
+                       native.mx_matmul(qa, qb, method="fp8_cublas").view(torch.int32))
+    q8a, q8b = native.quantize(x, "e4m3"), native.quantize(w, "e4m3")
+    assert torch.equal(native.mx_matmul(q8a, q8b).view(torch.int32),
+                       native.mx_matmul(q8a, q8b, method="bf16").view(torch.int32))
     xn = x.clone()
     xn[3, 500] = float("nan")
     got = native.mx_matmul(native.quantize(xn, "e2m1"), qb, method="fp8_cublas").cpu().numpy()
@@ -739,3 +745,60 @@ def test_method_fp8_cublas_at_llama_shapes(m, n, k):
                                      promote=False)
     diff = (got.view(torch.int32) != want.view(torch.int32)).sum().item()
     assert diff == 0, f"{diff} of {m * n} outputs differ"
+    # bf16 output: the float32 sum rounded to nearest even
+    got16 = native.mx_matmul(qa, qb, method="fp8_cublas", out_dtype=torch.bfloat16)
+    diff = (got16.view(torch.int16) != want.bfloat16().view(torch.int16)).sum().item()
+    assert diff == 0, f"bf16 output: {diff} of {m * n} differ"
+
+
+def test_auto_method_on_hopper_is_fp8_cublas_where_it_applies(monkeypatch):
+    """``auto_method``: on an sm_90 GPU without MX units 'fp8_cublas' (torch 2.11+), and
+    ``fit_method`` hands it back to 'bf16' for operands it refuses (an MXFP8 operand, K not a
+    multiple of 128, M or N not of 16); other methods pass through."""
+    import torch
+    from ocpmx.native import gemm
+    e2m1, e3m2, e4m3 = FORMATS["e2m1"], FORMATS["e3m2"], FORMATS["e4m3"]
+    monkeypatch.setattr(gemm, "interpreting", lambda: False)
+    monkeypatch.setattr(gemm, "has_mx_units", lambda d: False)
+    monkeypatch.setattr(gemm, "hopper", lambda d: True)
+    dev = torch.device("cpu")
+    assert gemm.auto_method(dev) == "fp8_cublas"
+    monkeypatch.setattr(gemm, "hopper", lambda d: False)
+    assert gemm.auto_method(dev) == "bf16"
+    monkeypatch.setattr(gemm, "has_mx_units", lambda d: True)
+    assert gemm.auto_method(dev) == "dot_scaled"
+    fit = gemm.fit_method
+    assert fit("fp8_cublas", e2m1, e3m2, 32, 16, 1024) == "fp8_cublas"
+    assert fit("fp8_cublas", e2m1, e4m3, 32, 16, 1024) == "bf16"
+    assert fit("fp8_cublas", e2m1, e2m1, 32, 16, 96) == "bf16"
+    assert fit("fp8_cublas", e2m1, e2m1, 24, 16, 128) == "bf16"
+    assert fit("fp8_cublas", e2m1, e2m1, 32, 40, 128) == "bf16"
+    assert fit("dot_scaled", e2m1, e4m3, 1, 1, 32) == "dot_scaled"
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4_all", "mxfp4_all_h16"])
+def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe):
+    """MXLinear's three GEMMs through cuBLAS (``method="fp8_cublas"``, and ``"auto"`` on Hopper)
+    give the bits of the same layer summed under the emulator's ``hopper_fp8_cublas`` model
+    (``accumulation=``): output, input gradient and weight gradient."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU (cuBLAS's blockwise FP8 GEMM and Hopper's dot)")
+    from ocpmx import native
+    torch.manual_seed(0)
+    x = torch.randn(2, 128, 256, dtype=torch.bfloat16, device="cuda")
+    gy = torch.randn(2, 128, 384, dtype=torch.bfloat16, device="cuda")
+    outs = {}
+    for name, kw in (("fp8_cublas", dict(method="fp8_cublas")), ("auto", {}),
+                     ("model", dict(accumulation="hopper_fp8_cublas"))):
+        lin = native.MXLinear(256, 384, recipe=recipe, layer_id=1, seed=5, device="cuda", **kw)
+        xi = x.clone().requires_grad_(True)
+        y = lin(xi)
+        y.backward(gy)
+        outs[name] = (y, xi.grad, lin.weight.grad)
+    for name in ("fp8_cublas", "auto"):
+        for what, got, want in zip(("y", "dgrad", "wgrad"), outs[name], outs["model"]):
+            assert torch.equal(got.view(torch.int16 if got.dtype == torch.bfloat16 else
+                                        torch.int32),
+                               want.view(torch.int16 if want.dtype == torch.bfloat16 else
+                                         torch.int32)), (name, what)
