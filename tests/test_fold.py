@@ -788,10 +788,13 @@ def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe):
     torch.manual_seed(0)
     x = torch.randn(2, 128, 256, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(2, 128, 384, dtype=torch.bfloat16, device="cuda")
-    outs = {}
+    outs, weights = {}, None
     for name, kw in (("fp8_cublas", dict(method="fp8_cublas")), ("auto", {}),
                      ("model", dict(accumulation="hopper_fp8_cublas"))):
         lin = native.MXLinear(256, 384, recipe=recipe, layer_id=1, seed=5, device="cuda", **kw)
+        if weights is None:
+            weights = {k: v.clone() for k, v in lin.state_dict().items()}
+        lin.load_state_dict(weights)  # the same layer each time
         xi = x.clone().requires_grad_(True)
         y = lin(xi)
         y.backward(gy)
