@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm linear probe sweep cublas cublas_profile cublas_model emulate accum
+# Steps: env tests sass bench gemm linear host probe sweep cublas cublas_profile cublas_model emulate accum
 # conform
 # conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/.
@@ -37,6 +37,9 @@ for s in "$@"; do
       done_ $s $? ;;
     linear)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_linear --sections linear > $RUN/bench_linear.log 2>&1
+      done_ $s $? ;;
+    host)
+      python3 benchmarks/mxlinear_host_profile.py --out $RUN/mxlinear_host > $RUN/mxlinear_host.log 2>&1
       done_ $s $? ;;
     probe)
       python3 benchmarks/fold_probe.py --out $RUN/fold_probe --save > $RUN/fold_probe.log 2>&1
