@@ -193,8 +193,8 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
                     any GPU, slowly (every product aligned one by one in int64);
-      'auto'        'dot_scaled' on MX units and under the interpreter; on Hopper 'fp8_cublas'
-                    where it takes the operands (``fit_method``); else 'bf16'.
+      'auto'        'dot_scaled' on MX units and under the interpreter, else 'bf16' (on
+                    Hopper ``HOPPER_AUTO``: why 'fp8_cublas' is not yet the default there).
     tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
     tile, for many small shapes (the conformance suite).
     backend 'emulator': the emulator's ``mx_matmul`` with accumulation ``model`` ('exact').
@@ -394,17 +394,25 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
     return emulator.unpack(codes, fmt) if pack_factor(fmt) == 2 else codes
 
 
+# What 'auto' runs on Hopper (sm_90). 'fp8_cublas' is the fastest GEMM whose sums the emulator
+# models bit for bit (MXFP4 GEMM with both folds 0.89-1.16x cuBLAS bf16 where 'bf16' gives
+# 0.75-0.97x, H100, results/native_gpu/bench_gemm_h100.md), but a training step pays ~1 ms of
+# host time per MX GEMM on that path (two quantize and two fold launches, the scaled GEMM):
+# 30m/125m compiled ran at 0.16-0.26x bf16 (results/train_speed/fp8_cublas_auto/train_speed.md,
+# results/native_gpu/mxlinear_host_h100.md). 'bf16' stays the default until the fold is part
+# of the quantize pass and launches are cheap (issue 18); ``fit_method`` is ready for the switch.
+HOPPER_AUTO = "bf16"
+
+
 @torch.compiler.assume_constant_result
 def auto_method(device: torch.device) -> str:
-    """'dot_scaled' on MX units and under the interpreter; on Hopper (sm_90, torch 2.11 or
-    later) 'fp8_cublas', the fastest path whose sums the emulator models bit for bit (MXFP4
-    end to end 0.89-1.16x cuBLAS bf16 where 'bf16' gives 0.75-0.97x, H100,
-    results/native_gpu/bench_gemm_h100.md; ``fit_method`` hands the GEMMs it does not take to
-    'bf16'); else 'bf16'."""
+    """'dot_scaled' on MX units and under the interpreter; on Hopper ``HOPPER_AUTO`` (with torch
+    2.11 or later for 'fp8_cublas'; ``fit_method`` hands the GEMMs it refuses to 'bf16'); else
+    'bf16'."""
     if interpreting() or has_mx_units(device):
         return "dot_scaled"
     if hopper(device) and tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11):
-        return "fp8_cublas"
+        return HOPPER_AUTO
     return "bf16"
 
 

@@ -670,7 +670,7 @@ def test_fold_writes_cublas_scales(device):
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
-def test_method_fp8_cublas(device):
+def test_method_fp8_cublas(device, monkeypatch):
     """``mx_matmul(method="fp8_cublas")``: cuBLAS's blockwise 1 x 128 FP8 GEMM of operands
     folded in groups of 4 blocks, bit for bit ``emulator.fold.HOPPER_FP8_CUBLAS`` (the model the
     conformance probe inferred on an H100) on random, outlier-heavy (block scales 2^+-40 apart),
@@ -703,7 +703,9 @@ def test_method_fp8_cublas(device):
         got = native.mx_matmul(a, b, method="fp8_cublas").cpu().numpy()
         want = emulator.mx_matmul(a.to_emulator(), b.to_emulator(), HOPPER_FP8_CUBLAS)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), a.fmt.name
-    # method "auto" on Hopper: this method where it applies, "bf16" for an MXFP8 operand
+    # method "auto" with HOPPER_AUTO = "fp8_cublas": this method where it applies, "bf16" for
+    # an MXFP8 operand
+    monkeypatch.setattr(native.gemm, "HOPPER_AUTO", "fp8_cublas")
     assert torch.equal(native.mx_matmul(qa, qb).view(torch.int32),
                        native.mx_matmul(qa, qb, method="fp8_cublas").view(torch.int32))
     q8a, q8b = native.quantize(x, "e4m3"), native.quantize(w, "e4m3")
@@ -751,10 +753,11 @@ def test_method_fp8_cublas_at_llama_shapes(m, n, k):
     assert diff == 0, f"bf16 output: {diff} of {m * n} differ"
 
 
-def test_auto_method_on_hopper_is_fp8_cublas_where_it_applies(monkeypatch):
-    """``auto_method``: on an sm_90 GPU without MX units 'fp8_cublas' (torch 2.11+), and
-    ``fit_method`` hands it back to 'bf16' for operands it refuses (an MXFP8 operand, K not a
-    multiple of 128, M or N not of 16); other methods pass through."""
+def test_auto_method_on_hopper_and_fit_method(monkeypatch):
+    """``auto_method``: on an sm_90 GPU without MX units ``HOPPER_AUTO`` ('bf16' today; with
+    'fp8_cublas' and torch 2.11+, that), and ``fit_method`` hands 'fp8_cublas' back to 'bf16'
+    for operands it refuses (an MXFP8 operand, K not a multiple of 128, M or N not of 16);
+    other methods pass through."""
     import torch
     from ocpmx.native import gemm
     e2m1, e3m2, e4m3 = FORMATS["e2m1"], FORMATS["e3m2"], FORMATS["e4m3"]
@@ -762,6 +765,8 @@ def test_auto_method_on_hopper_is_fp8_cublas_where_it_applies(monkeypatch):
     monkeypatch.setattr(gemm, "has_mx_units", lambda d: False)
     monkeypatch.setattr(gemm, "hopper", lambda d: True)
     dev = torch.device("cpu")
+    assert gemm.auto_method(dev) == gemm.HOPPER_AUTO == "bf16"  # host-bound: see HOPPER_AUTO
+    monkeypatch.setattr(gemm, "HOPPER_AUTO", "fp8_cublas")
     assert gemm.auto_method(dev) == "fp8_cublas"
     monkeypatch.setattr(gemm, "hopper", lambda d: False)
     assert gemm.auto_method(dev) == "bf16"
@@ -777,14 +782,16 @@ def test_auto_method_on_hopper_is_fp8_cublas_where_it_applies(monkeypatch):
 
 
 @pytest.mark.parametrize("recipe", ["mxfp4_all", "mxfp4_all_h16"])
-def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe):
-    """MXLinear's three GEMMs through cuBLAS (``method="fp8_cublas"``, and ``"auto"`` on Hopper)
+def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe, monkeypatch):
+    """MXLinear's three GEMMs through cuBLAS (``method="fp8_cublas"``, and ``"auto"`` on Hopper
+    with ``HOPPER_AUTO = "fp8_cublas"``)
     give the bits of the same layer summed under the emulator's ``hopper_fp8_cublas`` model
     (``accumulation=``): output, input gradient and weight gradient."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs an sm_90 GPU (cuBLAS's blockwise FP8 GEMM and Hopper's dot)")
     from ocpmx import native
+    monkeypatch.setattr(native.gemm, "HOPPER_AUTO", "fp8_cublas")  # "auto" picks it
     torch.manual_seed(0)
     x = torch.randn(2, 128, 256, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(2, 128, 384, dtype=torch.bfloat16, device="cuda")
