@@ -57,10 +57,10 @@ class Numerics:
         """The quantize kernels' format block and numerics constexprs (cached)."""
         return _constexprs(self, in_dtype)
 
-    def fold(self, in_dtype: torch.dtype) -> bool:
-        """Whether the row kernel may fold H16's 1/4 into the block scale (``FOLD``, see
-        ``kernels.quantize.quantize_rows32_kernel``): H16 on bf16 or float16 input (x/4 exact),
-        a float format, RNE."""
+    def quarter_in_scale(self, in_dtype: torch.dtype) -> bool:
+        """Whether the row kernel may put H16's 1/4 into the block scale
+        (``QUARTER_IN_SCALE``, see ``kernels.quantize.quantize_rows32_kernel``): H16 on bf16 or
+        float16 input (x/4 exact), a float format, RNE."""
         r = self.rotation
         return (r is not None and r.size == 16 and in_dtype in (torch.bfloat16, torch.float16)
                 and self.fmt.kind != "int" and self.rounding == Rounding.RNE)
@@ -86,7 +86,8 @@ def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning:
     """(constexprs and launch options, blocks per program) of the 32-block row kernel."""
     tile = tuning.rows32_qdq if qdq else tuning.rows32
     opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and hopper(device) else {}
-    return dict(**n.constexprs(in_dtype), QDQ=qdq, FOLD=n.fold(in_dtype), NB=tile.blocks,
+    return dict(**n.constexprs(in_dtype), QDQ=qdq,
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), NB=tile.blocks,
                 BIG=n_blocks * 32 >= BIG_NUMEL, EVEN=n_blocks % tile.blocks == 0,
                 num_warps=tile.warps, **opts), tile.blocks
 
@@ -123,7 +124,8 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, inner: int, numel: int
                       tuning: Tuning, qdq: bool) -> tuple[dict, int]:
     """(constexprs and launch options, columns per program) of the 32-block column kernel."""
     tile = tuning.cols32
-    return dict(**n.constexprs(in_dtype), QDQ=qdq, FOLD=n.fold(in_dtype), BN=tile.columns,
+    return dict(**n.constexprs(in_dtype), QDQ=qdq,
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), BN=tile.columns,
                 BIG=numel >= BIG_NUMEL, EVEN=inner % tile.columns == 0,
                 num_warps=tile.warps), tile.columns
 

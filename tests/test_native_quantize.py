@@ -163,7 +163,7 @@ def test_quantize_dequantize_is_the_composition(device, fmt):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fmt", ["e2m1", "e4m3"])
 def test_h16_on_every_bf16_value(device, fmt):
-    """H16 on bf16 input folds its 1/4 into the block scale (FOLD in quantize_rows32_kernel): every bf16
+    """H16 on bf16 input folds its 1/4 into the block scale (QUARTER_IN_SCALE in quantize_rows32_kernel): every bf16
     value in 32-blocks, shuffled (NaN and Inf in most blocks) and in order (blocks of
     subnormals, of huge values whose sums overflow), one 32-block tile per program, every
     scale rule, deterministic and random signs, codes, scales and quantize-dequantize."""

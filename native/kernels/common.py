@@ -227,7 +227,7 @@ def encode(ab, neg, sb, special, any_special, rbits, OFF: tl.constexpr,
     shared exponent ``sb`` (broadcastable to ab's shape); ``rbits``: stochastic rounding's RBITS
     random bits of each element (``stochastic_bits``; unused under RNE); CAST: element casts
     (scale 2^0, no block).
-    ``OFF``: the RNE float path divides |v| by 2^(s + OFF) (FOLD in
+    ``OFF``: the RNE float path divides |v| by 2^(s + OFF) (QUARTER_IN_SCALE in
     ``quantize.quantize_rows32_kernel``); the others need OFF = 0. NAN_POS: NaN gets the
     positive NaN code (after a rotation, whose NaN is +qNaN: ``ocpmx.spec.rotation``). SAT =
     False: the scale rule keeps every RNE code at most MAXC (not floor; see ``envelope_code``;

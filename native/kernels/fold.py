@@ -54,8 +54,8 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, tota
     the elements whose E4M3 code is not their exact value (a block too far below its group's
     largest), which total_ptr (the process's running count on this device) also gets.
     HW_CVT: the E4M3 codes by the GPU's conversion instruction, else by ``encode`` (the
-    interpreter; the same bits). With POW2, pow2_ptr (float32, (K / (32 GROUP), rows)) gets 2^R group by group: cuBLAS's
-    blockwise scale layout (``native.fold.blockwise_scales``)."""
+    interpreter; the same bits). With POW2, pow2_ptr (float32, (K / (32 GROUP), rows)) gets
+    2^R group by group: cuBLAS's blockwise scale layout (``native.fold.blockwise_scales``)."""
     q = tl.program_id(0) * NG + tl.arange(0, NG)
     valid = q < n_groups
     blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]

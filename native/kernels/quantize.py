@@ -12,8 +12,8 @@ scales are uint8 E8M0 codes, one per block, rows = every position of the other a
 layout ``tl.dot_scaled`` takes for an operand packed along its contraction dimension.
 
 Constexprs: the format block (``ocpmx.spec.KernelFormat.constexprs``), the numerics (RULE,
-ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, FOLD), the tile (NB, or ROWS and KB: tuning,
-which changes speed and never bits) and what the shape implies (EVEN, BIG, INNER1, BS).
+ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, QUARTER_IN_SCALE), the tile (NB, or ROWS
+and KB: tuning, which changes speed and never bits) and what the shape implies (EVEN, BIG, INNER1, BS).
 """
 from __future__ import annotations
 
@@ -381,7 +381,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            # the numerics
                            RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                            SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                           QDQ: tl.constexpr, FOLD: tl.constexpr,
+                           QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr,
                            # the tile, and what the shape implies
                            NB: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
@@ -390,8 +390,8 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
     bits as ``quantize_kernel`` (and the emulator).
 
-    FOLD (H16 on bf16 or float16 input, a float format, RNE): the rotation's 1/4 goes into the
-    block scale instead of a multiply per element. The emulator rotates as signs, butterfly
+    QUARTER_IN_SCALE (H16 on bf16 or float16 input, a float format, RNE): the rotation's 1/4
+    goes into the block scale instead of a multiply per element. The emulator rotates as signs, butterfly
     stages, then v = fl(T * 1/4). On bf16 or float16 input every x is a multiple of 2^-133
     (resp. 2^-24), so every butterfly intermediate and T are multiples of it too, and T/4 is a
     float32 number: v = T / 4 exactly (Inf and NaN stay what they are). So max|v| = max|T| / 4
@@ -430,7 +430,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
                       ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                      PACK=PACK, QDQ=QDQ, FOLD=FOLD, NB=NB, EVEN=EVEN)
+                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=NB, EVEN=EVEN)
 
 
 @triton.jit
@@ -443,7 +443,7 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
                       RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
                       ENVELOPE: tl.constexpr, RULE: tl.constexpr, ROUNDING: tl.constexpr,
                       ROT: tl.constexpr, SIGNS: tl.constexpr, PACK: tl.constexpr,
-                      QDQ: tl.constexpr, FOLD: tl.constexpr, NB: tl.constexpr,
+                      QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr, NB: tl.constexpr,
                       EVEN: tl.constexpr):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
     8p .. 8p + 7 of each block in quarter p), with their stochastic-rounding bits b0..b3
@@ -451,20 +451,20 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
     indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN)."""
     if ROT > 0:
         r0, r1, r2, r3 = rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT=ROT,
-                                         SIGNS=SIGNS, SCALE=not FOLD)
+                                         SIGNS=SIGNS, SCALE=not QUARTER_IN_SCALE)
     else:
         r0, r1, r2, r3 = q0, q1, q2, q3
     amax = block_amax(r0.to(tl.int32, bitcast=True), r1.to(tl.int32, bitcast=True),
                       r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
     # the elements are divided by 2^(s + OFF)
-    OFF: tl.constexpr = 2 if FOLD else 0
+    OFF: tl.constexpr = 2 if QUARTER_IN_SCALE else 0
     # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
     RAW: tl.constexpr = PACK == 2 and not QDQ and ROUNDING != STOCHASTIC and not IS_INT \
         and ENVELOPE
     # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
     # and a funnel shift per element: 14.5 SASS instructions per element with H16 on sm_90,
     # 18.3 with round_on_grid and the sign merged per element)
-    if FOLD:  # r holds the rotation without its 1/4, which goes into the scale (see above)
+    if QUARTER_IN_SCALE:  # r holds the rotation without its 1/4, which goes into the scale (see above)
         amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
     u0 = r0.to(tl.int32, bitcast=True)
     u1 = r1.to(tl.int32, bitcast=True)
@@ -578,7 +578,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            # the numerics
                            RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                            SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
-                           QDQ: tl.constexpr, FOLD: tl.constexpr,
+                           QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr,
                            # the tile, and what the shape implies
                            BN: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
@@ -628,4 +628,4 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
                       ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                      PACK=PACK, QDQ=QDQ, FOLD=FOLD, NB=BN, EVEN=EVEN)
+                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN, EVEN=EVEN)
