@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..emulator.fold import NAN_EXPONENT, TARGET, shift_range
+from ..emulator.fold import NAN_EXPONENT, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
 from . import launch
 from ._lazy import kernels, triton
@@ -125,15 +125,12 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
           else exps)  # (the kernel does not touch it without POW2)
     n_groups = rows * nblk // group
     if n_groups:
-        t = lower(TARGET)
         ng = max(1, min(16, 64 // group))  # groups per program: at most 2048 elements
         launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
-                   D_MAX=shift_range(fmt)[1], T_MBITS=t.mbits, T_BIAS=t.bias,
-                   T_MAXC=t.max_code, T_NANC=t.nan_code, T_SIGN=t.sign_bit,
-                   T_SUBQ=t.subnormal_quantum, GROUP=group, NG=ng,
-                   POW2=pow2, HW_CVT=_e4m3_cvt(data.device))
+                   D_MAX=shift_range(fmt)[1], GROUP=group, NG=ng, POW2=pow2,
+                   HW_CVT=_e4m3_cvt(data.device))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
                         p2 if pow2 else None)
 

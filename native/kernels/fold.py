@@ -17,7 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...emulator.fold import NAN_EXPONENT
+from ...emulator.fold import NAN_EXPONENT, TARGET
+from ...spec import lower
 from .common import RNE, decode_values, encode, f32_to_bf16_bits, tile_ids
 
 NAN_EXP = tl.constexpr(NAN_EXPONENT)
@@ -30,50 +31,35 @@ NAN_EXP = tl.constexpr(NAN_EXPONENT)
 RANK1_EXP = tl.constexpr(50)
 
 
+# the fold's target, E4M3 (``emulator.fold.TARGET``), as the kernels' constants
+_T = lower(TARGET)
+T_MBITS = tl.constexpr(_T.mbits)
+T_BIAS = tl.constexpr(_T.bias)
+T_MAXC = tl.constexpr(_T.max_code)
+T_NANC = tl.constexpr(_T.nan_code)
+T_SIGN = tl.constexpr(_T.sign_bit)
+T_SUBQ = tl.constexpr(_T.subnormal_quantum)
+
+
 @triton.jit
-def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
-                n_groups, rows,
-                # the MX element format (the source)
-                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
-                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
-                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
-                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
-                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
-                ENVELOPE: tl.constexpr, PACK: tl.constexpr,
-                # the fold: the largest exact shift, and the target E4M3
-                D_MAX: tl.constexpr, T_MBITS: tl.constexpr, T_BIAS: tl.constexpr,
-                T_MAXC: tl.constexpr, T_NANC: tl.constexpr, T_SIGN: tl.constexpr,
-                T_SUBQ: tl.constexpr,
-                # the tile; POW2: also write 2^R as float32 group-major (pow2_ptr[g, row])
-                GROUP: tl.constexpr, NG: tl.constexpr, POW2: tl.constexpr,
-                HW_CVT: tl.constexpr):
-    """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
-    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R.
-    stats_ptr: two int64, zeroed by the host: [0] |= 1 where some R lies outside
-    [-RANK1_EXP, RANK1_EXP] (NaN groups included: the folded GEMM's choice of epilogue), [1] +=
-    the elements whose E4M3 code is not their exact value (a block too far below its group's
-    largest), which total_ptr (the process's running count on this device) also gets.
-    HW_CVT: the E4M3 codes by the GPU's conversion instruction, else by ``encode`` (the
-    interpreter; the same bits). With POW2, pow2_ptr (float32, (K / (32 GROUP), rows)) gets
-    2^R group by group: cuBLAS's blockwise scale layout (``native.fold.blockwise_scales``)."""
-    q = tl.program_id(0) * NG + tl.arange(0, NG)
-    valid = q < n_groups
-    blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
-    sc = tl.load(scale_ptr + blk, mask=valid[:, None], other=127).to(tl.int32)
-    e = blk[:, :, None] * 32 + tl.arange(0, 32)[None, None, :]  # element indices
-    m3 = valid[:, None, None] & (e >= 0)
-    if PACK == 2:
-        byte = tl.load(data_ptr + e // 2, mask=m3, other=0).to(tl.int32)
-        code = (byte >> ((e % 2) * 4)) & 0xF
-    else:
-        code = tl.load(data_ptr + e, mask=m3, other=0).to(tl.int32)
-    nan_block = sc == 255
-    nonzero = (tl.max(code & (SIGN - 1), axis=2) > 0) & ~nan_block
-    r = tl.max(tl.where(nonzero, sc - 127, -1000), axis=1)
-    r = tl.where(r == -1000, 0, r - D_MAX)  # an all-zero group: R = 0
-    d = sc - 127 - r[:, None]  # each block's shift
+def group_exponents(sc, nonzero, D_MAX: tl.constexpr):
+    """Blocks [NG, GROUP] (E8M0 codes ``sc``, ``nonzero``: the block holds a nonzero code) ->
+    (R [NG]: each group's exponent, the largest nonzero non-NaN block's minus D_MAX, 0 for an
+    all-zero group; nan [NG]: the group holds a NaN block, whose R is then NAN_EXP)."""
+    r = tl.max(tl.where(nonzero & (sc != 255), sc - 127, -1000), axis=1)
+    r = tl.where(r == -1000, 0, r - D_MAX)
+    return r, tl.max((sc == 255).to(tl.int32), axis=1) > 0
+
+
+@triton.jit
+def fold_elements(code, shift, nan_block, mask, BITS: tl.constexpr, EBITS: tl.constexpr,
+                  MBITS: tl.constexpr, BIAS: tl.constexpr, NANC: tl.constexpr,
+                  INFC: tl.constexpr, SUBQ: tl.constexpr, HW_CVT: tl.constexpr):
+    """MX codes -> (E4M3 codes of value * 2^shift, rounded: the elements whose code is not their
+    exact value); ``shift`` and ``nan_block`` broadcast against ``code``, ``mask``: elements
+    that exist. A NaN block's codes are 0 (its group's R says NaN)."""
     # value * 2^d in float32 (exact wherever E4M3 can hold it; far below, both give zero)
-    v = decode_values(code, tl.minimum(tl.maximum(d + 127, 0), 254)[:, :, None], IS_INT=False,
+    v = decode_values(code, tl.minimum(tl.maximum(shift + 127, 0), 254), IS_INT=False,
                       BITS=BITS, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
                       SUBQ=SUBQ)
     if HW_CVT:
@@ -87,9 +73,22 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, tota
         c8 = encode(u & 0x7FFFFFFF, u < 0, 0, False, False, 0, OFF=0, ROUNDING=RNE,
                     IS_INT=False, ENVELOPE=False, MBITS=T_MBITS, BIAS=T_BIAS, MAXC=T_MAXC,
                     NANC=T_NANC, INFC=-1, NEGMAX=T_MAXC, SIGN=T_SIGN, CAST=True)
-    c8 = tl.where(nan_block[:, :, None], 0, c8)
-    r = tl.where(tl.max(nan_block.to(tl.int32), axis=1) > 0, NAN_EXP, r)
-    tl.store(out_ptr + e, c8.to(tl.uint8), mask=m3)
+    c8 = tl.where(nan_block, 0, c8)
+    # rounded: v not a multiple of E4M3's subnormal quantum 2^-9. Exact otherwise: v <= 448,
+    # and v's mantissa bits (MBITS <= 3 = E4M3's) fit wherever |v| >= 2^-6. (Comparing v with
+    # the code's value converted back to float32 instead counted thousands of exact elements
+    # on an H100 under Triton 3.6 though the codes were right; the cause was not isolated.)
+    tl.static_assert(MBITS <= T_MBITS)
+    t = tl.abs(v) * (1.0 / T_SUBQ)  # exact: a power-of-two scaling of a small float32
+    return c8, (t != tl.floor(t)) & mask & ~nan_block
+
+
+@triton.jit
+def store_group_exponents(r, q, valid, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_groups,
+                          rows, n_changed, POW2: tl.constexpr):
+    """Store groups ``q``'s exponents R (and with POW2 their 2^R group-major), flag an R
+    beyond the GEMM's rank-1 epilogue in stats[0], add the rounded elements to stats[1] and
+    the device's running total."""
     tl.store(exp_ptr + q, r, mask=valid)
     if POW2:
         per_row = n_groups // rows
@@ -97,17 +96,55 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, tota
     wide = tl.max(((r < -RANK1_EXP) | (r > RANK1_EXP)).to(tl.int32) * valid.to(tl.int32), axis=0)
     if wide > 0:
         tl.atomic_or(stats_ptr, 1)
-    # rounded: v not a multiple of E4M3's subnormal quantum 2^-9. Exact otherwise: v <= 448,
-    # and v's mantissa bits (MBITS <= 3 = E4M3's) fit wherever |v| >= 2^-6. (Comparing v with
-    # the code's value converted back to float32 instead counted thousands of exact elements
-    # on an H100 under Triton 3.6 though the codes were right; the cause was not isolated.)
-    tl.static_assert(MBITS <= T_MBITS)
-    t = tl.abs(v) * (1.0 / T_SUBQ)  # exact: a power-of-two scaling of a small float32
-    changed = (t != tl.floor(t)) & m3 & ~nan_block[:, :, None]
-    n_changed = tl.sum(tl.sum(tl.sum(changed.to(tl.int64), axis=2), axis=1), axis=0)
     if n_changed > 0:
         tl.atomic_add(stats_ptr + 1, n_changed)
         tl.atomic_add(total_ptr, n_changed)
+
+
+@triton.jit
+def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+                n_groups, rows,
+                # the MX element format (the source)
+                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                ENVELOPE: tl.constexpr, PACK: tl.constexpr,
+                # the fold: the largest exact shift; the tile; POW2: also write 2^R as float32
+                # group-major (pow2_ptr[g, row]); HW_CVT: the GPU's E4M3 conversion
+                D_MAX: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
+                POW2: tl.constexpr, HW_CVT: tl.constexpr):
+    """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
+    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R.
+    stats_ptr: two int64, zeroed by the host: [0] |= 1 where some R lies outside
+    [-RANK1_EXP, RANK1_EXP] (NaN groups included: the folded GEMM's choice of epilogue), [1] +=
+    the elements whose E4M3 code is not their exact value (a block too far below its group's
+    largest), which total_ptr (the process's running count on this device) also gets.
+    HW_CVT: the E4M3 codes by the GPU's conversion instruction, else by ``encode`` (the
+    interpreter; the same bits). With POW2, pow2_ptr (float32, (K / (32 GROUP), rows)) gets
+    2^R group by group: cuBLAS's blockwise scale layout (``native.fold.blockwise_scales``).
+    ``kernels.quantize`` folds in its own pass with the same helpers."""
+    q = tl.program_id(0) * NG + tl.arange(0, NG)
+    valid = q < n_groups
+    blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
+    sc = tl.load(scale_ptr + blk, mask=valid[:, None], other=127).to(tl.int32)
+    e = blk[:, :, None] * 32 + tl.arange(0, 32)[None, None, :]  # element indices
+    m3 = valid[:, None, None] & (e >= 0)
+    if PACK == 2:
+        byte = tl.load(data_ptr + e // 2, mask=m3, other=0).to(tl.int32)
+        code = (byte >> ((e % 2) * 4)) & 0xF
+    else:
+        code = tl.load(data_ptr + e, mask=m3, other=0).to(tl.int32)
+    r, nan = group_exponents(sc, tl.max(code & (SIGN - 1), axis=2) > 0, D_MAX=D_MAX)
+    d = sc - 127 - r[:, None]  # each block's shift
+    c8, changed = fold_elements(code, d[:, :, None], (sc == 255)[:, :, None], m3, BITS=BITS,
+                                EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
+                                SUBQ=SUBQ, HW_CVT=HW_CVT)
+    tl.store(out_ptr + e, c8.to(tl.uint8), mask=m3)
+    n_changed = tl.sum(tl.sum(tl.sum(changed.to(tl.int64), axis=2), axis=1), axis=0)
+    store_group_exponents(tl.where(nan, NAN_EXP, r), q, valid, exp_ptr, pow2_ptr, stats_ptr,
+                          total_ptr, n_groups, rows, n_changed, POW2=POW2)
 
 
 @triton.jit
