@@ -42,7 +42,9 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTil
     fn = kernels.quantize.quantize_rows32_kernel
     sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",
            "sign_mask": "i32", "n_blocks": "i32", "seed": "u64", "rot_scale": "fp32",
-           **{k: "constexpr" for k in consts}}
+           # the fold's outputs, unused without FOLD_GROUP (the launch passes the scales)
+           "exp_ptr": "*u8", "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8",
+           "n_rows": "i32", **{k: "constexpr" for k in consts}}
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
                     attrs={(i,): [["tt.divisibility", 16]] for i in range(3)})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),

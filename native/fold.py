@@ -107,6 +107,65 @@ def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
     return fold_kmajor(mx.data, mx.scales_kmajor, mx.shape[mx.axis], mx.fmt, group)
 
 
+def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow2: bool = False,
+                    scale_rule="floor", rounding="rne", seed: int = 0, rotation=None,
+                    keys: torch.Tensor | None = None, backend: str | None = None,
+                    tuning=None) -> FoldedTensor:
+    """``fold(quantize(x, fmt, axis=axis, ...), group)`` in one pass: the quantize row kernel
+    writes the E4M3 codes of the folded operand (one byte per element), each group's exponent
+    (and with ``pow2`` its 2^R for cuBLAS) and the MX scales, instead of packed codes; the
+    bits of the two passes, the rounded-element count and the wide flag included. Along
+    another axis than the last the input goes through the transpose first (the column kernel
+    does not fold). The MX codes stay recoverable (``emulator.fold.unfold``): the operand is
+    the MX operand the emulator defines. On the emulator backend: the emulator's quantize and
+    fold."""
+    from ..emulator import fold as emulator_fold
+    from . import ops
+    from .dispatch import pick_backend
+    from .tuning import default_tuning
+    n = ops.numerics(fmt, scale_rule, rounding, rotation)
+    if n.fmt.name not in ("e2m1", "e2m3", "e3m2"):
+        raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {n.fmt.name}")
+    axis = ops._check_input(x, axis, BLOCK_SIZE, n.rotation)
+    ops._check_keys(keys, x)
+    k = x.shape[axis]
+    nblk = k // BLOCK_SIZE
+    if group < 1 or group & (group - 1) or nblk % group:
+        raise ValueError(f"group must be a power of two dividing the {nblk} blocks along K, "
+                         f"got {group}")
+    rows = x.numel() // k if k else 0
+    if pick_backend(x.device, backend) == "emulator":
+        mx = ops.quantize(x, n.fmt, axis=axis, scale_rule=n.scale_rule, rounding=n.rounding,
+                          seed=seed, rotation=n.rotation, keys=keys, backend="emulator")
+        from ..emulator import MXArray
+        from .gemm import _codes
+        sk = mx.scales_kmajor.reshape(rows, nblk)
+        f = emulator_fold.fold(MXArray(_codes(mx.data.reshape(rows, -1), n.fmt),
+                                       sk.cpu().numpy(), n.fmt, 1), group)
+        exps = torch.from_numpy(f.exponents.reshape(rows, nblk // group)).to(x.device)
+        wide = bool(((exps.abs() > kernels.fold.RANK1_EXP.value) | (exps == NAN_EXPONENT)).any())
+        stats = torch.tensor([int(wide), f.inexact], dtype=torch.int64, device=x.device)
+        inexact_total(x.device).add_(f.inexact)
+        f = FoldedTensor(torch.from_numpy(f.codes.reshape(rows, k)).to(x.device), exps,
+                         sk, group, n.fmt, stats)
+        if pow2:
+            f.pow2 = group_scales(f).t().contiguous()
+        return f
+    tuning = tuning or default_tuning(x.device)
+    x = x.detach().contiguous()
+    codes = torch.empty(rows, k, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(rows, nblk, dtype=torch.uint8, device=x.device)
+    exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=x.device)
+    p2 = torch.empty(nblk // group, rows, dtype=torch.float32, device=x.device) if pow2 else None
+    stats = torch.zeros(2, dtype=torch.int64, device=x.device)
+    if x.numel():
+        out = launch.FoldOutput(group, exps, p2, stats, inexact_total(x.device), rows,
+                                shift_range(n.fmt)[1], _e4m3_cvt(x.device))
+        launch.rows32(x, axis, math.prod(x.shape[axis + 1:]), codes, scales, rows * nblk, n,
+                      seed, tuning, keys=keys, fold=out)
+    return FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2)
+
+
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
                 group: int = 4, pow2: bool = False) -> FoldedTensor:
     """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32).

@@ -81,15 +81,39 @@ def rows32_applies(block_size: int) -> bool:
     return block_size == 32
 
 
+@dataclass(frozen=True)
+class FoldOutput:
+    """Where the row kernel writes its operand folded into E4M3 instead of packed codes
+    (``native.fold.quantize_folded``): blocks per group, each group's exponent (int32), 2^R
+    group-major (float32) or None, the fold's stats and the device's running count (int64),
+    the rows (for 2^R's layout), and the fold's constants (``kernels.fold``)."""
+    group: int
+    exponents: torch.Tensor
+    pow2: torch.Tensor | None
+    stats: torch.Tensor
+    total: torch.Tensor
+    rows: int
+    d_max: int
+    hw_cvt: bool
+
+
 def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning: Tuning,
-                      qdq: bool, device: torch.device) -> tuple[dict, int]:
-    """(constexprs and launch options, blocks per program) of the 32-block row kernel."""
+                      qdq: bool, device: torch.device,
+                      fold: FoldOutput | None = None) -> tuple[dict, int]:
+    """(constexprs and launch options, blocks per program) of the 32-block row kernel (a fold
+    takes at least one whole group per program)."""
     tile = tuning.rows32_qdq if qdq else tuning.rows32
-    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and hopper(device) else {}
+    # (a fold takes no register cap: under the tile's 72 the E3M2 fold spilled when compiled
+    # for sm_90 with Triton 3.6; without it, 75-79 registers and no spill)
+    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and hopper(device) and not fold else {}
+    nb = max(tile.blocks, fold.group) if fold else tile.blocks
+    folding = dict(FOLD_GROUP=fold.group, D_MAX=fold.d_max, POW2=fold.pow2 is not None,
+                   HW_CVT=fold.hw_cvt) if fold else \
+        dict(FOLD_GROUP=0, D_MAX=0, POW2=False, HW_CVT=False)
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
-                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), NB=tile.blocks,
-                BIG=n_blocks * 32 >= BIG_NUMEL, EVEN=n_blocks % tile.blocks == 0,
-                num_warps=tile.warps, **opts), tile.blocks
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), **folding, NB=nb,
+                BIG=n_blocks * 32 >= BIG_NUMEL, EVEN=n_blocks % nb == 0,
+                num_warps=tile.warps, **opts), nb
 
 
 def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
@@ -102,22 +126,26 @@ def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
 
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,
            n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
-           keys: torch.Tensor | None = None) -> None:
+           keys: torch.Tensor | None = None, fold: FoldOutput | None = None) -> None:
     """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
     kernel; along another (Wgrad contracts over tokens) per ``tuning.columns`` the one-pass
     column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
     bits the same, every way (stochastic rounding counts K-major indices). ``qdq``: ``data`` is
-    the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused."""
+    the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused. ``fold``:
+    ``data`` gets E4M3 codes, one byte per element (along another axis than the last, through
+    the transpose: the column kernel does not fold)."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    if inner != 1 and tuning.columns == "kernel":
+    if inner != 1 and tuning.columns == "kernel" and fold is None:
         cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq)
         return
     if inner != 1:
         x = move_axis_last(x, axis, tuning)
-    consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device)
+    consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
+    outs = (fold.exponents, fold.pow2 if fold.pow2 is not None else fold.exponents, fold.stats,
+            fold.total, fold.rows) if fold else (scales, scales, scales, scales, 1)
     run(kernels.quantize.quantize_rows32_kernel, (triton.cdiv(n_blocks, nb),),
         x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales,
-        sign_arg, n_blocks, seed_arg, n.rot_scale, **consts)
+        sign_arg, n_blocks, seed_arg, n.rot_scale, *outs, **consts)
 
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, inner: int, numel: int,

@@ -812,3 +812,58 @@ def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe, monkeypatch)
                                         torch.int32),
                                want.view(torch.int16 if want.dtype == torch.bfloat16 else
                                          torch.int32)), (name, what)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name, group, axis, rotation, rounding, dtype", [
+    ("e2m1", 4, -1, "hadamard16", "rne", "bfloat16"),
+    ("e2m1", 32, -1, None, "stochastic", "float32"),
+    ("e2m1", 1, 0, "hadamard16", "rne", "bfloat16"),
+    ("e3m2", 4, 0, None, "rne", "float32"),
+    ("e2m3", 8, -1, "random_sign16:12345", "stochastic", "bfloat16")])
+def test_quantize_folded_is_fold_of_quantize(device, name, group, axis, rotation, rounding,
+                                             dtype):
+    """``native.fold.quantize_folded``: the quantize row kernel folding in its own pass gives
+    the bits of ``fold(quantize(x))``: E4M3 codes, group exponents, MX scales, cuBLAS's 2^R,
+    the wide flag and the rounded-element count (a block 40 octaves below its group, a zero
+    block, a NaN block; 7 rows, so the last program is partly masked), along rows and along
+    columns (through the transpose), with rotations and stochastic rounding; and the MX codes
+    come back from the folded form (``emulator.fold.unfold``)."""
+    import torch
+    from ocpmx import native
+    from ocpmx.emulator.fold import Folded, unfold
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(group)
+    x = rng.standard_normal((7, 1024)) * np.exp2(rng.integers(-3, 4, (7, 32))).repeat(32, 1)
+    x[3, :32] *= 2.0**-40
+    x[5, 64:96] = 0
+    x[6, 300] = np.nan
+    xt = torch.from_numpy(x.astype(np.float32)).to(getattr(torch, dtype)).to(device)
+    if axis == 0:
+        xt = xt.t().contiguous()
+    kw = dict(axis=axis, rounding=rounding, rotation=rotation, seed=11)
+    got = native_fold.quantize_folded(xt, name, group, pow2=True, **kw)
+    mx = native.quantize(xt, name, **kw)
+    want = native_fold.fold(mx, group)
+    for field in ("codes", "exponents", "scales", "stats"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+    assert torch.equal(got.pow2.t().view(torch.int32),
+                       native_fold.group_scales(want).view(torch.int32))
+    # the far block is rounded where it shares a group; the NaN block flags the operand wide
+    assert (int(got.inexact.item()) > 0) == (group > 1) and int(got.wide.item()) == 1
+    back = unfold(Folded(got.codes.cpu().numpy(), got.scales.cpu().numpy(),
+                         got.exponents.cpu().numpy(), group, FORMATS[name],
+                         int(got.inexact.item())))
+    mx_codes = np.moveaxis(mx.to_emulator().codes, axis, -1)  # K-major: x's rows either way
+    rows = [r for r in range(7) if r not in (3, 6)]  # not the rounded or the NaN row
+    assert np.array_equal(back.codes[rows], mx_codes[rows])
+    assert np.array_equal(back.scales, got.scales.cpu().numpy())
+    if device == "cpu":  # the emulator backend: its quantize and fold, the same bits
+        emu = native_fold.quantize_folded(xt, name, group, pow2=True, backend="emulator", **kw)
+        for field in ("codes", "exponents", "scales", "stats"):
+            assert torch.equal(getattr(emu, field), getattr(got, field)), field
+        assert torch.equal(emu.pow2.view(torch.int32), got.pow2.view(torch.int32))
+    with pytest.raises(ValueError, match="power of two dividing"):
+        native_fold.quantize_folded(xt, name, 3, axis=axis)
+    with pytest.raises(ValueError, match="only FP4/FP6"):
+        native_fold.quantize_folded(xt, "e4m3", 4, axis=axis)

@@ -23,6 +23,7 @@ import triton.language as tl
 from .common import (FLOOR, RGROUP, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
                      encode, f32_to_bf16_bits, group_bits, load_key, rotation_signs,
                      round_on_grid, stochastic_bits)
+from .fold import NAN_EXP, fold_elements, group_exponents, store_group_exponents
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
@@ -369,8 +370,50 @@ def store_scales(scale_ptr, blk, scale, valid, EVEN: tl.constexpr):
         tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=valid)
 
 
+@triton.jit
+def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
+                  total_ptr, n_blocks, n_rows, SIGN: tl.constexpr, BITS: tl.constexpr,
+                  EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                  NANC: tl.constexpr, INFC: tl.constexpr, SUBQ: tl.constexpr,
+                  GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
+                  HW_CVT: tl.constexpr, NB: tl.constexpr, EVEN: tl.constexpr):
+    """NB blocks' MX codes (quarters c0..c3 [NB, 8]) and E8M0 scales [NB], whole groups of GROUP
+    consecutive blocks (a row's K / 32 blocks divide into them), folded into E4M3 as
+    ``kernels.fold.fold_kernel`` folds the stored codes: the same helpers, the same bits."""
+    tl.static_assert(NB % GROUP == 0, "a program holds whole fold groups")
+    NGP: tl.constexpr = NB // GROUP
+    sc = scale.to(tl.int32)
+    nz = (tl.max(c0 & (SIGN - 1), axis=1) | tl.max(c1 & (SIGN - 1), axis=1)
+          | tl.max(c2 & (SIGN - 1), axis=1) | tl.max(c3 & (SIGN - 1), axis=1)) > 0
+    sc2 = tl.reshape(sc, (NGP, GROUP))
+    r, nan = group_exponents(sc2, tl.reshape(nz, (NGP, GROUP)), D_MAX=D_MAX)
+    d = tl.reshape(sc2 - 127 - r[:, None], (NB,))[:, None]  # each block's shift
+    nan_block = (sc == 255)[:, None]
+    m = valid[:, None] & (tl.arange(0, 8)[None, :] >= 0)
+    f0, ch0 = fold_elements(c0, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
+                            BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
+    f1, ch1 = fold_elements(c1, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
+                            BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
+    f2, ch2 = fold_elements(c2, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
+                            BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
+    f3, ch3 = fold_elements(c3, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
+                            BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
+    store_codes(out_ptr, blk, f0, 0, valid, NB=NB, PACK=1, EVEN=EVEN)
+    store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=EVEN)
+    store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=EVEN)
+    store_codes(out_ptr, blk, f3, 3, valid, NB=NB, PACK=1, EVEN=EVEN)
+    changed = ch0.to(tl.int64) + ch1.to(tl.int64) + ch2.to(tl.int64) + ch3.to(tl.int64)
+    n_changed = tl.sum(tl.sum(changed, axis=1), axis=0)
+    q = tl.max(tl.reshape(blk, (NGP, GROUP)), axis=1) // GROUP  # the groups' indices
+    n_groups = n_blocks // GROUP
+    store_group_exponents(tl.where(nan, NAN_EXP, r), q, q < n_groups, exp_ptr, pow2_ptr,
+                          stats_ptr, total_ptr, n_groups, n_rows, n_changed, POW2=POW2)
+
+
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
 def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed, rot_scale,
+                           # the fold's outputs (FOLD_GROUP > 0; else unused)
+                           exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_rows,
                            # the format
                            IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                            EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -382,6 +425,10 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                            SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                            QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr,
+                           # the fold into E4M3 (``kernels.fold``): blocks per group (0: none),
+                           # the format's largest exact shift, 2^R for cuBLAS, the conversion
+                           FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
+                           HW_CVT: tl.constexpr,
                            # the tile, and what the shape implies
                            NB: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
@@ -402,6 +449,12 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
     output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
     without MX units this is what feeds a bf16 GEMM, without the packed round trip.
+
+    FOLD_GROUP > 0 (an FP4/FP6 format): instead of packed codes, write the operand folded into
+    E4M3 in groups of FOLD_GROUP blocks (data_ptr: one byte per element; exp_ptr: each group's
+    R; with POW2 pow2_ptr: 2^R group-major over ``n_rows`` rows; stats_ptr and total_ptr: the
+    fold's flags and rounded-element counts), the bits of ``native.fold.fold(quantize(x))``,
+    the MX scales stored as always. NB must be a multiple of FOLD_GROUP.
 
     ``seed`` and ``sign_mask``: integers or pointers (``common.load_key``)."""
     if ROUNDING == STOCHASTIC:
@@ -430,7 +483,10 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
                       ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=NB, EVEN=EVEN)
+                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=NB, EVEN=EVEN,
+                      exp_ptr=exp_ptr, pow2_ptr=pow2_ptr, stats_ptr=stats_ptr,
+                      total_ptr=total_ptr, n_blocks=n_blocks, n_rows=n_rows,
+                      FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT)
 
 
 @triton.jit
@@ -444,7 +500,9 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
                       ENVELOPE: tl.constexpr, RULE: tl.constexpr, ROUNDING: tl.constexpr,
                       ROT: tl.constexpr, SIGNS: tl.constexpr, PACK: tl.constexpr,
                       QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr, NB: tl.constexpr,
-                      EVEN: tl.constexpr):
+                      EVEN: tl.constexpr, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
+                      n_rows, FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr,
+                      POW2: tl.constexpr, HW_CVT: tl.constexpr):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
     8p .. 8p + 7 of each block in quarter p), with their stochastic-rounding bits b0..b3
     (0 under RNE): rotation, scale, codes (or bf16 values, QDQ), stores at K-major block
@@ -460,7 +518,7 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
     OFF: tl.constexpr = 2 if QUARTER_IN_SCALE else 0
     # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
     RAW: tl.constexpr = PACK == 2 and not QDQ and ROUNDING != STOCHASTIC and not IS_INT \
-        and ENVELOPE
+        and ENVELOPE and FOLD_GROUP == 0
     # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
     # and a funnel shift per element: 14.5 SASS instructions per element with H16 on sm_90,
     # 18.3 with round_on_grid and the sign merged per element)
@@ -521,7 +579,14 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
                            MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC,
                            NEGMAX=NEGMAX, SIGN=SIGN)
-        if QDQ:
+        if FOLD_GROUP > 0:  # E4M3 codes of the folded operand (kernels.fold's steps)
+            fold_quarters(c0, c1, c2, c3, scale, blk, valid, data_ptr, exp_ptr, pow2_ptr,
+                          stats_ptr, total_ptr, n_blocks, n_rows, SIGN=SIGN, BITS=BITS,
+                          EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ,
+                          GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, NB=NB,
+                          EVEN=EVEN)
+            store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
+        elif QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB=NB, EVEN=EVEN, BITS=BITS,
                       EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
             store_qdq(data_ptr, blk, c1, scale, 1, valid, NB=NB, EVEN=EVEN, BITS=BITS,
@@ -628,4 +693,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
                       ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN, EVEN=EVEN)
+                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN, EVEN=EVEN,
+                      exp_ptr=scale_ptr, pow2_ptr=scale_ptr, stats_ptr=scale_ptr,
+                      total_ptr=scale_ptr, n_blocks=0, n_rows=1, FOLD_GROUP=0, D_MAX=0,
+                      POW2=False, HW_CVT=False)
