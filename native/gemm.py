@@ -273,23 +273,37 @@ def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.
     scales 2^R, written by the folds in the layout ``fold.blockwise_scales`` hands cuBLAS). The
     products are exact; cuBLAS does not document its sums: the conformance fold probe inferred
     ``emulator.fold.HOPPER_FP8_CUBLAS`` on an H100 and it reproduced every output tested."""
-    if da.device.type != "cuda":
-        raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
-                         f"(sm_90+) feature; the operands are on {da.device}")
-    if k % 128:
-        raise ValueError(f"method='fp8_cublas' scales 1 x 128 blocks along K: K = {k} is not a "
-                         "multiple of 128")
-    m, n = da.shape[0], db.shape[0]
-    if m % 16 or n % 16:
-        raise ValueError(f"method='fp8_cublas': cuBLAS's FP8 GEMM takes M and N in multiples of "
-                         f"16, got M = {m}, N = {n}")
+    check_cublas_shapes(da.device, da.shape[0], db.shape[0], k)
     group = FOLD_GROUPS["fp8_cublas"]  # one exponent per 1 x 128 block
     fa = fold.fold_kmajor(da, sa, k, fmt_a, group, pow2=True)
     fb = fold.fold_kmajor(db, sb, k, fmt_b, group, pow2=True)
-    scale_a, scale_b = fold.blockwise_scales(fa, fb)
-    return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),
-                            fb.codes.view(torch.float8_e4m3fn).t(), scale_a=scale_a,
-                            scale_b=scale_b, out_dtype=out_dtype)
+    return folded_product("fp8_cublas", fa, fb, out_dtype)
+
+
+def check_cublas_shapes(device, m: int, n: int, k: int) -> None:
+    """A ValueError saying why where ``method='fp8_cublas'`` cannot take an M x N x K GEMM."""
+    if device.type != "cuda":
+        raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
+                         f"(sm_90+) feature; the operands are on {device}")
+    if k % 128:
+        raise ValueError(f"method='fp8_cublas' scales 1 x 128 blocks along K: K = {k} is not a "
+                         "multiple of 128")
+    if m % 16 or n % 16:
+        raise ValueError(f"method='fp8_cublas': cuBLAS's FP8 GEMM takes M and N in multiples of "
+                         f"16, got M = {m}, N = {n}")
+
+
+def folded_product(method: str, fa: fold.FoldedTensor, fb: fold.FoldedTensor,
+                   out_dtype) -> torch.Tensor:
+    """A fold method's GEMM A Bᵀ of two operands folded at that method's group (by
+    ``fold.fold_kmajor`` or in the quantize pass, ``fold.quantize_folded``; 'fp8_cublas':
+    with their 2^R written, ``pow2=True``)."""
+    if method == "fp8_cublas":
+        scale_a, scale_b = fold.blockwise_scales(fa, fb)
+        return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),
+                                fb.codes.view(torch.float8_e4m3fn).t(), scale_a=scale_a,
+                                scale_b=scale_b, out_dtype=out_dtype)
+    return fold.folded_matmul(fa, fb, out_dtype, promote=not FOLD_MODELS[method].chained)
 
 
 def _folded(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, model) -> torch.Tensor:

@@ -33,7 +33,9 @@ from .. import emulator
 from ..spec import BLOCK_SIZE, Rotation, get_format, parse_rotation
 from .baselines import bf16_matmul, fp8_matmul
 from .dispatch import pick_backend
-from .gemm import auto_method, bf16_product, fit_method, mx_matmul
+from .fold import quantize_folded
+from .gemm import (FOLD_METHODS, FOLD_MODELS, auto_method, bf16_product, check_cublas_shapes,
+                   fit_method, folded_product, mx_matmul)
 from .ops import dequantize, quantize, quantize_dequantize
 from .recipes import (FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe,
                       check_accumulation, get_recipe)
@@ -145,6 +147,8 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         fmt = get_format(g.element)
         method = fit_method(auto_method(a.device), fmt, fmt, am.shape[0], bm.shape[0],
                             am.shape[1])
+    if method in FOLD_METHODS and not on_emulator and not torch.compiler.is_compiling():
+        return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys)
     ops = []
     for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)):
         # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the
@@ -161,6 +165,21 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         return bf16_product(ops[0] if a_axis == 1 else ops[0].t(),
                             ops[1] if b_axis == 1 else ops[1].t(), out_dtype)
     return mx_matmul(ops[0], ops[1], out_dtype=out_dtype, backend=ctx.backend, method=method)
+
+
+def _folded_gemm(method: str, gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int,
+                 out_dtype, ctx: GemmContext, keys) -> torch.Tensor:
+    """A fold method's GEMM (eager mode) on operands folded in their quantize pass
+    (``fold.quantize_folded``: one kernel per operand, no fold launch): the bits of
+    ``mx_matmul(quantize(a), quantize(b), method=method)``."""
+    k = a.shape[a_axis]
+    m, n = a.shape[1 - a_axis], b.shape[1 - b_axis]
+    if method == "fp8_cublas":
+        check_cublas_shapes(a.device, m, n, k)
+    group = FOLD_MODELS[method].group_for(k)
+    fa, fb = (quantize_folded(t, g.element, group, pow2=method == "fp8_cublas", **kw)
+              for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)))
+    return folded_product(method, fa, fb, out_dtype)
 
 
 def _operand_options(gemm: str, g: GemmRecipe, a_axis: int, b_axis: int, ctx: GemmContext,

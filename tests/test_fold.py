@@ -867,3 +867,43 @@ def test_quantize_folded_is_fold_of_quantize(device, name, group, axis, rotation
         native_fold.quantize_folded(xt, name, 3, axis=axis)
     with pytest.raises(ValueError, match="only FP4/FP6"):
         native_fold.quantize_folded(xt, "e4m3", 4, axis=axis)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("method", ["fp8_exact", "fp8", "fp8_cublas"])
+@pytest.mark.parametrize("recipe", ["mxfp4_all_h16", "mxfp4_all_sr_wgrad"])
+def test_mxlinear_folds_in_the_quantize_pass(device, method, recipe, monkeypatch):
+    """MXLinear under a fold method quantizes each operand straight into its folded form
+    (``fold.quantize_folded``, eager mode): output, input and weight gradients bit for bit
+    those of quantize, then ``mx_matmul(method=...)`` folding apart (the path under
+    torch.compile)."""
+    import torch
+    from ocpmx import native
+    if method == "fp8_cublas" and (device == "cpu" or
+                                   torch.cuda.get_device_capability(device)[0] != 9):
+        pytest.skip("cuBLAS's blockwise FP8 GEMM: an sm_90 GPU")
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 256, dtype=torch.bfloat16, device=device)
+    gy = torch.randn(2, 64, 128, dtype=torch.bfloat16, device=device)
+    outs, weights, calls = [], None, []
+    folded = native.linear.quantize_folded
+    monkeypatch.setattr(native.linear, "quantize_folded",
+                        lambda *a, **kw: calls.append(1) or folded(*a, **kw))
+    for fused in (True, False):
+        if not fused:  # the two-pass path: quantize, then mx_matmul folds
+            monkeypatch.setattr(native.linear, "FOLD_METHODS", ())
+        lin = native.MXLinear(256, 128, recipe=recipe, layer_id=2, seed=3, method=method,
+                              backend="triton", device=device)
+        if weights is None:
+            weights = {k: v.clone() for k, v in lin.state_dict().items()}
+        lin.load_state_dict(weights)
+        native.set_step(lin, 5)
+        xi = x.clone().requires_grad_(True)
+        y = lin(xi)
+        y.backward(gy)
+        outs.append((y, xi.grad, lin.weight.grad))
+        assert len(calls) == 6  # the fused run: three GEMMs x two operands; the other: none
+    for what, got, want in zip(("y", "dgrad", "wgrad"), *outs):
+        assert torch.equal(got.view(torch.int16 if got.dtype == torch.bfloat16 else torch.int32),
+                           want.view(torch.int16 if want.dtype == torch.bfloat16 else
+                                     torch.int32)), what
