@@ -12,8 +12,8 @@ Bits against the emulator (``emulator.fold``): the fold itself is bit for bit on
 every format and group size (``benchmarks/fold_probe.py``, results/native_gpu/fold_probe.md).
 Speed on an H100 at Llama-8B shapes (results/native_gpu/bench_gemm_h100.md, the tile and group
 sweeps beside it): promoted at groups of 4 blocks 0.42-0.50x cuBLAS bf16, chained at groups of
-32 blocks 1.00-1.24x; the float32 epilogue per group is what limits both. Not yet fused into
-the quantize pass.
+32 blocks 1.00-1.24x; the float32 epilogue per group is what limits both.
+``quantize_folded`` folds in the quantize kernel's own pass (MXLinear uses it in eager mode).
 """
 from __future__ import annotations
 
