@@ -99,6 +99,10 @@ class Folded:
         return e4m3 * np.repeat(_scale(self.exponents), self.group * BLOCK_SIZE, axis=1)
 
 
+# the MX element formats whose every value, times 2^d over a range of shifts, is an E4M3 value
+FOLD_FORMATS = ("e2m1", "e2m3", "e3m2")
+
+
 def fold(mx: MXArray, group: int | None = None) -> Folded:
     """Fold a 2-D MX operand quantized along its last axis into E4M3 with a power-of-two scale
     per ``group`` blocks (None: the whole row). See the module doc."""
@@ -107,7 +111,7 @@ def fold(mx: MXArray, group: int | None = None) -> Folded:
     if mx.codes.ndim != 2 or mx.axis != 1 or mx.block_size != BLOCK_SIZE:
         raise ValueError("fold takes a 2-D MXArray quantized along axis 1 in blocks of 32")
     fmt = mx.fmt
-    if fmt.name not in ("e2m1", "e2m3", "e3m2"):
+    if fmt.name not in FOLD_FORMATS:
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly over a range of scales, "
                          f"not {fmt.name}")
     d_min, d_max = shift_range(fmt)

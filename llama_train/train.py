@@ -77,9 +77,10 @@ def build(cfg: TrainConfig, dist: Dist):
 
 
 def gemm_method_run(model, device) -> str | None:
-    """The method the MX GEMMs of ``model`` run (``auto`` resolved on ``device``: on Hopper
-    'fp8_cublas', whose refused GEMMs run 'bf16' (``native.gemm.fit_method``); a chip's
-    accumulation model, or the emulator backend, named as such); None without an MX GEMM."""
+    """The method the MX GEMMs of ``model`` run (``auto`` resolved on ``device`` by
+    ``auto_method``: on Hopper ``native.gemm.HOPPER_AUTO``, whose GEMMs 'fp8_cublas' refuses
+    run 'bf16' (``fit_method``); a chip's accumulation model, or the emulator backend, named as
+    such); None without an MX GEMM."""
     for m in model.modules():
         if isinstance(m, MXLinear) and any(m.recipe.gemm(g).is_mx for g in GEMMS):
             ctx = m.context

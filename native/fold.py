@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..emulator.fold import NAN_EXPONENT, shift_range
+from ..emulator.fold import FOLD_FORMATS, NAN_EXPONENT, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
 from . import launch
 from ._lazy import kernels, triton
@@ -124,7 +124,7 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     from .dispatch import pick_backend
     from .tuning import default_tuning
     n = ops.numerics(fmt, scale_rule, rounding, rotation)
-    if n.fmt.name not in ("e2m1", "e2m3", "e3m2"):
+    if n.fmt.name not in FOLD_FORMATS:
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {n.fmt.name}")
     axis = ops._check_input(x, axis, BLOCK_SIZE, n.rotation)
     ops._check_keys(keys, x)
@@ -171,7 +171,7 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32).
     pow2: also write each group's 2^R as float32, group-major (``FoldedTensor.pow2``, what
     ``blockwise_scales`` hands cuBLAS), in the same pass."""
-    if fmt.name not in ("e2m1", "e2m3", "e3m2"):
+    if fmt.name not in FOLD_FORMATS:
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {fmt.name}")
     nblk = k // BLOCK_SIZE
     if group < 1 or nblk % group:

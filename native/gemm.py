@@ -113,7 +113,7 @@ def _tuned_kernel():
     return _tuned
 
 
-FOLD_FORMATS = ("e2m1", "e2m3", "e3m2")
+FOLD_FORMATS = emulator.fold.FOLD_FORMATS
 
 
 def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
@@ -285,12 +285,18 @@ def check_cublas_shapes(device, m: int, n: int, k: int) -> None:
     if device.type != "cuda":
         raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
                          f"(sm_90+) feature; the operands are on {device}")
+    problem = _cublas_shape_problem(m, n, k)
+    if problem:
+        raise ValueError(f"method='fp8_cublas': {problem}")
+
+
+def _cublas_shape_problem(m: int, n: int, k: int) -> str | None:
+    """Why cuBLAS's blockwise FP8 GEMM refuses an M x N x K GEMM, or None where it takes it."""
     if k % 128:
-        raise ValueError(f"method='fp8_cublas' scales 1 x 128 blocks along K: K = {k} is not a "
-                         "multiple of 128")
+        return f"it scales 1 x 128 blocks along K: K = {k} is not a multiple of 128"
     if m % 16 or n % 16:
-        raise ValueError(f"method='fp8_cublas': cuBLAS's FP8 GEMM takes M and N in multiples of "
-                         f"16, got M = {m}, N = {n}")
+        return f"cuBLAS's FP8 GEMM takes M and N in multiples of 16, got M = {m}, N = {n}"
+    return None
 
 
 def folded_product(method: str, fa: fold.FoldedTensor, fb: fold.FoldedTensor,
@@ -416,6 +422,8 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 # results/native_gpu/mxlinear_host_h100.md). 'bf16' stays the default until the fold is part
 # of the quantize pass and launches are cheap (issue 18); ``fit_method`` is ready for the switch.
 HOPPER_AUTO = "bf16"
+# torch._scaled_mm's blockwise 1 x 128 scaling as fp8_cublas calls it: measured with torch 2.11
+_BLOCKWISE_SCALED_MM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11)
 
 
 @torch.compiler.assume_constant_result
@@ -425,7 +433,7 @@ def auto_method(device: torch.device) -> str:
     'bf16'."""
     if interpreting() or has_mx_units(device):
         return "dot_scaled"
-    if hopper(device) and tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11):
+    if hopper(device) and (HOPPER_AUTO != "fp8_cublas" or _BLOCKWISE_SCALED_MM):
         return HOPPER_AUTO
     return "bf16"
 
@@ -434,8 +442,8 @@ def fit_method(method: str, fmt_a, fmt_b, m: int, n: int, k: int) -> str:
     """``method`` as ``auto_method`` chose it, or 'bf16' where it is 'fp8_cublas' and the GEMM
     is one that method refuses: an operand that does not fold (MXFP8, MXINT8), K not a multiple
     of 128, or M, N not multiples of 16."""
-    if method == "fp8_cublas" and not (fmt_a.name in FOLD_FORMATS and fmt_b.name in FOLD_FORMATS
-                                       and k % 128 == 0 and m % 16 == 0 and n % 16 == 0):
+    if method == "fp8_cublas" and (fmt_a.name not in FOLD_FORMATS or fmt_b.name not in FOLD_FORMATS
+                                   or _cublas_shape_problem(m, n, k)):
         return "bf16"
     return method
 

@@ -148,7 +148,8 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         method = fit_method(auto_method(a.device), fmt, fmt, am.shape[0], bm.shape[0],
                             am.shape[1])
     if method in FOLD_METHODS and not on_emulator and not torch.compiler.is_compiling():
-        return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys)
+        return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
+                            am.shape[0], bm.shape[0], am.shape[1])
     ops = []
     for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)):
         # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the
@@ -168,12 +169,10 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
 
 
 def _folded_gemm(method: str, gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int,
-                 out_dtype, ctx: GemmContext, keys) -> torch.Tensor:
-    """A fold method's GEMM (eager mode) on operands folded in their quantize pass
+                 out_dtype, ctx: GemmContext, keys, m: int, n: int, k: int) -> torch.Tensor:
+    """A fold method's M x N x K GEMM (eager mode) on operands folded in their quantize pass
     (``fold.quantize_folded``: one kernel per operand, no fold launch): the bits of
     ``mx_matmul(quantize(a), quantize(b), method=method)``."""
-    k = a.shape[a_axis]
-    m, n = a.shape[1 - a_axis], b.shape[1 - b_axis]
     if method == "fp8_cublas":
         check_cublas_shapes(a.device, m, n, k)
     group = FOLD_MODELS[method].group_for(k)

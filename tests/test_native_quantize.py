@@ -163,10 +163,11 @@ def test_quantize_dequantize_is_the_composition(device, fmt):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("fmt", ["e2m1", "e4m3"])
 def test_h16_on_every_bf16_value(device, fmt):
-    """H16 on bf16 input folds its 1/4 into the block scale (QUARTER_IN_SCALE in quantize_rows32_kernel): every bf16
-    value in 32-blocks, shuffled (NaN and Inf in most blocks) and in order (blocks of
-    subnormals, of huge values whose sums overflow), one 32-block tile per program, every
-    scale rule, deterministic and random signs, codes, scales and quantize-dequantize."""
+    """H16 on bf16 input puts its 1/4 into the block scale (QUARTER_IN_SCALE in
+    quantize_rows32_kernel): every bf16 value in 32-blocks, shuffled (NaN and Inf in most
+    blocks) and in order (blocks of subnormals, of huge values whose sums overflow), one
+    32-block tile per program, every scale rule, deterministic and random signs, codes, scales
+    and quantize-dequantize."""
     tuning = native.Tuning(rows32=native.RowTile(32, 1), rows32_qdq=native.RowTile(32, 1))
     x = all_bf16_blocks(1)
     x = x[x.shape[0] // 2 - 64:]  # 64 shuffled blocks (NaN, Inf in every tile), all in order

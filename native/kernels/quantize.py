@@ -13,7 +13,8 @@ layout ``tl.dot_scaled`` takes for an operand packed along its contraction dimen
 
 Constexprs: the format block (``ocpmx.spec.KernelFormat.constexprs``), the numerics (RULE,
 ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, QUARTER_IN_SCALE), the tile (NB, or ROWS
-and KB: tuning, which changes speed and never bits) and what the shape implies (EVEN, BIG, INNER1, BS).
+and KB: tuning, which changes speed and never bits) and what the shape implies (EVEN, BIG,
+INNER1, BS).
 """
 from __future__ import annotations
 
@@ -438,10 +439,10 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     bits as ``quantize_kernel`` (and the emulator).
 
     QUARTER_IN_SCALE (H16 on bf16 or float16 input, a float format, RNE): the rotation's 1/4
-    goes into the block scale instead of a multiply per element. The emulator rotates as signs, butterfly
-    stages, then v = fl(T * 1/4). On bf16 or float16 input every x is a multiple of 2^-133
-    (resp. 2^-24), so every butterfly intermediate and T are multiples of it too, and T/4 is a
-    float32 number: v = T / 4 exactly (Inf and NaN stay what they are). So max|v| = max|T| / 4
+    goes into the block scale instead of a multiply per element. The emulator rotates as signs,
+    butterfly stages, then v = fl(T * 1/4). On bf16 or float16 input every x is a multiple of
+    2^-133 (resp. 2^-24), so every butterfly intermediate and T are multiples of it too, and T/4
+    is a float32 number: v = T / 4 exactly (Inf and NaN stay what they are). So max|v| = max|T| / 4
     (one multiply per block, exact), and the elements' RNE input y = |v| * 2^-s =
     |T| * 2^-(s + 2): the same real number, rounded once either way, 2^-(s + 2) being a float32
     number (|v| < 2^126 gives s <= 124 for every float format). Same bits as the emulator.
@@ -522,7 +523,7 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
     # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
     # and a funnel shift per element: 14.5 SASS instructions per element with H16 on sm_90,
     # 18.3 with round_on_grid and the sign merged per element)
-    if QUARTER_IN_SCALE:  # r holds the rotation without its 1/4, which goes into the scale (see above)
+    if QUARTER_IN_SCALE:  # r holds the rotation without its 1/4, which goes into the scale
         amax = (amax.to(tl.float32, bitcast=True) * 0.25).to(tl.int32, bitcast=True)
     u0 = r0.to(tl.int32, bitcast=True)
     u1 = r1.to(tl.int32, bitcast=True)
