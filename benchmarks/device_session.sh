@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench gemm linear host probe sweep cublas cublas_profile cublas_model emulate accum
+# Steps: env tests sass bench fold gemm linear host probe sweep cublas cublas_profile cublas_model emulate accum
 # conform
 # conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/.
@@ -31,6 +31,9 @@ for s in "$@"; do
       done_ $s $? ;;
     bench)
       python3 benchmarks/gpu_bench.py --out $RUN/bench --sections quantize > $RUN/bench.log 2>&1
+      done_ $s $? ;;
+    fold)
+      python3 benchmarks/gpu_bench.py --out $RUN/bench_fold --sections fold > $RUN/bench_fold.log 2>&1
       done_ $s $? ;;
     gemm)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_gemm --sections gemm > $RUN/bench_gemm.log 2>&1

@@ -1,6 +1,6 @@
 """GPU benchmarks of the native backend; every figure against a baseline timed in the same run.
 
-  python benchmarks/gpu_bench.py --out results/native_gpu [--sections quantize gemm linear numerics]
+  python benchmarks/gpu_bench.py --out results/native_gpu [--sections quantize gemm linear numerics emulate fold]
 
 quantize  bf16 -> packed MXFP4 (+ fused H16) throughput in GB/s against a device-to-device copy
 gemm      TFLOP/s on Llama 3.1-8B shapes (8192 tokens): dot_scaled MXFP4 vs cuBLAS bf16 and
@@ -320,8 +320,56 @@ def section_emulate(rows):
                              ms=t, tflops=flop / t / 1e9, of_bf16=t_bf16 / t))
 
 
+def section_fold(rows):
+    """Issue 17: the quantize pass that writes the folded E4M3 operand (``quantize_folded``)
+    against a copy and against the plain quantize of the same input, rows and columns (Wgrad's
+    operands), H16 and stochastic rounding; and its host time per call."""
+    m, k = TOKENS, 14336
+    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    copy_ms = bench(lambda: dst.copy_(src()))
+    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
+    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    for group, pow2 in ((4, True), (4, False), (32, False)):
+        for rot in (None, "hadamard16"):
+            for axis in (-1, 0):
+                for rnd in ("rne", "stochastic"):
+                    if rnd == "stochastic" and (group, pow2) != (4, True):
+                        continue
+                    ms = bench(lambda: fold.quantize_folded(
+                        src(), "e2m1", group, axis=axis, pow2=pow2, rotation=rot,
+                        rounding=rnd, scale_rule="even"))
+                    # bf16 in; E4M3 codes, MX scales, group exponents (and 2^R) out
+                    nbytes = m * k * (2 + 1) + m * k // 32 + m * k // 32 // group * (
+                        4 + 4 * pow2)
+                    plain = bench(lambda: native.quantize(
+                        src(), "e2m1", axis=axis, rotation=rot, rounding=rnd,
+                        scale_rule="even"))
+                    gbs = nbytes / ms / 1e6
+                    rows.append(dict(
+                        case=f"quantize_folded e2m1 group {group}{' pow2' if pow2 else ''} "
+                             f"axis={axis} rot={rot} {rnd}", ms=ms, gbs=gbs,
+                        of_copy=gbs / copy_gbs, of_quantize=plain / ms))
+    tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    for name, fn in (("quantize e2m1", lambda: native.quantize(tiny, "e2m1")),
+                     ("quantize_folded e2m1 group 4 pow2",
+                      lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True))):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        per_call = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(500):
+                fn()
+            per_call.append((time.perf_counter() - t0) / 500 * 1e6)
+            torch.cuda.synchronize()
+        rows.append(dict(case=f"host time per call, {name} (us, best of 5 x 500)",
+                         us=min(per_call)))
+
+
 SECTIONS = {"quantize": section_quantize, "gemm": section_gemm, "linear": section_linear,
-            "numerics": section_numerics, "emulate": section_emulate}
+            "numerics": section_numerics, "emulate": section_emulate, "fold": section_fold}
 
 
 def header():

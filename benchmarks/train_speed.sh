@@ -2,7 +2,9 @@
 # Training speed on one GPU (issue 18): tokens/s per configuration, eager and compiled, the
 # stdlib corpus, sequence 1024, 32 sequences a step, 40 steps (median over steps 10-39), the
 # step profiled at 30 (GPU busy time per step against the step's wall time).
-#   bash benchmarks/train_speed.sh OUT [PRESETS] [RECIPES] [MODES]
+#   [GEMM_METHOD=fp8_cublas] bash benchmarks/train_speed.sh OUT [PRESETS] [RECIPES] [MODES]
+# GEMM_METHOD: MXLinear's GEMM method (ocpmx train --gemm-method); the run directories then
+# carry it in their names (P-R-MODE-METHOD).
 OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxfp4_all_h16"}; MODES=${4:-"eager compiled"}
 DATA=/tmp/ocpmx_data/c4-mini
 mkdir -p $OUT
@@ -12,10 +14,11 @@ mkdir -p $OUT
 for preset in $PRESETS; do
   for recipe in $RECIPES; do
     for mode in $MODES; do
-      d=$OUT/$preset-$recipe-$mode
+      d=$OUT/$preset-$recipe-$mode${GEMM_METHOD:+-$GEMM_METHOD}
       [ -f $d/metrics.jsonl ] && [ "$(grep -c '"loss"' $d/metrics.jsonl)" -ge 40 ] && continue
       rm -rf $d
       extra=""; [ $mode = compiled ] && extra="--compile"
+      [ -n "$GEMM_METHOD" ] && [ $recipe != bf16 ] && extra="$extra --gemm-method $GEMM_METHOD"
       echo "$(date +%T) $preset $recipe $mode"
       python3 -m ocpmx.cli train --preset $preset --recipe $recipe --data $DATA --out $d \
         --seq-len ${SEQ:-1024} --batch-size ${BATCH:-32} --max-steps 40 --warmup-steps 5 --eval-every 1000 \

@@ -18,8 +18,9 @@ def row(d: Path) -> dict:
     step_tokens = cfg["batch_size"] * cfg["grad_accum"] * cfg["seq_len"]
     brk = d / "step_breakdown.json"
     gpu_ms = sum(json.loads(brk.read_text())["gpu_ms_per_step"].values()) if brk.is_file() else None
-    mode = d.name.rsplit("-", 1)[1]
+    mode = "compiled" if cfg.get("compile") else "eager"
     return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
+            "gemm_method_run": cfg.get("gemm_method_run"),
             "tokens_per_s": tps, "mfu": statistics.median(r["mfu"] for r in steps) if steps else None,
             "step_ms": 1e3 * step_tokens / tps if steps else None, "gpu_busy_ms": gpu_ms,
             "timed_steps": len(steps), "loss_last": rows[-1].get("loss") if rows else None}
@@ -29,15 +30,16 @@ def main(root):
     root = Path(root)
     rows = [row(d) for d in sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file())]
     by = {(r["preset"], r["mode"], r["recipe"]): r for r in rows}
-    lines = ["| preset | recipe | mode | tokens/s | MFU | step ms | GPU busy ms (profiled step) "
-             "| busy / step | × bf16 same mode |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| preset | recipe | mode | GEMM method | tokens/s | MFU | step ms | GPU busy ms (profiled step) "
+             "| busy / step | × bf16 same mode |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         base = by.get((r["preset"], r["mode"], "bf16"))
         rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         busy = r["gpu_busy_ms"]
         busy_ms = "—" if busy is None else f"{busy:.1f}"
         share = "—" if busy is None else f"{busy / r['step_ms']:.2f}"
-        lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | {r['tokens_per_s']:,.0f} | "
+        lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
+                     f"{r['gemm_method_run'] or '—'} | {r['tokens_per_s']:,.0f} | "
                      f"{(r['mfu'] or 0):.1%} | {r['step_ms']:.1f} | {busy_ms} | {share} | "
                      f"{rel:.2f} |")
     (root / "train_speed.json").write_text(json.dumps(rows, indent=1))
