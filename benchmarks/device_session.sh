@@ -4,7 +4,7 @@
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench fold gemm linear host probe sweep cublas cublas_profile cublas_model emulate accum
+# Steps: env tests sass bench fold gemm linear launch columns host probe sweep cublas cublas_profile cublas_model emulate accum
 # conform
 # conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/.
@@ -40,6 +40,12 @@ for s in "$@"; do
       done_ $s $? ;;
     linear)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_linear --sections linear > $RUN/bench_linear.log 2>&1
+      done_ $s $? ;;
+    columns)
+      python3 benchmarks/gpu_bench.py --out $RUN/bench_columns --sections columns > $RUN/bench_columns.log 2>&1
+      done_ $s $? ;;
+    launch)
+      python3 benchmarks/gpu_bench.py --out $RUN/bench_host --sections host > $RUN/bench_host.log 2>&1
       done_ $s $? ;;
     host)
       python3 benchmarks/mxlinear_host_profile.py --out $RUN/mxlinear_host > $RUN/mxlinear_host.log 2>&1

@@ -1,6 +1,6 @@
 """GPU benchmarks of the native backend; every figure against a baseline timed in the same run.
 
-  python benchmarks/gpu_bench.py --out results/native_gpu [--sections quantize gemm linear numerics emulate fold]
+  python benchmarks/gpu_bench.py --out results/native_gpu [--sections quantize gemm linear numerics emulate fold host columns]
 
 quantize  bf16 -> packed MXFP4 (+ fused H16) throughput in GB/s against a device-to-device copy
 gemm      TFLOP/s on Llama 3.1-8B shapes (8192 tokens): dot_scaled MXFP4 vs cuBLAS bf16 and
@@ -9,6 +9,10 @@ gemm      TFLOP/s on Llama 3.1-8B shapes (8192 tokens): dot_scaled MXFP4 vs cuBL
 linear    MXLinear forward + backward per recipe against nn.Linear bf16
 numerics  how the chip's dot_scaled sums compare with the emulator's accumulation models
 emulate   method='emulate' (a declared accumulation model, bit for bit) against cuBLAS bf16
+fold      quantize_folded (issue 17) against a copy and the plain quantize
+columns   the column kernel's tiles against the transpose path (axis 0, issue 18)
+host      host time per eager call of each operation, cached compiled kernels against
+          Triton's own launch (issue 18)
 
 Writes <out>/bench.json and <out>/bench.md (device, versions, command). Timings: medians of
 triton.testing.do_bench (CUDA events), inputs random normal, several input sets rotated for
@@ -84,7 +88,8 @@ def section_quantize(rows):
                              ("cols32", [ColumnTile(32, 1), ColumnTile(64, 2),
                                          ColumnTile(128, 4), ColumnTile(256, 8)], 0)):
         for tile in tiles:  # tile shapes change speed only; the tests pin the bits
-            tuning = dataclasses.replace(GPU, **{key: tile})
+            tuning = dataclasses.replace(GPU, **{key: tile},
+                                         **({"columns": "kernel"} if key == "cols32" else {}))
             rnd = "rne"
             if key == "rows32_qdq":
                 fn, nb, what = (lambda: native.quantize_dequantize(
@@ -146,18 +151,8 @@ def section_quantize(rows):
                      ("quantize e2m1 H16", lambda: native.quantize(
                          tiny, "e2m1", rotation="hadamard16", scale_rule="even")),
                      ("quantize e2m1", lambda: native.quantize(tiny, "e2m1", scale_rule="even"))):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        per_call = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(500):
-                fn()
-            per_call.append((time.perf_counter() - t0) / 500 * 1e6)
-            torch.cuda.synchronize()
         out.append(dict(case=f"host time per call, {name} (us, best of 5 x 500)",
-                        us=min(per_call)))
+                        us=host_us(fn)))
     # the transpose behind the columns path: Triton tiled kernel against torch's strided copy
     for name, fn in (("triton move_axis_last", lambda: native.move_axis_last(src(), 0)),
                      ("torch movedim().contiguous()",
@@ -354,22 +349,107 @@ def section_fold(rows):
     for name, fn in (("quantize e2m1", lambda: native.quantize(tiny, "e2m1")),
                      ("quantize_folded e2m1 group 4 pow2",
                       lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True))):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        per_call = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(500):
-                fn()
-            per_call.append((time.perf_counter() - t0) / 500 * 1e6)
-            torch.cuda.synchronize()
         rows.append(dict(case=f"host time per call, {name} (us, best of 5 x 500)",
-                         us=min(per_call)))
+                         us=host_us(fn)))
+
+
+COLUMN_TILES = [ColumnTile(64, 2), ColumnTile(32, 1, 4, True, True),
+                ColumnTile(32, 1, 4, False, True), ColumnTile(64, 2, 4, False, True),
+                ColumnTile(64, 4, 4, False, True), ColumnTile(64, 2, 2, False, True),
+                ColumnTile(128, 4, 2, False, True), ColumnTile(32, 2, 8, False, True),
+                ColumnTile(64, 2, 4, False, False), ColumnTile(128, 4, 4, False, True)]
+
+
+def section_columns(rows):
+    """Issue 18: blocks of 32 along tokens (Wgrad's operands, axis 0 of bf16 8192 x 14336 ->
+    MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
+    along K, one-element loads or vectorized, launch order), against a copy and against the
+    transpose + row kernel path (the default until a column tile beats it). Same bits every
+    way (tests/test_native_quantize.py)."""
+    m, k = TOKENS, 14336
+    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    copy_ms = bench(lambda: dst.copy_(src()))
+    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
+    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    nbytes = m * k * 2 + m * k // 2 + m * k // 32
+    ways = [("transpose", dataclasses.replace(GPU, columns="transpose"))] + [
+        (str(t), dataclasses.replace(GPU, columns="kernel", cols32=t)) for t in COLUMN_TILES]
+    for rot, rnd in ((None, "rne"), ("hadamard16", "rne"), ("hadamard16", "stochastic")):
+        for name, tuning in ways:
+            try:
+                ms = bench(lambda: native.quantize(src(), "e2m1", axis=0, rotation=rot,
+                                                   rounding=rnd, scale_rule="even",
+                                                   tuning=tuning))
+            except Exception as e:  # a tile that does not compile: say so, go on
+                rows.append(dict(case=f"columns {name} rot={rot} {rnd}: {type(e).__name__}"))
+                continue
+            gbs = nbytes / ms / 1e6
+            rows.append(dict(case=f"columns {name} e2m1 rot={rot} {rnd}", ms=ms, gbs=gbs,
+                             of_copy=gbs / copy_gbs))
+
+
+def host_us(fn, calls: int = 500, repeats: int = 5) -> float:
+    """Host time per call of ``fn`` in microseconds (best of ``repeats`` x ``calls``, after a
+    warm-up; the GPU is synchronized between repeats only, so a host slower than the GPU
+    measures the host)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return min(per_call)
+
+
+def section_host(rows):
+    """Issue 18: host time per eager call of each native operation on a tiny input (the GPU
+    time negligible), launched through the cached compiled kernels (``native.fastlaunch``)
+    against Triton's own launch (``kernel[grid]``) in the same run; and one MXLinear forward +
+    backward. Baseline: ``copy_`` of the same tensor."""
+    from ocpmx.native import fastlaunch
+    tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(tiny)
+    q = native.quantize(tiny, "e2m1")
+    qw = native.quantize(torch.randn(256, 1024, device="cuda"), "e2m1")
+    lin = native.MXLinear(1024, 256, bias=False, recipe="mxfp4_all_h16").cuda().bfloat16()
+    xg = tiny.clone().requires_grad_()
+
+    def step():
+        lin(xg).sum().backward()
+
+    cases = [("copy_", lambda: dst.copy_(tiny)),
+             ("quantize e2m1", lambda: native.quantize(tiny, "e2m1")),
+             ("quantize e2m1 H16", lambda: native.quantize(tiny, "e2m1", rotation="hadamard16")),
+             ("quantize e2m1 axis=0 H16", lambda: native.quantize(
+                 tiny, "e2m1", axis=0, rotation="hadamard16")),
+             ("quantize e2m1 stochastic", lambda: native.quantize(
+                 tiny, "e2m1", rounding="stochastic", seed=3)),
+             ("quantize_dequantize e2m1 H16", lambda: native.quantize_dequantize(
+                 tiny, "e2m1", rotation="hadamard16")),
+             ("dequantize e2m1 -> bf16", lambda: native.dequantize(q, torch.bfloat16)),
+             ("mx_matmul e2m1 64x1024 @ 1024x256", lambda: native.mx_matmul(q, qw)),
+             ("quantize_folded e2m1 group 4 pow2",
+              lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True)),
+             ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step)]
+    for name, fn in cases:
+        times = {}
+        for enabled in (False, True):
+            fastlaunch.ENABLED = enabled
+            times[enabled] = host_us(fn, calls=100 if fn is step else 500)
+        fastlaunch.ENABLED = True
+        rows.append(dict(case=f"host time per call, {name} (us, best of 5)",
+                         us=times[True], us_triton_launch=times[False],
+                         speedup=times[False] / times[True]))
 
 
 SECTIONS = {"quantize": section_quantize, "gemm": section_gemm, "linear": section_linear,
-            "numerics": section_numerics, "emulate": section_emulate, "fold": section_fold}
+            "numerics": section_numerics, "emulate": section_emulate, "fold": section_fold,
+            "host": section_host, "columns": section_columns}
 
 
 def header():

@@ -25,6 +25,7 @@ import torch
 from ..emulator.fold import FOLD_FORMATS, NAN_EXPONENT, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
 from . import launch
+from .launch import cdiv
 from ._lazy import kernels, triton
 from .dispatch import hopper, interpreting
 from .tensor import MXTensor, pack_factor
@@ -185,7 +186,7 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     n_groups = rows * nblk // group
     if n_groups:
         ng = max(1, min(16, 64 // group))  # groups per program: at most 2048 elements
-        launch.run(kernels.fold.fold_kernel, (triton.cdiv(n_groups, ng),), data, scales, codes,
+        launch.run(kernels.fold.fold_kernel, (cdiv(n_groups, ng),), data, scales, codes,
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], GROUP=group, NG=ng, POW2=pow2,
@@ -250,12 +251,12 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
             if fixed:
                 bm, bn, warps, stages = fixed
                 launch.run(kernels.fold.folded_gemm_kernel,
-                           (triton.cdiv(m, bm) * triton.cdiv(n, bn),), *args, BLOCK_M=bm,
+                           (cdiv(m, bm) * cdiv(n, bn),), *args, BLOCK_M=bm,
                            BLOCK_N=bn, num_warps=warps, num_stages=stages, RANK1=rank1,
                            **common)
             else:
                 def grid(meta):
-                    return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+                    return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
                 launch.run(_tuned_kernel(promote), grid, *args, RANK1=rank1, **common)
     return c
 

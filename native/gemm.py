@@ -21,6 +21,7 @@ import torch
 from .. import emulator
 from ..spec import BLOCK_SIZE
 from . import fold, launch
+from .launch import cdiv
 from ._lazy import kernels, triton
 from .dispatch import blackwell, hopper, interpreting, pick_backend
 from .ops import dequantize_kmajor
@@ -254,12 +255,12 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
         # one fixed tile; on sm_100a a BLOCK_M of 64 made Triton fall back to a bf16 MMA
         # (ocpmx audit): 128 x 64 gets the MX instruction there and on gfx950
         bm, bn, bk = (32, 32, 64) if interpreting() else (128, 64, 128)
-        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+        grid = (cdiv(m, bm) * cdiv(n, bn),)
         launch.run(kernels.gemm.mx_gemm_kernel, grid, da, db, sa, sb, cv, m, n, k, **meta,
                    BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=4)
     else:
         def grid(meta_):
-            return (triton.cdiv(m, meta_["BLOCK_M"]) * triton.cdiv(n, meta_["BLOCK_N"]),)
+            return (cdiv(m, meta_["BLOCK_M"]) * cdiv(n, meta_["BLOCK_N"]),)
         launch.run(_tuned_kernel(), grid, da, db, sa, sb, cv, m, n, k, **meta)
     return c
 
@@ -361,13 +362,13 @@ def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
     if mid == 1:  # fp32_sequential: the float32 kernel (2.2x the int64 one on an H100)
         va, vb = _value_tables(fmt_a, da.device), _value_tables(fmt_b, db.device)
         # the (BLOCK_M, BLOCK_N, 32) product tile lives in registers
-        grid = (triton.cdiv(m, 32), triton.cdiv(n, 16))
+        grid = (cdiv(m, 32), cdiv(n, 16))
         launch.run(kernels.emulate.emulate_gemm_fast_kernel, grid, da, db, sa, sb, *va, *vb, c,
                    m, n, k, INV_GRID=float(2.0 ** -lo), BLOCK_M=32, BLOCK_N=16, num_warps=4,
                    **operands)
         return c
     ta, tb = _tables(fmt_a, da.device), _tables(fmt_b, db.device)
-    grid = (triton.cdiv(m, _EMULATE_TILE), triton.cdiv(n, _EMULATE_TILE))
+    grid = (cdiv(m, _EMULATE_TILE), cdiv(n, _EMULATE_TILE))
     launch.run(kernels.emulate.emulate_gemm_kernel, grid, da, db, sa, sb, *ta, *tb, c,
                m, n, k, MODEL=mid, L=chunk, LP=triton.next_power_of_2(chunk), F=frac,
                ALIGN_RNE=align_rne, OUT_MODE=1 if rtz else 0, BLOCK_M=_EMULATE_TILE,

@@ -16,7 +16,8 @@ import torch
 
 from ..spec import ElementFormat, Rotation, Rounding, ScaleRule, lower
 from ..spec.rules import Conversion
-from ._lazy import kernels, triton
+from . import fastlaunch
+from ._lazy import kernels
 from .dispatch import hopper
 from .tensor import pack_factor
 from .tuning import Tuning
@@ -25,8 +26,23 @@ from .tuning import Tuning
 BIG_NUMEL = 2**31 - 2**20
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for launch grids (``triton.cdiv`` is a jit function in Triton >= 3.8, whose
+    host call costs microseconds)."""
+    return -(-a // b)
+
+
 def run(kernel, grid, *args, **constexprs):
-    """Launch ``kernel`` on ``grid``: every kernel launch of ``ocpmx.native`` goes through here."""
+    """Launch ``kernel`` on ``grid``: every kernel launch of ``ocpmx.native`` goes through here.
+
+    A compiled ``triton.jit`` kernel on a GPU is launched through ``fastlaunch`` (the compiled
+    kernel cached per specialization, called directly: Triton's own launch binds and hashes
+    every argument, ~60 us a call with the quantize kernels' 40 constexprs); anything else
+    (the interpreter, an autotuned kernel) through Triton's ``kernel[grid]``."""
+    if fastlaunch.ENABLED:
+        done = fastlaunch.launch(kernel, grid, args, constexprs)
+        if done is not None:
+            return done
     return kernel[grid](*args, **constexprs)
 
 
@@ -45,11 +61,11 @@ class Numerics:
     def pack(self) -> int:
         return pack_factor(self.fmt)
 
-    @property
+    @functools.cached_property  # (frozen dataclass: computed once per Numerics)
     def sign_mask(self) -> int:
         return self.rotation.sign_mask() if self.rotation is not None else 0
 
-    @property
+    @functools.cached_property
     def rot_scale(self) -> float:
         return float(self.rotation.scale) if self.rotation is not None else 1.0
 
@@ -103,17 +119,23 @@ def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning:
     """(constexprs and launch options, blocks per program) of the 32-block row kernel (a fold
     takes at least one whole group per program)."""
     tile = tuning.rows32_qdq if qdq else tuning.rows32
+    nb = max(tile.blocks, fold.group) if fold else tile.blocks
+    fold_key = (fold.group, fold.d_max, fold.pow2 is not None, fold.hw_cvt) if fold else None
+    return _rows32_constexprs(n, in_dtype, tile, qdq, hopper(device), fold_key, nb,
+                              n_blocks * 32 >= BIG_NUMEL, n_blocks % nb == 0), nb
+
+
+@functools.lru_cache(maxsize=1024)
+def _rows32_constexprs(n: Numerics, in_dtype: torch.dtype, tile, qdq: bool, on_hopper: bool,
+                       fold_key: tuple | None, nb: int, big: bool, even: bool) -> dict:
     # (a fold takes no register cap: under the tile's 72 the E3M2 fold spilled when compiled
     # for sm_90 with Triton 3.6; without it, 75-79 registers and no spill)
-    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and hopper(device) and not fold else {}
-    nb = max(tile.blocks, fold.group) if fold else tile.blocks
-    folding = dict(FOLD_GROUP=fold.group, D_MAX=fold.d_max, POW2=fold.pow2 is not None,
-                   HW_CVT=fold.hw_cvt) if fold else \
-        dict(FOLD_GROUP=0, D_MAX=0, POW2=False, HW_CVT=False)
+    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not fold_key else {}
+    group, d_max, pow2, hw_cvt = fold_key or (0, 0, False, False)
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
-                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), **folding, NB=nb,
-                BIG=n_blocks * 32 >= BIG_NUMEL, EVEN=n_blocks % nb == 0,
-                num_warps=tile.warps, **opts), nb
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), FOLD_GROUP=group, D_MAX=d_max,
+                POW2=pow2, HW_CVT=hw_cvt, NB=nb, BIG=big, EVEN=even, num_warps=tile.warps,
+                **opts)
 
 
 def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
@@ -135,37 +157,53 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
     ``data`` gets E4M3 codes, one byte per element (along another axis than the last, through
     the transpose: the column kernel does not fold)."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    if inner != 1 and tuning.columns == "kernel" and fold is None:
-        cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq)
+    if inner != 1 and tuning.columns == "kernel" and fold is None and \
+            cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq):
         return
     if inner != 1:
         x = move_axis_last(x, axis, tuning)
     consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
     outs = (fold.exponents, fold.pow2 if fold.pow2 is not None else fold.exponents, fold.stats,
             fold.total, fold.rows) if fold else (scales, scales, scales, scales, 1)
-    run(kernels.quantize.quantize_rows32_kernel, (triton.cdiv(n_blocks, nb),),
+    run(kernels.quantize.quantize_rows32_kernel, (cdiv(n_blocks, nb),),
         x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales,
         sign_arg, n_blocks, seed_arg, n.rot_scale, *outs, **consts)
 
 
-def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, inner: int, numel: int,
-                      tuning: Tuning, qdq: bool) -> tuple[dict, int]:
-    """(constexprs and launch options, columns per program) of the 32-block column kernel."""
+def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,
+                      tuning: Tuning, qdq: bool) -> tuple[dict, int, int]:
+    """(constexprs and launch options, columns per program, blocks along K per program) of the
+    32-block column kernel."""
     tile = tuning.cols32
+    kb = tile.blocks_along(k // 32)
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
-                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), BN=tile.columns,
-                BIG=numel >= BIG_NUMEL, EVEN=inner % tile.columns == 0,
-                num_warps=tile.warps), tile.columns
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), BN=tile.columns, KB=kb,
+                HIDE=tile.hide, KB_FAST=tile.kb_fast, BIG=numel >= BIG_NUMEL,
+                EVEN=inner % tile.columns == 0, num_warps=tile.warps), tile.columns, kb
+
+
+def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):
+    """The column kernel's grid, or None where a dimension exceeds CUDA's limits (then the
+    caller transposes and runs the row kernel)."""
+    along, across = k // (32 * kb), cdiv(inner, bn)
+    grid = (along, across, outer) if kb_fast else (across, along, outer)
+    return grid if grid[1] <= 65535 and grid[2] <= 65535 else None
 
 
 def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, seed_arg,
-           sign_arg, tuning: Tuning, qdq: bool) -> None:
+           sign_arg, tuning: Tuning, qdq: bool) -> bool:
+    """The column kernel over a contiguous ``x`` (blocks along ``axis``); False where its grid
+    does not fit (nothing launched)."""
     k = x.shape[axis]
     outer = x.numel() // (k * inner)
-    consts, bn = cols32_constexprs(n, x.dtype, inner, x.numel(), tuning, qdq)
-    run(kernels.quantize.quantize_cols32_kernel, (triton.cdiv(inner, bn), k // 32, outer),
+    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tuning, qdq)
+    grid = cols32_grid(k, inner, outer, bn, kb, tuning.cols32.kb_fast)
+    if grid is None:
+        return False
+    run(kernels.quantize.quantize_cols32_kernel, grid,
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg, k,
         inner, seed_arg, n.rot_scale, **consts)
+    return True
 
 
 def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blocks: int,
@@ -175,7 +213,7 @@ def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blo
     sr = n.rounding == Rounding.STOCHASTIC
     c = lower(n.fmt).constexprs()
     nb = 16
-    run(kernels.gfx950.quantize_gfx950_kernel, (triton.cdiv(n_blocks, nb),), x, data, scales,
+    run(kernels.gfx950.quantize_gfx950_kernel, (cdiv(n_blocks, nb),), x, data, scales,
         n_blocks, seed & 0xFFFFFFFFFFFFFFFF, FP4=n.fmt.name == "e2m1", SR=sr,
         INSN=kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)], RULE=int(n.scale_rule),
         EMAX=c["EMAX"], MBITS=c["MBITS"], RNUM=c["RNUM"], RSHIFT=c["RSHIFT"], NB=nb,
@@ -195,7 +233,7 @@ def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int
     if cast:  # one code per byte, whatever the format
         consts = {**consts, "PACK": 1}
     seed_arg, sign_arg = random_args(n, seed, keys)
-    run(kernels.quantize.quantize_kernel, (triton.cdiv(rows, tile.rows), triton.cdiv(nblk, kb)),
+    run(kernels.quantize.quantize_kernel, (cdiv(rows, tile.rows), cdiv(nblk, kb)),
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg,
         rows, k, inner, seed_arg, n.rot_scale, **consts, CAST=cast, ROWS=tile.rows, KB=kb, BS=block_size,
         LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, INNER1=inner == 1,
@@ -212,7 +250,7 @@ def dequantize(data: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, k: i
     kb = tile.blocks_per_row(block_size, nblk)
     bf16 = out.dtype == torch.bfloat16
     run(kernels.dequantize.dequantize_kernel,
-        (triton.cdiv(rows, tile.rows), triton.cdiv(nblk, kb)),
+        (cdiv(rows, tile.rows), cdiv(nblk, kb)),
         data, scales, out.view(torch.int16) if bf16 else out, rows, k,
         **lower(fmt).constexprs(), PACK=pack_factor(fmt), OUT_BF16=bf16, ROWS=tile.rows, KB=kb,
         BS=block_size, EVEN=rows % tile.rows == 0 and nblk % kb == 0,
@@ -232,7 +270,7 @@ def move_axis_last(x: torch.Tensor, axis: int, tuning: Tuning) -> torch.Tensor:
     if x.numel():
         bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
         bk, bi = tuning.transpose
-        run(kernels.transpose.transpose_kernel, (triton.cdiv(k, bk), triton.cdiv(inner, bi), outer),
+        run(kernels.transpose.transpose_kernel, (cdiv(k, bk), cdiv(inner, bi), outer),
             x.view(bits), out.view(bits), k, inner, BK=bk, BI=bi,
             EVEN=k % bk == 0 and inner % bi == 0, num_warps=4)
     return out

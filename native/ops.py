@@ -14,6 +14,7 @@ per-step random bits without recompiling or re-capturing (MXLinear's key buffer)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -64,7 +65,16 @@ def _check_keys(keys, x) -> None:
 
 def numerics(fmt, scale_rule="floor", rounding="rne", rotation=None,
              int8_min: int = -127, conversion="ocp") -> Numerics:
-    """The ``Numerics`` of a quantize call's arguments (names parsed, errors named)."""
+    """The ``Numerics`` of a quantize call's arguments (names parsed, errors named; parsed once
+    per distinct arguments: this sits on every call's host path)."""
+    try:
+        return _numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
+    except TypeError:  # an unhashable argument: parse it (and name what is wrong) uncached
+        return _numerics.__wrapped__(fmt, scale_rule, rounding, rotation, int8_min, conversion)
+
+
+@functools.lru_cache(maxsize=256)
+def _numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion) -> Numerics:
     return Numerics(get_format(fmt), ScaleRule.parse(scale_rule), Rounding.parse(rounding),
                     parse_rotation(rotation), int8_min, Conversion.parse(conversion))
 

@@ -6,6 +6,7 @@ sweeps tiles by passing objects, never by setting a global.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -26,10 +27,24 @@ class RowTile:
 
 @dataclass(frozen=True)
 class ColumnTile:
-    """The 32-block column kernel: 32 elements along the quantized axis times ``columns``
-    positions of the other axes per program, on ``warps`` warps."""
+    """The 32-block column kernel: ``kblocks`` blocks of 32 elements along the quantized axis
+    (fewer where the axis's block count is not a multiple) times ``columns`` positions of the
+    other axes per program, on ``warps`` warps; ``hide``: one-element loads, a column per
+    thread (else vectorized loads and a layout conversion); ``kb_fast``: programs along the
+    quantized axis launched first (their outputs are neighbours)."""
     columns: int
     warps: int
+    kblocks: int = 1
+    hide: bool = True
+    kb_fast: bool = False
+
+    def blocks_along(self, n_blocks: int) -> int:
+        """Blocks along the quantized axis per program: ``kblocks`` halved until it divides
+        ``n_blocks`` (every program takes whole blocks, none masked along K)."""
+        kb = self.kblocks
+        while n_blocks % kb:
+            kb //= 2
+        return kb
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,9 @@ def default_tuning(device=None) -> Tuning:
     """The tiles for tensors on ``device`` (None: a device of the GPU defaults)."""
     if interpreting():
         return INTERPRETER
-    if device is not None and blackwell(torch.device(device)):
-        return BLACKWELL
-    return GPU
+    return GPU if device is None else _device_tuning(device)
+
+
+@functools.lru_cache(maxsize=64)
+def _device_tuning(device) -> Tuning:
+    return BLACKWELL if blackwell(torch.device(device)) else GPU

@@ -621,12 +621,13 @@ def load_tile_f32(x_ptr, offs, mask, IN_BF16: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
-def columns_to_quarters(t, BN: tl.constexpr):
-    """A [32, BN] tile (32 consecutive elements along the quantized axis, BN positions of the
-    other axes) as the row kernel's quarters: four [BN, 8], quarter p holding elements
-    8p .. 8p + 7 of each column's block (Triton moves the data through shared memory)."""
-    t = tl.permute(tl.reshape(t, (4, 8, BN)), (2, 1, 0))  # (n, j, p): element 8p + j
-    lo, hi = tl.split(tl.reshape(t, (BN, 8, 2, 2)))  # p = 2a + b: b = 0 | 1
+def columns_to_quarters(t, BN: tl.constexpr, KB: tl.constexpr):
+    """A [32 KB, BN] tile (KB blocks of 32 consecutive elements along the quantized axis, BN
+    positions of the other axes) as the row kernel's quarters: four [BN KB, 8], row n KB + j
+    holding block j of column n, quarter p its elements 8p .. 8p + 7 (Triton moves the data
+    through shared memory)."""
+    t = tl.permute(tl.reshape(t, (KB, 4, 8, BN)), (3, 0, 2, 1))  # (n, j, e, p): 32j + 8p + e
+    lo, hi = tl.split(tl.reshape(t, (BN * KB, 8, 2, 2)))  # p = 2a + b: b = 0 | 1
     q0, q2 = tl.split(lo)
     q1, q3 = tl.split(hi)
     return q0, q1, q2, q3
@@ -646,13 +647,22 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                            QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr,
                            # the tile, and what the shape implies
-                           BN: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
+                           BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
+                           KB_FAST: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
-    (row r = o * inner + i, its K/32 blocks in order). Program (n, kb, o) loads the coalesced
-    tile of K-elements 32 kb .. 32 kb + 31 at inner positions BN n .. BN n + BN - 1, turns it
-    into the row kernel's quarters (``columns_to_quarters``) and shares everything else with
-    the row kernel (``quantize_quarters``): the same bits, without a transposed copy.
+    (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
+    K-elements 32 KB kt .. 32 KB (kt + 1) - 1 at inner positions BN n .. BN n + BN - 1
+    (``KB_FAST``: kt = program_id(0), n = program_id(1), so that programs running together
+    write neighbouring parts of the same output rows; else the other way round), turns it into
+    the row kernel's quarters (``columns_to_quarters``: KB consecutive blocks of a column are
+    neighbouring rows, their codes contiguous) and shares everything else with the row kernel
+    (``quantize_quarters``): the same bits, without a transposed copy. K is a multiple of
+    32 KB (the launcher picks KB so).
+
+    ``HIDE``: hide the columns' contiguity from the compiler, so that loads are one element
+    wide and thread t of a warp takes column t's elements (no data crosses threads); else
+    loads are vectorized along the columns and Triton converts the layout.
 
     Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
     group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
@@ -661,27 +671,33 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         seed = load_key(seed)
     if SIGNS:
         sign_mask = load_key(sign_mask)
-    pid_n = tl.program_id(0)
-    kb = tl.program_id(1)
+    if KB_FAST:
+        kt = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    else:
+        pid_n = tl.program_id(0)
+        kt = tl.program_id(1)
     o = tl.program_id(2)
-    # contiguity hidden on purpose: with 2-byte (4-byte) loads, thread t of a warp takes column
-    # t's 32 elements (a warp still reads 64 (128) contiguous bytes per instruction), so each
-    # thread holds whole blocks, as in the row kernel, and no data crosses threads
-    n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), 1)
-    k = kb * 32 + tl.arange(0, 32)
+    if HIDE:
+        n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), 1)
+    else:
+        n = pid_n * BN + tl.arange(0, BN)
+    k = kt * (32 * KB) + tl.arange(0, 32 * KB)
     if BIG:
         row0 = o.to(tl.int64) * K + k.to(tl.int64)
     else:
         row0 = o * K + k
     offs = row0[:, None] * inner + n[None, :]
-    valid = n < inner
-    mask = valid[None, :] & (k >= 0)[:, None]
+    mask = (n < inner)[None, :] & (k >= 0)[:, None]
     q0, q1, q2, q3 = columns_to_quarters(load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16,
-                                                       EVEN=EVEN), BN=BN)
+                                                       EVEN=EVEN), BN=BN, KB=KB)
+    b = tl.arange(0, BN * KB)
+    col = pid_n * BN + b // KB  # block b: block kt KB + b % KB of column col
+    valid = col < inner
     if BIG:
-        blk = (o.to(tl.int64) * inner + n) * (K // 32) + kb
+        blk = (o.to(tl.int64) * inner + col) * (K // 32) + kt * KB + b % KB
     else:
-        blk = (o * inner + n) * (K // 32) + kb
+        blk = (o * inner + col) * (K // 32) + kt * KB + b % KB
     if ROUNDING == STOCHASTIC:  # a quarter is one group of 8: one Philox call each
         b0 = group_bits(seed, blk * 4)
         b1 = group_bits(seed, blk * 4 + 1)
@@ -694,7 +710,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
                       ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN, EVEN=EVEN,
-                      exp_ptr=scale_ptr, pow2_ptr=scale_ptr, stats_ptr=scale_ptr,
+                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN * KB,
+                      EVEN=EVEN, exp_ptr=scale_ptr, pow2_ptr=scale_ptr, stats_ptr=scale_ptr,
                       total_ptr=scale_ptr, n_blocks=0, n_rows=1, FOLD_GROUP=0, D_MAX=0,
                       POW2=False, HW_CVT=False)

@@ -1,0 +1,158 @@
+"""Kernel launches without Triton's per-call argument binding.
+
+``kernel[grid](*args, **constexprs)`` binds every argument, builds a specialization entry for
+each (constexprs included: the quantize kernels have about 40) and hashes them all to find the
+compiled kernel: 60-90 us of host time a launch on an H100 host (``gpu_bench.py host``), more
+than a whole quantize pass of a 30m model's activations takes on the GPU. Here the first launch
+of each specialization goes through Triton (which compiles, caches and launches) and keeps the
+``CompiledKernel`` it returns; later launches of the same specialization call it directly
+(``CompiledKernel[grid](*args, stream=...)``, Triton's own launcher of a compiled kernel).
+
+The specialization key holds everything Triton's binder specializes on (``specialize_impl`` in
+Triton 3.x), a superset where in doubt: each tensor's dtype and 16-byte alignment, each
+integer's equality to 1, divisibility by 16 and width (i32, i64, u64), the Python type of every
+other argument, the device, and every constexpr and launch option by value. A finer key only
+costs a compile more, never a wrong kernel; the bits are the kernel's either way (the GPU tests
+compare the two paths, ``tests/test_fastlaunch.py``).
+
+Only plain ``triton.jit`` kernels on CUDA/ROCm tensors take this path; the interpreter, an
+autotuned kernel and any argument of another kind go through ``kernel[grid]``. Launch hooks
+(a profiler's) are called either way: the compiled kernel's launcher calls them. ``OCPMX_FAST_LAUNCH=0`` turns it off.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+ENABLED = os.environ.get("OCPMX_FAST_LAUNCH", "1") != "0"
+
+
+@dataclass
+class Stats:
+    """Launch counts since import (or ``clear``): ``fast`` through a cached compiled kernel,
+    ``first`` through Triton then cached, ``other`` through Triton alone."""
+    fast: int = 0
+    first: int = 0
+    other: int = 0
+    entries: dict = field(default_factory=dict, repr=False)
+
+
+STATS = Stats()
+_SIGNATURES: dict = {}  # kernel -> (param names, defaults) or None (not ours to launch)
+_EMPTY = object()
+
+
+def clear() -> None:
+    """Forget every cached compiled kernel and reset the counts."""
+    STATS.fast = STATS.first = STATS.other = 0
+    STATS.entries.clear()
+    _SIGNATURES.clear()
+
+
+_TENSOR = torch.Tensor
+
+
+def arg_key(a):
+    """The specialization of one runtime argument, or ``_EMPTY`` for a kind not handled here:
+    a tensor's dtype and 16-byte alignment; an integer's equality to 1 (then Triton makes it a
+    constant), divisibility by 16 and type (i32, i64 or u64 by range); the type of the rest."""
+    t = type(a)
+    if t is _TENSOR or (t is not bool and t is not int and isinstance(a, _TENSOR)):
+        return (a.dtype, a.data_ptr() & 15 == 0)
+    if t is int:
+        return (a == 1, a & 15 == 0, -0x80000000 <= a < 0x80000000, a >= 1 << 63)
+    if t is bool:
+        return "u1"
+    if t is float:
+        return "fp32"
+    if a is None:
+        return None
+    return _EMPTY
+
+
+def signature(kernel):
+    """(parameter names, their defaults or ``_EMPTY``, the names of the runtime parameters) of
+    a plain ``triton.jit`` kernel, or None where this module does not launch it."""
+    sig = _SIGNATURES.get(kernel, _EMPTY)
+    if sig is _EMPTY:
+        sig = None
+        try:
+            from triton.runtime.jit import JITFunction
+            from .dispatch import interpreting
+            if isinstance(kernel, JITFunction) and not interpreting():
+                sig = _signature_of(kernel)
+        except (ImportError, AttributeError):  # another Triton: its own launch path
+            sig = None
+        _SIGNATURES[kernel] = sig
+    return sig
+
+
+def _signature_of(kernel) -> tuple:
+    params = kernel.params
+    return (tuple(p.name for p in params),
+            tuple(p.default if p.has_default else _EMPTY for p in params),
+            frozenset(p.name for p in params if not p.is_constexpr))
+
+
+def bound(sig, args: tuple, constexprs: dict) -> list | None:
+    """All parameters in order, as Triton binds them (positional, then by name, then the
+    defaults), or None if one is missing or a runtime parameter is passed by name (its value
+    would be frozen into the cached tail)."""
+    names, defaults, runtime = sig
+    if not runtime.isdisjoint(constexprs):
+        return None
+    full = list(args)
+    for name, default in zip(names[len(args):], defaults[len(args):]):
+        v = constexprs.get(name, default)
+        if v is _EMPTY:
+            return None
+        full.append(v)
+    return full
+
+
+def launch(kernel, grid, args: tuple, constexprs: dict):
+    """Launch through a cached compiled kernel; returns it, or None where the caller must
+    launch through Triton (``kernel[grid]``)."""
+    sig = signature(kernel)
+    if sig is None or not args or not isinstance(args[0], torch.Tensor) \
+            or args[0].device.type != "cuda":
+        STATS.other += 1
+        return None
+    device = torch.cuda.current_device()  # where Triton launches (and so here)
+    specs = tuple(map(arg_key, args))
+    if _EMPTY in specs:
+        STATS.other += 1
+        return None
+    try:
+        key = (kernel, device, specs, tuple(constexprs), tuple(constexprs.values()))
+        entry = STATS.entries.get(key)
+    except TypeError:  # an unhashable constexpr
+        STATS.other += 1
+        return None
+    if entry is None:
+        out = kernel[grid](*args, **constexprs)
+        tail = bound(sig, args, constexprs)
+        if _launchable(out) and tail is not None:
+            # the parameters after the positional ones: fixed by the key (constexprs, defaults)
+            STATS.entries[key] = (out, tuple(tail[len(args):]))
+            STATS.first += 1
+        else:
+            STATS.other += 1
+        return out
+    compiled, tail = entry
+    if callable(grid):
+        grid = grid(dict(zip(sig[0], (*args, *tail))))
+    g = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+    compiled[g](*args, *tail, stream=torch._C._cuda_getCurrentRawStream(device))
+    STATS.fast += 1
+    return compiled
+
+
+def _launchable(out) -> bool:
+    try:
+        from triton.compiler import CompiledKernel
+    except ImportError:
+        return False
+    return isinstance(out, CompiledKernel)

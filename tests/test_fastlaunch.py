@@ -1,0 +1,120 @@
+"""``ocpmx.native.fastlaunch``: the launch through a cached compiled kernel must pick the kernel
+Triton would pick. The key is checked against Triton's own specialization (``specialize_impl``,
+an independent reference) and the argument order against Python's binding of the kernel's
+signature; on a GPU, launches through both paths give the same bits, misaligned and odd-sized
+operands included."""
+import inspect
+import itertools
+
+import pytest
+import torch
+
+from ocpmx import native
+from ocpmx.native import fastlaunch, launch
+from ocpmx.native._lazy import kernels
+
+try:
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, native_specialize_impl
+except ImportError:  # pragma: no cover - Triton < 3.4 binds in Python
+    native_specialize_impl = None
+
+GPU = torch.cuda.is_available()
+
+
+def _triton_spec(a):
+    return native_specialize_impl(BaseBackend, a, False, True, True)
+
+
+ARGS = [1, 2, 15, 16, 17, 32, 0, -16, -17, 2**31 - 16, 2**31, 2**32 + 1, 2**63 - 1, 2**63,
+        2**64 - 16, True, False, 0.25, 1.0, None,
+        torch.zeros(8), torch.zeros(9)[1:], torch.zeros(8, dtype=torch.bfloat16),
+        torch.zeros(16, dtype=torch.uint8)[8:], torch.zeros(16, dtype=torch.uint8)[3:],
+        torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int16)]
+
+
+@pytest.mark.skipif(native_specialize_impl is None, reason="Triton without specialize_impl")
+def test_key_separates_what_triton_specializes():
+    """Any two arguments Triton compiles differently for get different keys (the key may be
+    finer, never coarser)."""
+    for a, b in itertools.combinations(ARGS, 2):
+        if _triton_spec(a) != _triton_spec(b):
+            assert fastlaunch.arg_key(a) != fastlaunch.arg_key(b), (a, b)
+    # and it is not the trivial key: equal specializations share one where Triton's do
+    assert fastlaunch.arg_key(2) == fastlaunch.arg_key(3)
+    assert fastlaunch.arg_key(torch.zeros(8)) == fastlaunch.arg_key(torch.ones(4))
+
+
+def test_key_refuses_other_kinds():
+    for a in ("x", (1, 2), [1], 1 + 2j, object()):
+        assert fastlaunch.arg_key(a) is fastlaunch._EMPTY
+
+
+def _jit(kernel):
+    """A ``JITFunction`` of a kernel module's function, also where the interpreter runs them."""
+    fn = getattr(kernel, "fn", kernel)
+    while hasattr(fn, "fn"):
+        fn = fn.fn
+    return JITFunction(fn)
+
+
+def test_bound_follows_the_signature():
+    """The full argument list (positional, named constexprs, defaults) is Python's binding of
+    the kernel's signature, for the row kernel's 43 parameters."""
+    jit = _jit(kernels.quantize.quantize_rows32_kernel)
+    sig = fastlaunch._signature_of(jit)
+    n = native.ops.numerics("e2m1", rotation="hadamard16")
+    consts, _ = launch.rows32_constexprs(n, torch.bfloat16, 1 << 10, native.default_tuning(),
+                                         False, torch.device("cpu"))
+    consts = {k: v for k, v in consts.items() if k in sig[0]}  # no launch options
+    args = tuple(range(12))
+    ref = inspect.signature(jit.fn).bind(*args, **consts)
+    ref.apply_defaults()
+    assert fastlaunch.bound(sig, args, consts) == list(ref.arguments.values())
+    assert fastlaunch.bound(sig, args[:-1], consts) is None  # a parameter missing
+    assert fastlaunch.bound(sig, args[:-1], {**consts, "n_rows": 3}) is None  # runtime by name
+
+
+def test_interpreter_and_cpu_tensors_take_triton_path():
+    n0 = fastlaunch.STATS.other
+    x = torch.randn(4, 64)
+    if native.interpreting():
+        q = native.quantize(x, "e2m1", backend="triton")
+        assert q.data.shape == (4, 32)
+        assert fastlaunch.STATS.other > n0
+    assert fastlaunch.signature(object()) is None
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU: the fast path launches compiled kernels")
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_fast_launch_same_bits_gpu(axis, rounding, monkeypatch):
+    """Quantize, quantize_dequantize and dequantize through the cached kernels give the bits of
+    Triton's own launch, and the second call does take the cached path; a misaligned input
+    and an odd row count get their own specializations."""
+    base = torch.randn(3 * 64 * 96 + 1, device="cuda")
+    cases = [base[:64 * 96].view(64, 96).bfloat16(), base[1:1 + 64 * 96].view(64, 96),
+             base[:3 * 64 * 96].view(3, 64, 96)[:, :33].contiguous()]
+    kw = dict(rotation="hadamard16", rounding=rounding, seed=7, axis=axis)
+
+    def run_all():
+        out = []
+        for x in cases:
+            if axis == 0 and x.shape[0] % 32:
+                continue
+            q = native.quantize(x, "e2m1", **kw)
+            out += [q.data.clone(), q.scales.clone(),
+                    native.quantize_dequantize(x, "e4m3", **kw).view(torch.int16).clone(),
+                    native.dequantize(q, torch.bfloat16).view(torch.int16).clone()]
+        torch.cuda.synchronize()
+        return out
+
+    monkeypatch.setattr(fastlaunch, "ENABLED", False)
+    ref = run_all()
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    run_all()  # first launches of each specialization: through Triton, cached
+    fast0 = fastlaunch.STATS.fast
+    got = run_all()
+    assert fastlaunch.STATS.fast > fast0
+    for r, g in zip(ref, got, strict=True):
+        assert torch.equal(r, g)
