@@ -81,6 +81,10 @@ class TrainingSection:
         "stop", "on a non-finite loss or gradient norm: stop (the last good checkpoint stays) "
                 "or skip the update")
     compile: bool = _field(False, "torch.compile the model")
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs"] = _field(
+        "default", "torch.compile's mode with --compile: default, or reduce-overhead (each "
+                   "micro-batch's forward and backward replay as CUDA graphs: no host time per "
+                   "kernel), or max-autotune-no-cudagraphs")
     activation_checkpointing: bool = _field(False, "recompute each block's activations in the "
                                                    "backward pass")
     device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: cuda when available")
@@ -202,6 +206,8 @@ class TrainConfig:
             value = getattr(getattr(self, section), f.name)
             if allowed and value not in allowed:
                 raise ValueError(f"{f.name} must be {_either(allowed)}, got {value!r}")
+        if self.training.compile_mode != "default" and not self.training.compile:
+            raise ValueError(f"--compile-mode {self.training.compile_mode} needs --compile")
         if self.precision.accumulation is not None and self.training.compile:
             raise ValueError("accumulation models run eagerly: drop --compile")
         if self.precision.accumulation is not None and self.precision.gemm_method != "auto":

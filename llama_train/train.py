@@ -154,13 +154,18 @@ def forward_backward(model, step_model, stream, step: int, cfg: TrainConfig,
     """Gradients of one step's micro-batches, clipped; (mean loss over ranks, gradient norm).
     Every rank reads the same stream and takes its slice of each global batch."""
     b, accum = cfg.data.batch_size, cfg.data.grad_accum
-    loss_sum = 0.0
+    graphs = cfg.training.compile and cfg.training.compile_mode == "reduce-overhead"
+    # summed on the device, in float64 as Python summed it before: no sync per micro-batch
+    loss_sum = torch.zeros((), dtype=torch.float64, device=dist.device)
     for micro in range(accum):
         set_step(model, step, micro)
         batch = stream.next_batch(b * dist.world)[dist.rank * b:(dist.rank + 1) * b]
+        if graphs:  # a new replay may reuse the last one's output memory (read below first)
+            torch.compiler.cudagraph_mark_step_begin()
         loss = loss_fn(step_model, batch, dist.device)
         (loss / accum).backward()
-        loss_sum += float(loss.detach())
+        loss_sum += loss.detach()
+    loss_sum = float(loss_sum)
     grad_norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.optimizer.clip)
     if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
         grad_norm = grad_norm.full_tensor()
@@ -248,7 +253,9 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
                       label=f"{cfg.model.preset}/{cfg.precision.recipe}",
                       progress=cfg.logging.progress, log_every=cfg.logging.log_every)
     profiler = StepProfiler(cfg.logging.profile_step if dist.main else None, device, out)
-    step_model = torch.compile(model) if cfg.training.compile else model
+    mode = cfg.training.compile_mode
+    step_model = (torch.compile(model, mode=None if mode == "default" else mode)
+                  if cfg.training.compile else model)
     fpt, peak = flops_per_token(mcfg, seq_len), peak_flops(device) * dist.world
     step_tokens = cfg.data.batch_size * cfg.data.grad_accum * seq_len * dist.world
     target = cfg.eval.target_loss

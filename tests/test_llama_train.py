@@ -311,13 +311,39 @@ def test_target_loss_stops_and_reports_tokens(corpus, tmp_path):
 def test_torch_compile_path(corpus, tmp_path):
     """--compile compiles the whole model, MXLinear included (its MX operations are custom ops:
     tests/test_compile.py); losses track the eager run (Inductor fuses the norms and RoPE
-    differently, which changes their last bits)."""
-    T.train(cfg(corpus, tmp_path / "c", max_steps=2, recipe="mxfp4_all_h16", compile=True))
-    T.train(cfg(corpus, tmp_path / "e", max_steps=2, recipe="mxfp4_all_h16"))
+    differently, which changes their last bits). Here with --compile-mode reduce-overhead and
+    two micro-batches a step (on a CPU, Inductor compiles as in the default mode and records no
+    CUDA graph; the GPU twin is test_reduce_overhead_trains_like_default_compile)."""
+    kw = dict(max_steps=2, recipe="mxfp4_all_h16", grad_accum=2)
+    T.train(cfg(corpus, tmp_path / "c", compile=True, compile_mode="reduce-overhead", **kw))
+    T.train(cfg(corpus, tmp_path / "e", **kw))
     c, _ = T.read_metrics(tmp_path / "c" / "metrics.jsonl")
     e, _ = T.read_metrics(tmp_path / "e" / "metrics.jsonl")
+    assert len(c) == len(e) == 2
     for x, y in zip(c, e):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-3)
+    with pytest.raises(ValueError, match="--compile-mode reduce-overhead needs --compile"):
+        cfg(corpus, tmp_path / "x", compile_mode="reduce-overhead").validate()
+    with pytest.raises(ValueError, match="compile_mode must be"):
+        cfg(corpus, tmp_path / "x", compile=True, compile_mode="fast").validate()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp4_all_h16", "mxfp4_wgrad_rht"])
+def test_reduce_overhead_trains_like_default_compile(corpus, tmp_path, recipe):
+    """--compile-mode reduce-overhead on a GPU: each micro-batch's forward and backward replay
+    from CUDA graphs (the per-step keys are written between replays); the losses equal the
+    default compile's step by step (the same Inductor kernels), with two micro-batches a
+    step (gradients accumulate across replays)."""
+    kw = dict(max_steps=4, recipe=recipe, grad_accum=2, backend="triton", device="cuda",
+              compile=True, eval_every=4, save_every=0)
+    T.train(cfg(corpus, tmp_path / "g", compile_mode="reduce-overhead", **kw))
+    T.train(cfg(corpus, tmp_path / "d", **kw))
+    g, gv = T.read_metrics(tmp_path / "g" / "metrics.jsonl")
+    d, dv = T.read_metrics(tmp_path / "d" / "metrics.jsonl")
+    assert [r["loss"] for r in g] == [r["loss"] for r in d]
+    assert [r["grad_norm"] for r in g] == [r["grad_norm"] for r in d]
+    assert [r["val_loss"] for r in gv] == [r["val_loss"] for r in dv]
 
 
 def test_tensorboard_scalars(corpus, tmp_path, monkeypatch):

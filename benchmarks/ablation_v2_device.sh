@@ -1,0 +1,98 @@
+#!/bin/bash
+# Issue 16's runs (results/ablation_v2/PLAN.md) on a lent GPU machine, within one hold of it.
+# A fresh machine keeps nothing: the corpus travels again, and every run must finish before the
+# machine goes back (a 30m checkpoint with its Adam moments is ~0.7 GB, more than a call can
+# bring back), so a hold runs only what it can finish.
+#
+# Here (once per session; data/xl built by `ocpmx data build-corpus --source debian-xl`):
+#   python benchmarks/ablation_v2_pack.py data/xl /tmp/xfer      # parts of <= 46 MiB
+# Then one device call per part, with `.xfer` (an ignored folder holding that part) carried:
+#   bash benchmarks/ablation_v2_device.sh receive
+# Then, in the call that brings the last part:
+#   ARMS=bf16,mxfp4_wgrad,mxfp4_wgrad_h16 SEEDS=0 PER_GPU=3 bash benchmarks/ablation_v2_device.sh start
+# and in calls back to back (each returns $OUT/abl.tgz: every run's metrics, config and log,
+# no checkpoints):
+#   bash benchmarks/ablation_v2_device.sh poll 560
+DATA=${XL_DATA:-/tmp/xl}
+ABL=${ABL_OUT:-/tmp/abl}
+export DATA
+mkdir -p $DATA $ABL /tmp/p
+ln -sfn "$PWD" /tmp/p/ocpmx
+export PYTHONPATH=/tmp/p PYTHONUNBUFFERED=1
+case "$1" in
+  receive)
+    # a part holds shards (.json.gz or .json.xz), the tokenizer and MANIFEST.json
+    for f in .xfer/*; do
+      case $f in
+        *.xz) python3 -c "import gzip, lzma, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+with lzma.open(src) as i, open(dst + '.tmp', 'wb') as raw, \
+        gzip.GzipFile(filename='', mode='wb', fileobj=raw, mtime=0, compresslevel=1) as o:
+    shutil.copyfileobj(i, o, 1 << 22)
+import os; os.replace(dst + '.tmp', dst)" "$f" "$DATA/$(basename "${f%.xz}").gz" & ;;
+        *) cp "$f" $DATA/ ;;
+      esac
+    done
+    wait
+    ls -la $DATA | tail -n +2
+    python3 - <<'EOF'
+import json, os, pathlib
+d = pathlib.Path(os.environ["DATA"])
+want = json.loads((d / "PARTS.json").read_text()) if (d / "PARTS.json").exists() else {}
+have = [p.name for p in d.glob("c4-*.json.gz")]
+print(f"{len(have)} shards here of {len(want.get('shards', []))} in the pack")
+EOF
+    ;;
+  start)
+    # checks every shard against the pack's list (names and SHA-256 of the text), tokenizes
+    # (all cores), then starts the runs in a new process session: they outlive this call
+    python3 - <<'EOF' || exit 2
+import gzip, hashlib, json, os, pathlib, sys
+d = pathlib.Path(os.environ["DATA"])
+want = json.loads((d / "PARTS.json").read_text())
+bad = []
+for name, sha in want["shards"].items():
+    p = d / name
+    if not p.exists():
+        bad.append(f"{name}: missing")
+        continue
+    h = hashlib.sha256(gzip.open(p).read()).hexdigest()
+    if h != sha:
+        bad.append(f"{name}: text SHA-256 {h[:12]} != {sha[:12]}")
+extra = sorted({p.name for p in d.glob("c4-*.json.gz")} - set(want["shards"]))
+bad += [f"{n}: not in the pack" for n in extra]
+print("\n".join(bad) or f"all {len(want['shards'])} shards present and intact")
+sys.exit(1 if bad else 0)
+EOF
+    t0=$SECONDS
+    python3 -m ocpmx.cli data tokenize --out $DATA > $ABL/tokenize.log 2>&1 || { tail $ABL/tokenize.log; exit 3; }
+    echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
+    { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $ABL/device.txt 2>&1
+    setsid nohup python3 -m ocpmx.cli ablate run --plan v2 --out $ABL --data $DATA \
+      --arms "${ARMS:?ARMS=arm,arm}" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
+      > $ABL/driver.log 2>&1 < /dev/null &
+    sleep 20; cat $ABL/driver.log
+    ;;
+  poll)
+    # wait up to $2 seconds for the batch to end, then bring back what is small
+    end=$((SECONDS + ${2:-500}))
+    while [ $SECONDS -lt $end ] && ! grep -q "runs done" $ABL/driver.log 2>/dev/null; do sleep 15; done
+    tar czf $OUT/abl.tgz -C "$(dirname $ABL)" --exclude=checkpoints "$(basename $ABL)"
+    cat $ABL/driver.log
+    for m in $ABL/*/seed*/metrics.jsonl; do
+      [ -f "$m" ] || continue
+      python3 - "$m" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+tr = [r for r in rows if "loss" in r and "step" in r]
+ev = [r for r in rows if "val_loss" in r]
+last = tr[-1] if tr else {}
+print("/".join(sys.argv[1].split("/")[-3:-1]), "step", last.get("step"), "loss", round(last.get("loss", float("nan")), 4),
+      "tok/s", last.get("tokens_per_s"), "| val_loss", ev[-1]["val_loss"] if ev else None,
+      "val_loss_recipe", ev[-1].get("val_loss_recipe") if ev else None)
+EOF
+    done
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv 2>/dev/null; true
+    ;;
+  *) echo "usage: $0 receive | start | poll [seconds]"; exit 1 ;;
+esac
