@@ -1,5 +1,6 @@
 #!/bin/bash
-# Training speed on one GPU (issue 18): tokens/s per configuration, eager and compiled, the
+# Training speed on one GPU (issue 18): tokens/s per configuration, eager, compiled and graphs
+# (compiled with --compile-mode reduce-overhead: CUDA graphs), the
 # stdlib corpus, sequence 1024, 32 sequences a step, 40 steps (median over steps 10-39), the
 # step profiled at 30 (GPU busy time per step against the step's wall time).
 #   [GEMM_METHOD=fp8_cublas] bash benchmarks/train_speed.sh OUT [PRESETS] [RECIPES] [MODES]
@@ -18,6 +19,7 @@ for preset in $PRESETS; do
       [ -f $d/metrics.jsonl ] && [ "$(grep -c '"loss"' $d/metrics.jsonl)" -ge 40 ] && continue
       rm -rf $d
       extra=""; [ $mode = compiled ] && extra="--compile"
+      [ $mode = graphs ] && extra="--compile --compile-mode reduce-overhead"
       [ -n "$GEMM_METHOD" ] && [ $recipe != bf16 ] && extra="$extra --gemm-method $GEMM_METHOD"
       echo "$(date +%T) $preset $recipe $mode"
       python3 -m ocpmx.cli train --preset $preset --recipe $recipe --data $DATA --out $d \
