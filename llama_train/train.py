@@ -160,7 +160,10 @@ def forward_backward(model, step_model, stream, step: int, cfg: TrainConfig,
     for micro in range(accum):
         set_step(model, step, micro)
         batch = stream.next_batch(b * dist.world)[dist.rank * b:(dist.rank + 1) * b]
-        if graphs:  # a new replay may reuse the last one's output memory (read below first)
+        if graphs and micro == 0:
+            # the last step's outputs are dead now (its gradients were set to None): the
+            # replays may reuse their memory. Not between micro-batches: the gradients the
+            # first one left in .grad are alive, and the next replay must not overwrite them
             torch.compiler.cudagraph_mark_step_begin()
         loss = loss_fn(step_model, batch, dist.device)
         (loss / accum).backward()
