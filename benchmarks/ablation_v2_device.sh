@@ -13,6 +13,8 @@
 # and in calls back to back (each returns $OUT/abl.tgz: every run's metrics, config and log,
 # no checkpoints):
 #   bash benchmarks/ablation_v2_device.sh poll 560
+# Once a bf16 run with kept checkpoints has finished (RUN=bf16/seed0 by default):
+#   bash benchmarks/ablation_v2_device.sh analyze
 DATA=${XL_DATA:-/tmp/xl}
 ABL=${ABL_OUT:-/tmp/abl}
 export DATA
@@ -73,10 +75,23 @@ EOF
       > $ABL/driver.log 2>&1 < /dev/null &
     sleep 20; cat $ABL/driver.log
     ;;
+  analyze)
+    # the mechanism analysis (PLAN.md) of a bf16 run trained in this hold with its checkpoints
+    # kept (bf16 seed 0 keeps steps 953, 1907 and the last): checkpoints cannot leave the
+    # machine, so the analysis runs where they are; mechanism.md / .json land in $ABL
+    run=$ABL/${RUN:-bf16/seed0}
+    [ -d $run/checkpoints ] || { echo "no checkpoints in $run"; exit 2; }
+    setsid nohup python3 -m ocpmx.cli ablate analyze --plan v2 --out $ABL --data $DATA \
+      --run $run > $ABL/analyze.log 2>&1 < /dev/null &
+    sleep 20; tail -n 5 $ABL/analyze.log
+    ;;
   poll)
-    # wait up to $2 seconds for the batch to end, then bring back what is small
+    # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring
+    # back what is small
     end=$((SECONDS + ${2:-500}))
-    while [ $SECONDS -lt $end ] && ! grep -q "runs done" $ABL/driver.log 2>/dev/null; do sleep 15; done
+    busy() { ! grep -q "runs done" $ABL/driver.log 2>/dev/null || pgrep -f "ablate analyze" > /dev/null; }
+    while [ $SECONDS -lt $end ] && busy; do sleep 15; done
+    [ -f $ABL/analyze.log ] && tail -n 5 $ABL/analyze.log
     tar czf $OUT/abl.tgz -C "$(dirname $ABL)" --exclude=checkpoints "$(basename $ABL)"
     cat $ABL/driver.log
     for m in $ABL/*/seed*/metrics.jsonl; do
@@ -94,5 +109,5 @@ EOF
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv 2>/dev/null; true
     ;;
-  *) echo "usage: $0 receive | start | poll [seconds]"; exit 1 ;;
+  *) echo "usage: $0 receive | start | analyze | poll [seconds]"; exit 1 ;;
 esac
