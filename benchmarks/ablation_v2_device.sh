@@ -24,18 +24,19 @@ export PYTHONPATH=/tmp/p PYTHONUNBUFFERED=1
 case "$1" in
   receive)
     # a part holds shards (.json.gz or .json.xz), the tokenizer and MANIFEST.json
+    pids=()
     for f in .xfer/*; do
       case $f in
         *.xz) python3 -c "import gzip, lzma, shutil, sys
 src, dst = sys.argv[1], sys.argv[2]
 with lzma.open(src) as i, open(dst + '.tmp', 'wb') as raw, \
-        gzip.GzipFile(filename='', mode='wb', fileobj=raw, mtime=0, compresslevel=1) as o:
+        gzip.GzipFile(filename='', mode='wb', fileobj=raw, mtime=0) as o:  # as write_shard
     shutil.copyfileobj(i, o, 1 << 22)
-import os; os.replace(dst + '.tmp', dst)" "$f" "$DATA/$(basename "${f%.xz}").gz" & ;;
-        *) cp "$f" $DATA/ ;;
+import os; os.replace(dst + '.tmp', dst)" "$f" "$DATA/$(basename "${f%.xz}").gz" & pids+=($!) ;;
+        *) cp "$f" "$DATA/.$(basename "$f").tmp" && mv "$DATA/.$(basename "$f").tmp" "$DATA/$(basename "$f")" || exit 2 ;;
       esac
     done
-    wait
+    for p in "${pids[@]}"; do wait $p || { echo "a conversion failed"; exit 2; }; done
     ls -la $DATA | tail -n +2
     python3 - <<'EOF'
 import json, os, pathlib
@@ -48,6 +49,7 @@ EOF
   start)
     # checks every shard against the pack's list (names and SHA-256 of the text), tokenizes
     # (all cores), then starts the runs in a new process session: they outlive this call
+    : "${ARMS:?ARMS=arm,arm (and SEEDS, PER_GPU)}"
     python3 - <<'EOF' || exit 2
 import gzip, hashlib, json, os, pathlib, sys
 d = pathlib.Path(os.environ["DATA"])
@@ -70,9 +72,11 @@ EOF
     python3 -m ocpmx.cli data tokenize --out $DATA > $ABL/tokenize.log 2>&1 || { tail $ABL/tokenize.log; exit 3; }
     echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
     { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $ABL/device.txt 2>&1
+    rm -f $ABL/driver.log
     setsid nohup python3 -m ocpmx.cli ablate run --plan v2 --out $ABL --data $DATA \
-      --arms "${ARMS:?ARMS=arm,arm}" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
+      --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
       > $ABL/driver.log 2>&1 < /dev/null &
+    echo $! > $ABL/driver.pid
     sleep 20; cat $ABL/driver.log
     ;;
   analyze)
@@ -89,7 +93,8 @@ EOF
     # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring
     # back what is small
     end=$((SECONDS + ${2:-500}))
-    busy() { ! grep -q "runs done" $ABL/driver.log 2>/dev/null || pgrep -f "ablate analyze" > /dev/null; }
+    running() { [ -f $ABL/driver.pid ] && kill -0 "$(cat $ABL/driver.pid)" 2>/dev/null; }
+    busy() { running || pgrep -f "ablate analyze" > /dev/null; }
     while [ $SECONDS -lt $end ] && busy; do sleep 15; done
     [ -f $ABL/analyze.log ] && tail -n 5 $ABL/analyze.log
     tar czf $OUT/abl.tgz -C "$(dirname $ABL)" --exclude=checkpoints "$(basename $ABL)"

@@ -49,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args(argv)
     data, out = Path(a.data), Path(a.out)
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"{out} is not empty: parts of an earlier pack would mix with these")
     train = sorted(data.glob("c4-train.*.json.gz"))
     if len(train) < a.train_shards:
         raise SystemExit(f"{data} holds {len(train)} training shards, fewer than "

@@ -19,8 +19,10 @@ def row(d: Path) -> dict:
     brk = d / "step_breakdown.json"
     gpu_ms = sum(json.loads(brk.read_text())["gpu_ms_per_step"].values()) if brk.is_file() else None
     mode = "compiled" if cfg.get("compile") else "eager"
-    if mode == "compiled" and cfg.get("compile_mode", "default") == "reduce-overhead":
-        mode = "graphs"  # compiled, each micro-batch replayed from CUDA graphs
+    cmode = cfg.get("compile_mode", "default")
+    if mode == "compiled" and cmode != "default":
+        # reduce-overhead: compiled, each step replayed from CUDA graphs
+        mode = "graphs" if cmode == "reduce-overhead" else f"compiled-{cmode}"
     return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
             "gemm_method_run": cfg.get("gemm_method_run"),
             "tokens_per_s": tps, "mfu": statistics.median(r["mfu"] for r in steps) if steps else None,

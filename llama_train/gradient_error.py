@@ -184,7 +184,8 @@ def load_run(run, data: str | None = None):
     conf = {k: v for k, v in json.loads((run / "config.json").read_text()).items()
             if k not in RUN_FACTS}  # flat names; older runs' too (mx_backend)
     cfg = TrainConfig.from_flat(**{**conf, "data": data or conf["data"], "recipe": "bf16",
-                                   "compile": False, "activation_checkpointing": False,
+                                   "compile": False, "compile_mode": "default",
+                                   "activation_checkpointing": False,
                                    "progress": False, "tensorboard": False})
     dist = setup_dist(cfg.training.device)
     model, opt, tok, _ = build(cfg, dist)

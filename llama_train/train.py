@@ -235,6 +235,11 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> di
     if not Path(cfg.data.data).is_dir():
         raise FileNotFoundError(f"data directory {cfg.data.data} does not exist")
     prepare_run_dir(out, resume, overwrite, dist)
+    if cfg.training.compile_mode == "reduce-overhead" and dist.world > 1:
+        # FSDP2 frees and re-gathers the unsharded parameters around every forward and backward:
+        # their addresses move, and a CUDA graph replays fixed addresses (not tested: refused)
+        raise ValueError(f"--compile-mode reduce-overhead runs one process; this run has "
+                         f"{dist.world} (FSDP2)")
     model, opt, tok, mcfg = build(cfg, dist)
     state = load_checkpoint(out, model, opt, dist) if resume else None
     if resume and state is None and dist.main:

@@ -138,6 +138,20 @@ def test_load_run_reads_an_older_config(trained, tmp_path):
     assert state["step"] == 2 and cfg.data.seq_len == 64 and cfg.precision.recipe == "bf16"
 
 
+def test_load_run_of_a_run_compiled_with_cuda_graphs(trained, tmp_path):
+    """A run trained with --compile --compile-mode reduce-overhead loads for the analyses, which
+    run eagerly (compile and its mode both dropped)."""
+    import shutil
+    run = tmp_path / "graphs"
+    shutil.copytree(trained, run)
+    conf = json.loads((run / "config.json").read_text())
+    conf.update(compile=True, compile_mode="reduce-overhead")
+    (run / "config.json").write_text(json.dumps(conf))
+    _, _, cfg, _, state = G.load_run(run)
+    assert state["step"] == 2 and not cfg.training.compile
+    assert cfg.training.compile_mode == "default"
+
+
 def test_saturation_matches_the_emulator_statistics(corpus, trained):
     """The torch statistics against emulator.error_stats, an independent implementation, on the
     real Wgrad operands of one layer, with and without rotation."""

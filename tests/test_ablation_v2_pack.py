@@ -42,6 +42,8 @@ def test_parts_hold_every_shard_once_under_the_limit(tmp_path, xz):
     part_mib = 0.15
     args = [str(data), str(out), "--train-shards", "4", "--part-mib", str(part_mib), "--jobs", "1"]
     assert _pack().main(args + (["--xz"] if xz else [])) == 0
+    with pytest.raises(SystemExit, match="not empty"):  # a second pack into the same folder
+        _pack().main(args)
     parts = sorted(out.glob("part-*"))
     assert len(parts) > 1
     seen = []

@@ -340,9 +340,13 @@ def test_reduce_overhead_trains_like_default_compile(corpus, tmp_path, recipe):
     version of this test: one recipe of the three equal in every step; in the other two the
     gradient norm of step 1 differed by 9e-8 relative, or the loss of step 2 by 4e-7; cause
     not isolated), so later steps are held to 1e-5."""
+    from torch._dynamo.utils import counters
     kw = dict(max_steps=4, recipe=recipe, grad_accum=2, backend="triton", device="cuda",
               compile=True, eval_every=4, save_every=0)
+    counters.clear()
     T.train(cfg(corpus, tmp_path / "g", compile_mode="reduce-overhead", **kw))
+    # the graphs were recorded and replayed, not skipped (Inductor skips them quietly)
+    assert counters["inductor"]["cudagraph_skips"] == 0
     T.train(cfg(corpus, tmp_path / "d", **kw))
     g, gv = T.read_metrics(tmp_path / "g" / "metrics.jsonl")
     d, dv = T.read_metrics(tmp_path / "d" / "metrics.jsonl")

@@ -375,7 +375,7 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("columns,tile,count", [("kernel", (32, 1), 1920),
                                                 ("kernel", (64, 2), 480),
-                                                ("kernel", (32, 1, 4, False, True), 1920),
+                                                ("kernel", (32, 1, 4, False, True), 480),
                                                 ("kernel", (16, 1, 8, True, False), 480),
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
