@@ -66,6 +66,8 @@ V2_ENDPOINTS = (("wgrad_cost", "mxfp4_wgrad", "bf16"),
                 ("sr_on_wgrad", "mxfp4_wgrad_sr", "mxfp4_wgrad"))
 V2_PRIMARY_ENDPOINTS = ("wgrad_cost", "h16_on_wgrad")
 V2_TARGET_FRACTION = 0.4  # the target: bf16's mean val_loss at 40% of the budget (stable phase)
+# an endpoint judged only if another's verdict is 'present' (PLAN.md, Decision rule)
+V2_GATES = {"h16_on_wgrad": "wgrad_cost"}
 V2_MARGIN = 0.03          # smallest loss difference of interest (decision rule)
 V2_FLOOR = 0.009          # two trainings of one seed differed by this much (results/ablation)
 
@@ -447,6 +449,23 @@ def verdict(name: str, est: dict, margin: float = V2_MARGIN, floor: float = V2_F
     return "no effect" if -margin < lo and hi < margin else "inconclusive"
 
 
+def stated_verdict(e: dict, by_name: dict, n_planned: int = len(V2_SEEDS)) -> str:
+    """What the table says for endpoint ``e``: the decision rule's outcome (``e['rule']``),
+    marked provisional while fewer than the planned paired seeds exist, and withheld where the
+    plan judges the endpoint only after another one's 'present' (V2_GATES): then it names the
+    gate's state, never a verdict the plan does not allow."""
+    gate = V2_GATES.get(e["endpoint"])
+    if gate is not None:
+        g = by_name.get(gate)
+        if g is None or g["rule"] != "present":
+            state = "not run" if g is None else stated_verdict(g, by_name, n_planned)
+            return f"not judged ({gate}: {state})"
+    n = e["val_loss"]["n"]
+    if e["rule"] == "not enough seeds" or n >= n_planned:
+        return e["rule"]
+    return f"provisional: {e['rule']} (n = {n} of {n_planned})"
+
+
 def _complete(runs, arm):
     return {s: r for s, r in runs.get(arm, {}).items() if r["status"] in ("done", "diverged")}
 
@@ -505,7 +524,9 @@ def summarize_v2(out, target_fraction: float = V2_TARGET_FRACTION, reference: st
                         "primary": name in V2_PRIMARY_ENDPOINTS,
                         "differences": d, "val_loss": est,
                         "differences_recipe": dr, "val_loss_recipe": t_interval(dr),
-                        "verdict": verdict(name, est)})
+                        "rule": verdict(name, est)})
+    for e in results:
+        e["verdict"] = stated_verdict(e, {r["endpoint"]: r for r in results})
     table = {"reference": reference, "budget_tokens": budget,
              "target_fraction": target_fraction, "target_val_loss": target,
              "margin": V2_MARGIN, "floor": V2_FLOOR, "arms": per_arm, "endpoints": results}

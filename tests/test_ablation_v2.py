@@ -229,6 +229,38 @@ def test_summarize_v2_endpoints(tmp_path):
     assert cli.main(["ablate", "summarize", "--plan", "v2", "--out", str(tmp_path)]) == 0
 
 
+def test_stated_verdicts_follow_the_plan(tmp_path):
+    """What the table states: provisional below the planned 3 seeds; h16_on_wgrad withheld
+    unless wgrad_cost is present (PLAN.md: judged only then), whatever its own interval says."""
+    def ep(name, rule, n):
+        return {"endpoint": name, "rule": rule, "val_loss": {"n": n}}
+    inconclusive = ep("wgrad_cost", "inconclusive", 2)
+    h16 = ep("h16_on_wgrad", "no effect", 2)
+    by = {"wgrad_cost": inconclusive, "h16_on_wgrad": h16}
+    assert A.stated_verdict(inconclusive, by) == "provisional: inconclusive (n = 2 of 3)"
+    assert A.stated_verdict(h16, by) == (
+        "not judged (wgrad_cost: provisional: inconclusive (n = 2 of 3))")
+    present = ep("wgrad_cost", "present", 3)
+    h16 = ep("h16_on_wgrad", "helps", 3)
+    by = {"wgrad_cost": present, "h16_on_wgrad": h16}
+    assert A.stated_verdict(present, by) == "present"
+    assert A.stated_verdict(h16, by) == "helps"
+    assert A.stated_verdict(h16, {"h16_on_wgrad": h16}) == "not judged (wgrad_cost: not run)"
+    assert A.stated_verdict(ep("all_cost", "not enough seeds", 1), {}) == "not enough seeds"
+    # through summarize: two seeds of a clear cost -> provisional, and h16 judged (gate present)
+    f = lambda t: 3.0 + 50.0 / math.sqrt(t)  # noqa: E731
+    tokens = list(range(1000, 100_001, 1000))
+    for s in (0, 1):
+        _write(tmp_path, "bf16", s, [(t, f(t) + 0.01 * s) for t in tokens])
+        _write(tmp_path, "mxfp4_wgrad", s, [(t, f(t / 1.2) + 0.011 * s) for t in tokens])
+        _write(tmp_path, "mxfp4_wgrad_h16", s, [(t, f(t / 1.2) + 0.012 * s) for t in tokens])
+    e = {x["endpoint"]: x for x in A.summarize_v2(tmp_path)["endpoints"]}
+    assert e["wgrad_cost"]["rule"] == "present"
+    assert e["wgrad_cost"]["verdict"] == "provisional: present (n = 2 of 3)"
+    assert e["h16_on_wgrad"]["verdict"].startswith("provisional: ")
+    assert "provisional: present (n = 2 of 3)" in (tmp_path / "v2_table.md").read_text()
+
+
 def test_verdicts_and_legacy_runs(tmp_path):
     est = lambda m, lo, hi: {"mean": m, "ci95": [lo, hi], "n": 3}  # noqa: E731
     assert A.verdict("wgrad_cost", est(0.05, 0.02, 0.08)) == "present"
