@@ -119,11 +119,9 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     another axis than the last the input goes through the transpose first (the column kernel
     does not fold). The MX codes stay recoverable (``emulator.fold.unfold``): the operand is
     the MX operand the emulator defines. On the emulator backend: the emulator's quantize and
-    fold."""
-    from ..emulator import fold as emulator_fold
+    fold. Under ``torch.compile``: the custom op ``ocpmx::quantize_folded`` (the same
+    implementation)."""
     from . import ops
-    from .dispatch import pick_backend
-    from .tuning import default_tuning
     n = ops.numerics(fmt, scale_rule, rounding, rotation)
     if n.fmt.name not in FOLD_FORMATS:
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {n.fmt.name}")
@@ -134,6 +132,22 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     if group < 1 or group & (group - 1) or nblk % group:
         raise ValueError(f"group must be a power of two dividing the {nblk} blocks along K, "
                          f"got {group}")
+    if torch.compiler.is_compiling():
+        from . import library
+        return library.quantize_folded(x, n, axis, group, pow2, seed, keys, backend)
+    return quantize_folded_kmajor(x, n, axis, group, pow2, seed, keys, backend, tuning)
+
+
+def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool, seed: int,
+                           keys, backend, tuning) -> FoldedTensor:
+    """The implementation of ``quantize_folded`` (checked arguments, numerics ``n``): its rows
+    are the K-major rows of ``x`` along ``axis``."""
+    from ..emulator import fold as emulator_fold
+    from . import ops
+    from .dispatch import pick_backend
+    from .tuning import default_tuning
+    k = x.shape[axis]
+    nblk = k // BLOCK_SIZE
     rows = x.numel() // k if k else 0
     if pick_backend(x.device, backend) == "emulator":
         mx = ops.quantize(x, n.fmt, axis=axis, scale_rule=n.scale_rule, rounding=n.rounding,

@@ -16,8 +16,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..spec import Rounding, ScaleRule, get_format, parse_rotation
-from . import gemm, launch, ops
+from ..spec import BLOCK_SIZE, Rounding, ScaleRule, get_format, parse_rotation
+from ..spec.rules import Conversion
+from . import fold, gemm, launch, ops
 from .launch import Numerics
 from .tensor import pack_factor
 from .tuning import default_tuning
@@ -161,3 +162,76 @@ def mx_matmul(a_data, a_scales, b_data, b_scales, fmt_a, fmt_b, k: int, out_dtyp
     return mx_matmul_op(a_data, a_scales, b_data, b_scales, fmt_a.name, fmt_b.name, k, out_dtype,
                         method, model, backend or "")
 
+
+
+# ---- the fold methods' operands and GEMM (issue 17) ---------------------------------------------
+# A FoldedTensor travels as its tensors (codes, exponents, scales, stats and 2^R, the last an
+# empty tensor when not asked); its group and format as plain values. The fold also adds its
+# rounded-element count to the device's running total (``fold.inexact_total``) as in eager mode:
+# a side effect the op does not declare, since the total is no argument of it (the kernel adds
+# to a buffer at a fixed address, which a CUDA graph replays).
+
+@torch.library.custom_op("ocpmx::quantize_folded", mutates_args=())
+def quantize_folded_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
+                       axis: int, group: int, pow2: bool, seed: int, keys: Optional[Tensor],
+                       backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    n = _numerics(fmt, scale_rule, rounding, rotation, -127)
+    f = fold.quantize_folded_kmajor(x, n, axis, group, pow2, seed & _M64, keys, backend or None,
+                                    None)
+    p2 = f.pow2 if f.pow2 is not None else x.new_empty((0,), dtype=torch.float32)
+    return f.codes, f.exponents, f.scales, f.stats, p2
+
+
+@quantize_folded_op.register_fake
+def _(x, fmt, scale_rule, rounding, rotation, axis, group, pow2, seed, keys, backend):
+    k = x.shape[axis]
+    rows = x.numel() // k if k else 0
+    nblk = k // BLOCK_SIZE
+    return (x.new_empty((rows, k), dtype=torch.uint8),
+            x.new_empty((rows, nblk // group), dtype=torch.int32),
+            x.new_empty((rows, nblk), dtype=torch.uint8),
+            x.new_empty((2,), dtype=torch.int64),
+            x.new_empty((nblk // group, rows) if pow2 else (0,), dtype=torch.float32))
+
+
+def quantize_folded(x, n: Numerics, axis: int, group: int, pow2: bool, seed: int, keys,
+                    backend) -> "fold.FoldedTensor":
+    if n.conversion != Conversion.OCP:
+        raise NotImplementedError(f"conversion={n.conversion.label!r} does not fold")
+    if n.int8_min != -127:
+        raise ValueError("int8_min concerns MXINT8, which does not fold")
+    codes, exps, scales, stats, p2 = quantize_folded_op(
+        x, *_args(n)[:4], axis, group, pow2, _signed(seed), keys, backend or "")
+    return fold.FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2 if pow2 else None)
+
+
+@torch.library.custom_op("ocpmx::folded_product", mutates_args=())
+def folded_product_op(method: str, fmt_a: str, a_codes: Tensor, a_exponents: Tensor,
+                      a_scales: Tensor, a_stats: Tensor, a_pow2: Tensor, fmt_b: str,
+                      b_codes: Tensor, b_exponents: Tensor, b_scales: Tensor, b_stats: Tensor,
+                      b_pow2: Tensor, group: int, out_dtype: torch.dtype) -> Tensor:
+    def folded(fmt, codes, exps, scales, stats, p2):
+        return fold.FoldedTensor(codes, exps, scales, group, get_format(fmt), stats,
+                                 p2 if p2.numel() else None)
+    return gemm.folded_product(method, folded(fmt_a, a_codes, a_exponents, a_scales, a_stats,
+                                              a_pow2),
+                               folded(fmt_b, b_codes, b_exponents, b_scales, b_stats, b_pow2),
+                               out_dtype)
+
+
+@folded_product_op.register_fake
+def _(method, fmt_a, a_codes, a_exponents, a_scales, a_stats, a_pow2, fmt_b, b_codes,
+      b_exponents, b_scales, b_stats, b_pow2, group, out_dtype):
+    return a_codes.new_empty((a_codes.shape[0], b_codes.shape[0]), dtype=out_dtype)
+
+
+def folded_product(method: str, fa: "fold.FoldedTensor", fb: "fold.FoldedTensor",
+                   out_dtype) -> Tensor:
+    if fa.group != fb.group:
+        raise ValueError("folded operands need the same group")
+    empty = fa.codes.new_empty((0,), dtype=torch.float32)
+
+    def parts(f):
+        return (f.fmt.name, f.codes, f.exponents, f.scales, f.stats,
+                f.pow2 if f.pow2 is not None else empty)
+    return folded_product_op(method, *parts(fa), *parts(fb), fa.group, out_dtype)

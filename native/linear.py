@@ -147,7 +147,7 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         fmt = get_format(g.element)
         method = fit_method(auto_method(a.device), fmt, fmt, am.shape[0], bm.shape[0],
                             am.shape[1])
-    if method in FOLD_METHODS and not on_emulator and not torch.compiler.is_compiling():
+    if method in FOLD_METHODS and not on_emulator:
         return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
                             am.shape[0], bm.shape[0], am.shape[1])
     ops = []
@@ -170,14 +170,18 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
 
 def _folded_gemm(method: str, gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int,
                  out_dtype, ctx: GemmContext, keys, m: int, n: int, k: int) -> torch.Tensor:
-    """A fold method's M x N x K GEMM (eager mode) on operands folded in their quantize pass
+    """A fold method's M x N x K GEMM on operands folded in their quantize pass
     (``fold.quantize_folded``: one kernel per operand, no fold launch): the bits of
-    ``mx_matmul(quantize(a), quantize(b), method=method)``."""
+    ``mx_matmul(quantize(a), quantize(b), method=method)``. Under ``torch.compile`` the two
+    are the custom ops ``ocpmx::quantize_folded`` and ``ocpmx::folded_product``."""
     if method == "fp8_cublas":
         check_cublas_shapes(a.device, m, n, k)
     group = FOLD_MODELS[method].group_for(k)
     fa, fb = (quantize_folded(t, g.element, group, pow2=method == "fp8_cublas", **kw)
               for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)))
+    if torch.compiler.is_compiling():
+        from . import library
+        return library.folded_product(method, fa, fb, out_dtype)
     return folded_product(method, fa, fb, out_dtype)
 
 

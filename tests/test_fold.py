@@ -875,8 +875,8 @@ def test_quantize_folded_is_fold_of_quantize(device, name, group, axis, rotation
 def test_mxlinear_folds_in_the_quantize_pass(device, method, recipe, monkeypatch):
     """MXLinear under a fold method quantizes each operand straight into its folded form
     (``fold.quantize_folded``, eager mode): output, input and weight gradients bit for bit
-    those of quantize, then ``mx_matmul(method=...)`` folding apart (the path under
-    torch.compile)."""
+    those of quantize, then ``mx_matmul(method=...)`` folding apart (compiled:
+    test_fold_path_compiles_whole_with_eager_bits)."""
     import torch
     from ocpmx import native
     if method == "fp8_cublas" and (device == "cpu" or
@@ -907,3 +907,50 @@ def test_mxlinear_folds_in_the_quantize_pass(device, method, recipe, monkeypatch
         assert torch.equal(got.view(torch.int16 if got.dtype == torch.bfloat16 else torch.int32),
                            want.view(torch.int16 if want.dtype == torch.bfloat16 else
                                      torch.int32)), what
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("method,recipe", [("fp8_exact", "mxfp4_all_h16"),
+                                           ("fp8", "mxfp4_all_sr_wgrad")])
+def test_fold_path_compiles_whole_with_eager_bits(device, method, recipe, monkeypatch):
+    """Under torch.compile (fullgraph) MXLinear keeps the one-pass fold: ``quantize_folded`` and
+    the folded GEMM are the custom ops ``ocpmx::quantize_folded`` / ``ocpmx::folded_product``
+    (not the two-pass quantize + mx_matmul), no graph break, and the eager bits in the output
+    and both gradients, over two steps (stochastic rounding's keys reach the graph)."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native import gemm
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 128, dtype=torch.bfloat16, device=device)
+    gy = torch.randn(2, 32, 64, dtype=torch.bfloat16, device=device)
+    lin = native.MXLinear(128, 64, recipe=recipe, layer_id=2, seed=3, method=method,
+                          backend="triton", device=device)
+    calls = {"fold": 0, "gemm": 0}
+    kmajor, product = native_fold.quantize_folded_kmajor, gemm.folded_product
+
+    def count(name, fn):
+        return lambda *a, **kw: calls.__setitem__(name, calls[name] + 1) or fn(*a, **kw)
+    monkeypatch.setattr(native_fold, "quantize_folded_kmajor", count("fold", kmajor))
+    monkeypatch.setattr(gemm, "folded_product", count("gemm", product))
+
+    def run(fn, s):
+        native.set_step(lin, s)
+        lin.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_(True)
+        y = fn(xi)
+        y.backward(gy)
+        return [t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32)
+                for t in (y.detach(), xi.grad, lin.weight.grad.clone())]
+
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(lin)(x).graph_break_count == 0
+    torch._dynamo.reset()
+    compiled = torch.compile(lin, fullgraph=True, backend="aot_eager")
+    for s in (1, 2):
+        want = run(lin, s)
+        before = dict(calls)
+        got = run(compiled, s)
+        assert (calls["fold"] - before["fold"], calls["gemm"] - before["gemm"]) == (6, 3)
+        for what, g, w in zip(("y", "dgrad", "wgrad"), got, want):
+            assert torch.equal(g, w), (what, s)
