@@ -373,6 +373,8 @@ def plot_ablation(runs, png, reference: str = "bf16", order=ARMS, solid=SEEDED_A
 
 
 def _plot_field(ax_pair, runs, key, what, reference, order, solid):
+    """One row of ``plot_ablation``: the mean over seeds, and where an arm has two or more seeds
+    a band from the lowest to the highest seed at each evaluation (the seed spread)."""
     a, b = ax_pair
 
     def mean_curve(curves):
@@ -380,27 +382,32 @@ def _plot_field(ax_pair, runs, key, what, reference, order, solid):
         for c in curves:
             for t, v in c:
                 at.setdefault(t, []).append(v)
-        return sorted((t, sum(v) / len(v)) for t, v in at.items())
+        return sorted((t, sum(v) / len(v), min(v), max(v), len(v)) for t, v in at.items())
+
+    def draw(ax, c, style, label):
+        line, = ax.plot([x[0] for x in c], [x[1] for x in c], style, label=label)
+        band = [x for x in c if x[4] > 1]
+        if band:
+            ax.fill_between([x[0] for x in band], [x[2] for x in band], [x[3] for x in band],
+                            color=line.get_color(), alpha=0.15, lw=0)
 
     for arm in [x for x in order if x in runs] + [x for x in runs if x not in order]:
         seeds = runs[arm]
-        c = mean_curve([r[key] for r in seeds.values()])
         label = f"{arm} ({len(seeds)} seeds)" if len(seeds) > 1 else arm
         style = "-" if arm in solid else "--"
-        a.plot([t for t, _ in c], [v for _, v in c], style, label=label)
+        draw(a, mean_curve([r[key] for r in seeds.values()]), style, label)
         gaps = []
         for s, r in seeds.items():
             ref = runs.get(reference, {}).get(s)
             if ref is not None:
                 rv = dict(ref[key])
                 gaps.append([(t, v - rv[t]) for t, v in r[key] if t in rv])
-        g = mean_curve(gaps)
-        b.plot([t for t, _ in g], [x for _, x in g], style, label=label)
+        draw(b, mean_curve(gaps), style, label)
     finals = [v for seeds in runs.values() for r in seeds.values() for _, v in r[key][-1:]]
     if finals:
         a.set_ylim(min(finals) - 0.05, min(finals) + 1.0)
-    a.set_title(f"{what}, mean over seeds")
-    b.set_title(f"{what} minus {reference}, same seed")
+    a.set_title(f"{what}\nmean over seeds; band: lowest to highest seed", fontsize=10)
+    b.set_title(f"{what} minus {reference}, same seed\nmean over seeds; band: seed spread", fontsize=10)
     b.axhline(0, color="k", lw=0.5)
     for ax in (a, b):
         ax.set_xlabel("tokens")

@@ -261,6 +261,28 @@ def test_stated_verdicts_follow_the_plan(tmp_path):
     assert "provisional: present (n = 2 of 3)" in (tmp_path / "v2_table.md").read_text()
 
 
+def test_plot_shows_the_seed_spread(tmp_path):
+    """The plot's curves are seed means; an arm with two or more seeds also gets a band from its
+    lowest to its highest seed (a one-seed arm none)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    tokens = list(range(1000, 10_001, 1000))
+    for s in (0, 1):
+        _write(tmp_path, "bf16", s, [(t, 4.0 - t / 1e4 + 0.01 * s) for t in tokens])
+        _write(tmp_path, "mxfp4_wgrad", s, [(t, 4.0 - t / 1e4 + 0.03 * s) for t in tokens])
+    _write(tmp_path, "mxfp4_wgrad_h16", 0, [(t, 4.0 - t / 1e4) for t in tokens])
+    runs = A.load_runs(tmp_path)
+    fig, axes = plt.subplots(1, 2)
+    A._plot_field(axes, runs, "val", "val_loss", "bf16", A.V2_ARMS, A.V2_PRIMARY)
+    loss_ax, gap_ax = axes
+    assert len(loss_ax.collections) == 2  # bf16 and mxfp4_wgrad: two seeds each
+    band = gap_ax.collections[-1].get_paths()[0].vertices  # mxfp4_wgrad's gap: 0.00 to 0.02
+    assert band[:, 1].min() == pytest.approx(0.0, abs=1e-9)
+    assert band[:, 1].max() == pytest.approx(0.02, abs=1e-9)
+    plt.close(fig)
+
+
 def test_verdicts_and_legacy_runs(tmp_path):
     est = lambda m, lo, hi: {"mean": m, "ci95": [lo, hi], "n": 3}  # noqa: E731
     assert A.verdict("wgrad_cost", est(0.05, 0.02, 0.08)) == "present"
