@@ -396,6 +396,9 @@ def _plot_field(ax_pair, runs, key, what, reference, order, solid):
         label = f"{arm} ({len(seeds)} seeds)" if len(seeds) > 1 else arm
         style = "-" if arm in solid else "--"
         draw(a, mean_curve([r[key] for r in seeds.values()]), style, label)
+        if arm == reference:  # its gap is zero in every seed: the axis line, no band
+            b.plot([], [], style, label=label)
+            continue
         gaps = []
         for s, r in seeds.items():
             ref = runs.get(reference, {}).get(s)
@@ -462,15 +465,20 @@ def stated_verdict(e: dict, by_name: dict, n_planned: int = len(V2_SEEDS)) -> st
     plan judges the endpoint only after another one's 'present' (V2_GATES): then it names the
     gate's state, never a verdict the plan does not allow."""
     gate = V2_GATES.get(e["endpoint"])
+    why = []
     if gate is not None:
         g = by_name.get(gate)
         if g is None or g["rule"] != "present":
             state = "not run" if g is None else stated_verdict(g, by_name, n_planned)
             return f"not judged ({gate}: {state})"
+        if g["val_loss"]["n"] < n_planned:  # judged on a gate that is itself provisional
+            why.append(f"{gate} n = {g['val_loss']['n']} of {n_planned}")
     n = e["val_loss"]["n"]
-    if e["rule"] == "not enough seeds" or n >= n_planned:
+    if e["rule"] == "not enough seeds":
         return e["rule"]
-    return f"provisional: {e['rule']} (n = {n} of {n_planned})"
+    if n < n_planned:
+        why.insert(0, f"n = {n} of {n_planned}")
+    return f"provisional: {e['rule']} ({'; '.join(why)})" if why else e["rule"]
 
 
 def _complete(runs, arm):

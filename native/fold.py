@@ -13,7 +13,8 @@ every format and group size (``benchmarks/fold_probe.py``, results/native_gpu/fo
 Speed on an H100 at Llama-8B shapes (results/native_gpu/bench_gemm_h100.md, the tile and group
 sweeps beside it): promoted at groups of 4 blocks 0.42-0.50x cuBLAS bf16, chained at groups of
 32 blocks 1.00-1.24x; the float32 epilogue per group is what limits both.
-``quantize_folded`` folds in the quantize kernel's own pass (MXLinear uses it in eager mode).
+``quantize_folded`` folds in the quantize kernel's own pass (MXLinear uses it, eager and
+under torch.compile through the custom op ``ocpmx::quantize_folded``).
 """
 from __future__ import annotations
 
@@ -87,7 +88,9 @@ _inexact_totals: dict = {}
 def inexact_total(device) -> torch.Tensor:
     """The running count (int64, (1,), on ``device``) of elements every fold on that device has
     rounded since the process started or ``reset_inexact_total``: what a training run logs so
-    that a rounded fold is never silent (reading it waits for the device)."""
+    that a rounded fold is never silent (reading it waits for the device). The custom op
+    ``ocpmx::quantize_folded`` adds to it without declaring the mutation (the total is no
+    argument of the op): read it outside a compiled region, not inside one."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())

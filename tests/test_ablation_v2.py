@@ -246,6 +246,12 @@ def test_stated_verdicts_follow_the_plan(tmp_path):
     assert A.stated_verdict(present, by) == "present"
     assert A.stated_verdict(h16, by) == "helps"
     assert A.stated_verdict(h16, {"h16_on_wgrad": h16}) == "not judged (wgrad_cost: not run)"
+    # judged on a gate that is itself provisional (a seed of the gate's arms missing): provisional
+    by = {"wgrad_cost": ep("wgrad_cost", "present", 2), "h16_on_wgrad": h16}
+    assert A.stated_verdict(h16, by) == "provisional: helps (wgrad_cost n = 2 of 3)"
+    by["h16_on_wgrad"] = ep("h16_on_wgrad", "helps", 2)
+    assert A.stated_verdict(by["h16_on_wgrad"], by) == (
+        "provisional: helps (n = 2 of 3; wgrad_cost n = 2 of 3)")
     assert A.stated_verdict(ep("all_cost", "not enough seeds", 1), {}) == "not enough seeds"
     # through summarize: two seeds of a clear cost -> provisional, and h16 judged (gate present)
     f = lambda t: 3.0 + 50.0 / math.sqrt(t)  # noqa: E731
@@ -257,7 +263,7 @@ def test_stated_verdicts_follow_the_plan(tmp_path):
     e = {x["endpoint"]: x for x in A.summarize_v2(tmp_path)["endpoints"]}
     assert e["wgrad_cost"]["rule"] == "present"
     assert e["wgrad_cost"]["verdict"] == "provisional: present (n = 2 of 3)"
-    assert e["h16_on_wgrad"]["verdict"].startswith("provisional: ")
+    assert e["h16_on_wgrad"]["verdict"].endswith("(n = 2 of 3; wgrad_cost n = 2 of 3)")
     assert "provisional: present (n = 2 of 3)" in (tmp_path / "v2_table.md").read_text()
 
 
@@ -277,7 +283,8 @@ def test_plot_shows_the_seed_spread(tmp_path):
     A._plot_field(axes, runs, "val", "val_loss", "bf16", A.V2_ARMS, A.V2_PRIMARY)
     loss_ax, gap_ax = axes
     assert len(loss_ax.collections) == 2  # bf16 and mxfp4_wgrad: two seeds each
-    band = gap_ax.collections[-1].get_paths()[0].vertices  # mxfp4_wgrad's gap: 0.00 to 0.02
+    assert len(gap_ax.collections) == 1  # the reference's gap is zero: no band
+    band = gap_ax.collections[0].get_paths()[0].vertices  # mxfp4_wgrad's gap: 0.00 to 0.02
     assert band[:, 1].min() == pytest.approx(0.0, abs=1e-9)
     assert band[:, 1].max() == pytest.approx(0.02, abs=1e-9)
     plt.close(fig)

@@ -911,7 +911,8 @@ def test_mxlinear_folds_in_the_quantize_pass(device, method, recipe, monkeypatch
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("method,recipe", [("fp8_exact", "mxfp4_all_h16"),
-                                           ("fp8", "mxfp4_all_sr_wgrad")])
+                                           ("fp8", "mxfp4_all_sr_wgrad"),
+                                           ("fp8_cublas", "mxfp4_all_h16")])
 def test_fold_path_compiles_whole_with_eager_bits(device, method, recipe, monkeypatch):
     """Under torch.compile (fullgraph) MXLinear keeps the one-pass fold: ``quantize_folded`` and
     the folded GEMM are the custom ops ``ocpmx::quantize_folded`` / ``ocpmx::folded_product``
@@ -921,10 +922,15 @@ def test_fold_path_compiles_whole_with_eager_bits(device, method, recipe, monkey
     from ocpmx import native
     from ocpmx.native import fold as native_fold
     from ocpmx.native import gemm
+    if method == "fp8_cublas" and (device == "cpu" or
+                                   torch.cuda.get_device_capability(device)[0] != 9):
+        pytest.skip("cuBLAS's blockwise FP8 GEMM: an sm_90 GPU")
     torch.manual_seed(0)
-    x = torch.randn(2, 32, 128, dtype=torch.bfloat16, device=device)
-    gy = torch.randn(2, 32, 64, dtype=torch.bfloat16, device=device)
-    lin = native.MXLinear(128, 64, recipe=recipe, layer_id=2, seed=3, method=method,
+    # cuBLAS's blockwise GEMM wants K in 128s: Wgrad's K is the 128 tokens there
+    t, k, n = (64, 256, 128) if method == "fp8_cublas" else (32, 128, 64)
+    x = torch.randn(2, t, k, dtype=torch.bfloat16, device=device)
+    gy = torch.randn(2, t, n, dtype=torch.bfloat16, device=device)
+    lin = native.MXLinear(k, n, recipe=recipe, layer_id=2, seed=3, method=method,
                           backend="triton", device=device)
     calls = {"fold": 0, "gemm": 0}
     kmajor, product = native_fold.quantize_folded_kmajor, gemm.folded_product
