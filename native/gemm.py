@@ -304,7 +304,11 @@ def folded_product(method: str, fa: fold.FoldedTensor, fb: fold.FoldedTensor,
                    out_dtype) -> torch.Tensor:
     """A fold method's GEMM A Bᵀ of two operands folded at that method's group (by
     ``fold.fold_kmajor`` or in the quantize pass, ``fold.quantize_folded``; 'fp8_cublas':
-    with their 2^R written, ``pow2=True``)."""
+    with their 2^R written, ``pow2=True``). Under ``torch.compile``: the custom op
+    ``ocpmx::folded_product`` (which runs this function)."""
+    if torch.compiler.is_compiling():
+        from . import library
+        return library.folded_product(method, fa, fb, out_dtype)
     if method == "fp8_cublas":
         scale_a, scale_b = fold.blockwise_scales(fa, fb)
         return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from ..spec import BLOCK_SIZE, Rounding, ScaleRule, get_format, parse_rotation
-from ..spec.rules import Conversion
 from . import fold, gemm, launch, ops
 from .launch import Numerics
 from .tensor import pack_factor
@@ -163,7 +162,6 @@ def mx_matmul(a_data, a_scales, b_data, b_scales, fmt_a, fmt_b, k: int, out_dtyp
                         method, model, backend or "")
 
 
-
 # ---- the fold methods' operands and GEMM (issue 17) ---------------------------------------------
 # A FoldedTensor travels as its tensors (codes, exponents, scales, stats and 2^R, the last an
 # empty tensor when not asked); its group and format as plain values. The fold also adds its
@@ -196,10 +194,6 @@ def _(x, fmt, scale_rule, rounding, rotation, axis, group, pow2, seed, keys, bac
 
 def quantize_folded(x, n: Numerics, axis: int, group: int, pow2: bool, seed: int, keys,
                     backend) -> "fold.FoldedTensor":
-    if n.conversion != Conversion.OCP:
-        raise NotImplementedError(f"conversion={n.conversion.label!r} does not fold")
-    if n.int8_min != -127:
-        raise ValueError("int8_min concerns MXINT8, which does not fold")
     codes, exps, scales, stats, p2 = quantize_folded_op(
         x, *_args(n)[:4], axis, group, pow2, _signed(seed), keys, backend or "")
     return fold.FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2 if pow2 else None)

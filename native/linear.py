@@ -179,9 +179,6 @@ def _folded_gemm(method: str, gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axi
     group = FOLD_MODELS[method].group_for(k)
     fa, fb = (quantize_folded(t, g.element, group, pow2=method == "fp8_cublas", **kw)
               for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)))
-    if torch.compiler.is_compiling():
-        from . import library
-        return library.folded_product(method, fa, fb, out_dtype)
     return folded_product(method, fa, fb, out_dtype)
 
 
