@@ -34,11 +34,12 @@ GEMM_KERNELS = ("mx_gemm_kernel",)
 HW_CONVERSION_KERNELS = ("quantize_gfx950_kernel",)
 
 
-def is_conversion_kernel(name: str) -> bool:
+def is_conversion_kernel(name: str, consts: dict | None = None) -> bool:
     """The quantize and dequantize kernels (any the package adds): integer arithmetic only,
-    except ``HW_CONVERSION_KERNELS``."""
+    except ``HW_CONVERSION_KERNELS`` where they use the instructions (``HW``, not the software
+    conversion of other chips)."""
     return re.match(r"(de)?quantize_\w*kernel$", name) is not None and \
-        name not in HW_CONVERSION_KERNELS
+        (name not in HW_CONVERSION_KERNELS or not (consts or {}).get("HW", True))
 
 
 # MX element format -> operand-format code of the instruction
@@ -183,7 +184,7 @@ def analyze(arch: Arch, launch, kernel) -> dict:
         out["mx_instruction"] = fields.pop("instruction", None)
         out["mx_count"] = len(mx)
         out["operand_formats"] = fields
-    elif launch.name in HW_CONVERSION_KERNELS:
+    elif launch.name in HW_CONVERSION_KERNELS and consts.get("HW", True):
         want = consts["INSN"]
         found = sorted(set(re.findall(r"\bv_cvt_scalef32_\w+", text)))
         if arch.name != "gfx950":
@@ -194,7 +195,7 @@ def analyze(arch: Arch, launch, kernel) -> dict:
             failures.append(f"other conversions beside {want}: {sorted(set(found) - {want})}")
         out["conversions"] = found
         out["conversion_count"] = len(re.findall(rf"\b{want}\b", text))
-    elif is_conversion_kernel(launch.name):
+    elif is_conversion_kernel(launch.name, consts):
         found = sorted({m for pat in arch.forbidden_convert for m in re.findall(pat, text)})
         if found:
             failures.append("hardware conversion instructions: " + ", ".join(found))

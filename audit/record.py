@@ -280,12 +280,13 @@ def _column_kernel_calls(fmts, roundings, rotations):
     return out
 
 
-def _gfx950_calls(fmts, roundings, dtypes, shape=(64, 256)):
-    """quantize(..., conversion='gfx950'): the kernel of gfx950's conversion instructions."""
+def _gfx950_calls(fmts, roundings, dtypes, shape=(64, 256), hardware=True):
+    """quantize(..., conversion='gfx950'): the kernel of gfx950's conversion instructions
+    (``hardware``), or the same kernel converting in software on other chips."""
     from ..native import quantize
     out = []
     for fmt, rnd, dt in itertools.product(fmts, roundings, dtypes):
-        if rnd == "stochastic" and dt != torch.float32:
+        if hardware and rnd == "stochastic" and dt != torch.float32:
             continue  # the hardware path converts stochastically from float32 only
         for axis in (-1, 0):
             out.append((f"quantize {fmt} conversion=gfx950 {rnd} {_dt(dt)} axis={axis}",
@@ -394,6 +395,9 @@ def full_workload(arch=None) -> list:
     calls += [(f"{label} [BIG]", fn, True) for label, fn in big]
     if arch is not None and arch.name == "gfx950":
         calls += _gfx950_calls(("e2m1", "e4m3", "e5m2"), ("rne", "stochastic"), DTYPES)
+    else:  # gfx950's conversion in software
+        calls += _gfx950_calls(("e2m1", "e2m3", "e3m2", "e4m3", "e5m2"), ("rne", "stochastic"),
+                               DTYPES, hardware=False)
     return calls
 
 

@@ -186,10 +186,11 @@ class TritonBackend(Backend):
 
 class TritonGfx950Backend(TritonBackend):
     """``native.quantize(..., conversion='gfx950')``: on a gfx950 GPU, gfx950's own conversion
-    instructions (``ocpmx.native.kernels.gfx950``); on any other device, AMD's conversion model
-    through the emulator backend (then the suite checks the model and this adapter, and the
-    report's header says so). Known differences from OCP: ``deviations/triton_gfx950.json``
-    (AMD's documented conversion semantics). Dequantize and GEMM are the Triton backend's."""
+    instructions (``ocpmx.native.kernels.gfx950``); on another GPU or under the Triton
+    interpreter, the same kernel converting in software (``kernels.gfx950.convert_soft``);
+    elsewhere AMD's conversion model through the emulator backend (the report's header says
+    which). Known differences from OCP: ``deviations/triton_gfx950.json`` (AMD's documented
+    conversion semantics). Dequantize and GEMM are the Triton backend's."""
 
     name = "triton_gfx950"
 
@@ -197,15 +198,19 @@ class TritonGfx950Backend(TritonBackend):
         super().__init__(device)
         from ..emulator import gfx950 as model
         from ..native import kernels
-        from ..native.dispatch import gfx950
-        self.hardware = gfx950(self.torch.device(self.device))
+        from ..native.dispatch import gfx950, pick_backend
+        device = self.torch.device(self.device)
+        self.hardware = gfx950(device)
         # what native.quantize(conversion='gfx950') runs on: the kernel, or the model
-        self.backend = "triton" if self.hardware else "emulator"
+        self.backend = pick_backend(device, None)
         self.formats = kernels.gfx950.FORMATS if self.hardware else model.FORMATS
 
     def info(self):
-        return {**super().info(), "conversion": "gfx950 instructions (kernels.gfx950)"
-                if self.hardware else "gfx950 model (emulator; no gfx950 GPU here)"}
+        conversion = ("gfx950 instructions (kernels.gfx950)" if self.hardware else
+                      "gfx950 model in software (kernels.gfx950.convert_soft; no gfx950 GPU "
+                      "here)" if self.backend == "triton" else
+                      "gfx950 model (emulator; no gfx950 GPU here)")
+        return {**super().info(), "conversion": conversion}
 
     def supports(self, op, fmt, **options):
         if op == "cast":
@@ -213,7 +218,7 @@ class TritonGfx950Backend(TritonBackend):
         if op == "quantize":
             if fmt not in self.formats:
                 return f"conversion='gfx950' converts {', '.join(self.formats)} here (not {fmt})"
-            if self.hardware and options.get("block_size", BLOCK_SIZE) != BLOCK_SIZE:
+            if self.backend == "triton" and options.get("block_size", BLOCK_SIZE) != BLOCK_SIZE:
                 return "the gfx950 kernel takes blocks of 32"
         return super().supports(op, fmt, **options)
 
@@ -223,7 +228,7 @@ class TritonGfx950Backend(TritonBackend):
             raise NotImplementedError(
                 "the suite's stochastic checks draw OCP's random stream; gfx950's stochastic "
                 "rounding is checked against emulator.gfx950 directly "
-                "(tests/test_gfx950_hardware.py)")
+                "(tests/test_gfx950_hardware.py, tests/test_gfx950_soft.py)")
         mx = native.quantize(self._t(x), fmt, axis=axis, block_size=block_size,
                              scale_rule=scale_rule, rounding=rounding, seed=seed,
                              conversion="gfx950", backend=self.backend)

@@ -18,7 +18,7 @@ from ..spec import ElementFormat, Rotation, Rounding, ScaleRule, lower
 from ..spec.rules import Conversion
 from . import fastlaunch
 from ._lazy import kernels
-from .dispatch import hopper
+from .dispatch import gfx950, hopper, interpreting
 from .tensor import pack_factor
 from .tuning import Tuning
 
@@ -209,15 +209,27 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
 def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blocks: int,
                 n: Numerics, seed: int) -> None:
     """``kernels.gfx950.quantize_gfx950_kernel`` over a contiguous K-major ``x`` (blocks of 32
-    along the last axis): the hardware conversions of ``conversion='gfx950'``."""
+    along the last axis): the conversions of ``conversion='gfx950'``, by gfx950's own
+    instructions on a gfx950 GPU, elsewhere in software (``kernels.gfx950.convert_soft``)."""
     sr = n.rounding == Rounding.STOCHASTIC
     c = lower(n.fmt).constexprs()
-    nb = 16
+    nb = 256 if interpreting() else 16  # (the interpreter's cost is per program)
+    consts = dict(FP4=n.fmt.name == "e2m1", SR=sr, RULE=int(n.scale_rule), EMAX=c["EMAX"],
+                  MBITS=c["MBITS"], RNUM=c["RNUM"], RSHIFT=c["RSHIFT"], NB=nb, num_warps=4)
+    if gfx950(x.device):
+        consts["INSN"] = kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)]
+    else:
+        from ..emulator.gfx950 import SOURCES, SPECIAL_OUTPUTS
+        name = {torch.float32: "float32", torch.bfloat16: "bfloat16",
+                torch.float16: "float16"}[x.dtype]
+        smb, seb, sbias, _ = SOURCES[name]
+        nan_out, ovf_out = SPECIAL_OUTPUTS[n.fmt.name]
+        consts.update(INSN="", HW=False, SRC=("float32", "bfloat16", "float16").index(name),
+                      SMB=smb, SEB=seb, SBIAS=sbias, BIAS=c["BIAS"], MAXC=c["MAXC"],
+                      SIGN=c["SIGN"], NAN_OUT=nan_out, OVF_OUT=ovf_out)
+        x = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
     run(kernels.gfx950.quantize_gfx950_kernel, (cdiv(n_blocks, nb),), x, data, scales,
-        n_blocks, seed & 0xFFFFFFFFFFFFFFFF, FP4=n.fmt.name == "e2m1", SR=sr,
-        INSN=kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)], RULE=int(n.scale_rule),
-        EMAX=c["EMAX"], MBITS=c["MBITS"], RNUM=c["RNUM"], RSHIFT=c["RSHIFT"], NB=nb,
-        num_warps=4)
+        n_blocks, seed & 0xFFFFFFFFFFFFFFFF, **consts)
 
 
 def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int, k: int,

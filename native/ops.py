@@ -93,7 +93,9 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
 
     ``conversion``: 'ocp' (§6.3's element conversion) or 'gfx950' (AMD gfx950's scaled
     conversion instructions, ``ocpmx.emulator.gfx950``): through the emulator on the emulator
-    backend, through the instructions themselves on a gfx950 GPU (``_check_gfx950``)."""
+    backend, through the instructions themselves on a gfx950 GPU, and elsewhere on the Triton
+    backend (NVIDIA GPUs, the interpreter) through the same kernel converting in software
+    (``kernels.gfx950.convert_soft``): the same bits everywhere (``_check_gfx950``)."""
     n = numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
@@ -110,18 +112,21 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
 
 def _check_gfx950(x: torch.Tensor, n: Numerics, block_size: int) -> None:
     """What the gfx950 kernel (``conversion='gfx950'`` on the Triton backend) can do, checked
-    before it is launched."""
+    before it is launched: on a gfx950 GPU what its instructions do, elsewhere (software
+    conversion) every float format from any input type."""
+    if n.fmt.kind == "int":
+        raise ValueError(f"conversion='gfx950' has no {n.fmt.name} conversion (MXINT8 has no "
+                         "V_CVT_SCALEF32 instruction); use conversion='ocp'")
+    if n.rotation is not None or block_size != BLOCK_SIZE:
+        where = "on the GPU" if gfx950(x.device) else "on the Triton backend"
+        raise ValueError(f"conversion='gfx950' {where}: blocks of 32 without a rotation only; "
+                         "use backend='emulator'")
     if not gfx950(x.device):
-        raise ValueError("conversion='gfx950' on the Triton backend uses gfx950's conversion "
-                         "instructions and needs a gfx950 GPU (MI350X/MI355X); elsewhere use "
-                         "backend='emulator' (AMD's semantics, bit for bit)")
+        return  # the software conversion (kernels.gfx950.convert_soft)
     if n.fmt.name not in kernels.gfx950.FORMATS:
         raise ValueError(f"conversion='gfx950' on the GPU: {n.fmt.name} is not done in hardware "
                          f"here (FP4 and FP8: {', '.join(kernels.gfx950.FORMATS)}); use "
                          "backend='emulator'")
-    if n.rotation is not None or block_size != BLOCK_SIZE:
-        raise ValueError("conversion='gfx950' on the GPU: blocks of 32 without a rotation only; "
-                         "use backend='emulator'")
     if n.rounding == Rounding.STOCHASTIC and x.dtype != torch.float32:
         raise TypeError(f"conversion='gfx950' with stochastic rounding on the GPU converts from "
                         f"float32; a {x.dtype} source takes other random bits on gfx950 "

@@ -138,6 +138,20 @@ def test_gfx950_hardware_conversions_compile_and_are_checked(monkeypatch):
     assert out["status"] == "fail" and "hardware conversion instructions" in out["failures"][0]
 
 
+def test_gfx950_software_conversion_compiles_elsewhere():
+    """conversion='gfx950' off gfx950 (the kernel's software conversion, ``HW=False``) compiles
+    for sm_100a and passes as an integer-arithmetic conversion kernel: no conversion
+    instruction, no spill."""
+    from ocpmx.audit import record
+    calls = record._gfx950_calls(("e2m1", "e3m2"), ("rne", "stochastic"), (torch.bfloat16,),
+                                 hardware=False)
+    r = run_audit("sm_100a", workload=calls)
+    assert r["verdict"] == "pass", _failures(r)
+    soft = [v for v in r["variants"] if v["kernel"] == "quantize_gfx950_kernel"]
+    assert len(soft) == 4 and all("SMB=7" in v["constexprs"] and v["conversions"] == []
+                                  and not v["spills"] for v in soft), soft
+
+
 def test_sm_100a_compiles():
     """Triton 3.9 emits sm_100a code here (ptxas 12.9 in the wheel): a tcgen05 block-scaled
     MMA of the right kind, no HMMA fallback. Were it unable to, the audit would report the
