@@ -186,7 +186,8 @@ class TritonBackend(Backend):
 
 class TritonGfx950Backend(TritonBackend):
     """``native.quantize(..., conversion='gfx950')``: on a gfx950 GPU, gfx950's own conversion
-    instructions (``ocpmx.native.kernels.gfx950``); on another GPU or under the Triton
+    instructions (``ocpmx.native.kernels.gfx950``; FP6, which they lack in the kernel, in
+    software); on another GPU or under the Triton
     interpreter, the same kernel converting in software (``kernels.gfx950.convert_soft``);
     elsewhere AMD's conversion model through the emulator backend (the report's header says
     which). Known differences from OCP: ``deviations/triton_gfx950.json`` (AMD's documented
@@ -197,16 +198,16 @@ class TritonGfx950Backend(TritonBackend):
     def __init__(self, device: str | None = None):
         super().__init__(device)
         from ..emulator import gfx950 as model
-        from ..native import kernels
         from ..native.dispatch import gfx950, pick_backend
         device = self.torch.device(self.device)
         self.hardware = gfx950(device)
         # what native.quantize(conversion='gfx950') runs on: the kernel, or the model
         self.backend = pick_backend(device, None)
-        self.formats = kernels.gfx950.FORMATS if self.hardware else model.FORMATS
+        self.formats = model.FORMATS
 
     def info(self):
-        conversion = ("gfx950 instructions (kernels.gfx950)" if self.hardware else
+        conversion = ("gfx950 instructions (kernels.gfx950; FP6 in software, "
+                      "kernels.gfx950.convert_soft)" if self.hardware else
                       "gfx950 model in software (kernels.gfx950.convert_soft; no gfx950 GPU "
                       "here)" if self.backend == "triton" else
                       "gfx950 model (emulator; no gfx950 GPU here)")

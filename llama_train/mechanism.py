@@ -14,7 +14,8 @@ component along the true gradient (which is a shrinkage of the gradient, not a d
   them;
 * at every step and for every MXLinear: its input X and output gradient dY (bf16 forward and
   backward), the true Wgrad G = dYᵀX in float64, and for each treatment (no rotation, H16,
-  random signs re-drawn every step, stochastic rounding of dY) the quantized Wgrad G_q, as
+  random signs re-drawn every step, stochastic rounding of dY, and the same by AMD gfx950's
+  conversion, the study's hardware's) the quantized Wgrad G_q, as
   ``recipe_gemm`` computes it in training (keys of step t), and its error E = G_q - G;
 * E⊥: E with its component along G projected out, per layer (each layer's G) and for the whole
   model (the model's G): what is left is the error that can drift the weights sideways;
@@ -66,6 +67,9 @@ TREATMENTS = {
     "h16": replace(_MX4, rotation="hadamard16"),
     "random_sign": replace(_MX4, rotation="random_sign"),
     "sr": replace(_MX4, rounding=("stochastic", "rne")),
+    # the study's hardware's stochastic rounding (AMD gfx950's conversion, emulator.gfx950):
+    # added 2026-11-25 before any mechanism run (PLAN.md, deviations)
+    "sr_gfx950": replace(_MX4, rounding=("stochastic", "rne"), conversion="gfx950"),
 }
 
 
@@ -98,7 +102,7 @@ def _fractions(t: torch.Tensor, axis: int, g: GemmRecipe, rot, seed: int, j: int
     """(saturated, zero-flushed) element counts of one operand quantized along ``axis`` under
     ``g``'s rounding of operand j and rotation ``rot``."""
     q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
-                 seed=seed, rotation=rot, backend=backend)
+                 seed=seed, rotation=rot, backend=backend, conversion=g.conversion)
     deq = dequantize(q, backend=backend).double()
     x = t.double()
     if rot is not None:

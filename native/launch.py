@@ -207,16 +207,18 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
 
 
 def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blocks: int,
-                n: Numerics, seed: int) -> None:
+                n: Numerics, seed: int, keys: torch.Tensor | None = None) -> None:
     """``kernels.gfx950.quantize_gfx950_kernel`` over a contiguous K-major ``x`` (blocks of 32
     along the last axis): the conversions of ``conversion='gfx950'``, by gfx950's own
-    instructions on a gfx950 GPU, elsewhere in software (``kernels.gfx950.convert_soft``)."""
+    instructions on a gfx950 GPU where the kernel has them (FP4 and FP8; stochastic from
+    float32), else in software (``kernels.gfx950.convert_soft``): the same bits."""
     sr = n.rounding == Rounding.STOCHASTIC
     c = lower(n.fmt).constexprs()
     nb = 256 if interpreting() else 16  # (the interpreter's cost is per program)
     consts = dict(FP4=n.fmt.name == "e2m1", SR=sr, RULE=int(n.scale_rule), EMAX=c["EMAX"],
                   MBITS=c["MBITS"], RNUM=c["RNUM"], RSHIFT=c["RSHIFT"], NB=nb, num_warps=4)
-    if gfx950(x.device):
+    if gfx950(x.device) and n.fmt.name in kernels.gfx950.FORMATS and \
+            (x.dtype == torch.float32 or not sr):
         consts["INSN"] = kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)]
     else:
         from ..emulator.gfx950 import SOURCES, SPECIAL_OUTPUTS
@@ -228,8 +230,9 @@ def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blo
                       SMB=smb, SEB=seb, SBIAS=sbias, BIAS=c["BIAS"], MAXC=c["MAXC"],
                       SIGN=c["SIGN"], NAN_OUT=nan_out, OVF_OUT=ovf_out)
         x = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
+    seed_arg, _ = random_args(n, seed, keys)
     run(kernels.gfx950.quantize_gfx950_kernel, (cdiv(n_blocks, nb),), x, data, scales,
-        n_blocks, seed & 0xFFFFFFFFFFFFFFFF, **consts)
+        n_blocks, seed_arg, **consts)
 
 
 def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int, k: int,

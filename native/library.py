@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..spec import BLOCK_SIZE, Rounding, ScaleRule, get_format, parse_rotation
+from ..spec.rules import Conversion
 from . import fold, gemm, launch, ops
 from .launch import Numerics
 from .tensor import pack_factor
@@ -31,9 +32,10 @@ def _signed(seed: int) -> int:
     return seed - (1 << 64) if seed >= 1 << 63 else seed
 
 
-def _numerics(fmt: str, scale_rule: str, rounding: str, rotation: str, int8_min: int) -> Numerics:
+def _numerics(fmt: str, scale_rule: str, rounding: str, rotation: str, int8_min: int,
+              conversion: str = "ocp") -> Numerics:
     return Numerics(get_format(fmt), ScaleRule.parse(scale_rule), Rounding.parse(rounding),
-                    parse_rotation(rotation), int8_min)
+                    parse_rotation(rotation), int8_min, Conversion.parse(conversion))
 
 
 def _args(n: Numerics) -> tuple:
@@ -50,13 +52,14 @@ def _moved(shape, axis: int) -> list[int]:
 @torch.library.custom_op("ocpmx::quantize", mutates_args=())
 def quantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
                 int8_min: int, axis: int, block_size: int, seed: int, keys: Optional[Tensor],
-                backend: str) -> tuple[Tensor, Tensor]:
-    n = _numerics(fmt, scale_rule, rounding, rotation, int8_min)
+                backend: str, conversion: str) -> tuple[Tensor, Tensor]:
+    n = _numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
     return ops.quantize_kmajor(x, n, axis, block_size, seed & _M64, keys, backend or None, None)
 
 
 @quantize_op.register_fake
-def _(x, fmt, scale_rule, rounding, rotation, int8_min, axis, block_size, seed, keys, backend):
+def _(x, fmt, scale_rule, rounding, rotation, int8_min, axis, block_size, seed, keys, backend,
+      conversion):
     moved = _moved(x.shape, axis)
     k = moved[-1]
     data = x.new_empty(moved[:-1] + [k // pack_factor(get_format(fmt))], dtype=torch.uint8)
@@ -64,7 +67,8 @@ def _(x, fmt, scale_rule, rounding, rotation, int8_min, axis, block_size, seed, 
 
 
 def quantize(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend):
-    return quantize_op(x, *_args(n), axis, block_size, _signed(seed), keys, backend or "")
+    return quantize_op(x, *_args(n), axis, block_size, _signed(seed), keys, backend or "",
+                       n.conversion.label)
 
 
 # ---- quantize-dequantize ----------------------------------------------------------------------
@@ -72,20 +76,21 @@ def quantize(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backen
 @torch.library.custom_op("ocpmx::quantize_dequantize", mutates_args=())
 def quantize_dequantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
                            axis: int, block_size: int, seed: int, keys: Optional[Tensor],
-                           backend: str) -> Tensor:
-    n = _numerics(fmt, scale_rule, rounding, rotation, -127)
+                           backend: str, conversion: str) -> Tensor:
+    n = _numerics(fmt, scale_rule, rounding, rotation, -127, conversion)
     return ops.quantize_dequantize_kmajor(x, n, axis, block_size, seed & _M64, keys,
                                           backend or None, None)
 
 
 @quantize_dequantize_op.register_fake
-def _(x, fmt, scale_rule, rounding, rotation, axis, block_size, seed, keys, backend):
+def _(x, fmt, scale_rule, rounding, rotation, axis, block_size, seed, keys, backend,
+      conversion):
     return x.new_empty(_moved(x.shape, axis), dtype=torch.bfloat16)
 
 
 def quantize_dequantize(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend):
     return quantize_dequantize_op(x, *_args(n)[:4], axis, block_size, _signed(seed), keys,
-                                  backend or "")
+                                  backend or "", n.conversion.label)
 
 
 # ---- dequantize -------------------------------------------------------------------------------

@@ -147,7 +147,12 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         fmt = get_format(g.element)
         method = fit_method(auto_method(a.device), fmt, fmt, am.shape[0], bm.shape[0],
                             am.shape[1])
+        if method in FOLD_METHODS and g.conversion != "ocp":
+            method = "bf16"  # the folds take OCP conversions only
     if method in FOLD_METHODS and not on_emulator:
+        if g.conversion != "ocp":
+            raise ValueError(f"GEMM method {method!r} folds OCP conversions only; recipe "
+                             f"conversion={g.conversion!r} needs method 'bf16' or 'dot_scaled'")
         return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
                             am.shape[0], bm.shape[0], am.shape[1])
     ops = []
@@ -196,6 +201,8 @@ def _operand_options(gemm: str, g: GemmRecipe, a_axis: int, b_axis: int, ctx: Ge
     for j, axis in enumerate((a_axis, b_axis)):
         kw = dict(axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j], rotation=rot,
                   backend=ctx.backend)
+        if g.conversion != "ocp":
+            kw["conversion"] = g.conversion
         if keyed:
             kw["keys"] = keys[GEMMS.index(gemm), j]
         elif g.rounding[j] == "stochastic":

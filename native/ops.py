@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 import torch
 
@@ -24,8 +26,7 @@ from .. import emulator
 from ..spec import BLOCK_SIZE, Rotation, Rounding, ScaleRule, get_format, parse_rotation
 from ..spec.rules import Conversion
 from . import launch
-from ._lazy import kernels
-from .dispatch import gfx950, pick_backend
+from .dispatch import pick_backend
 from .launch import Numerics
 from .tensor import MXTensor, pack_factor
 from .tuning import Tuning, default_tuning
@@ -93,15 +94,14 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
 
     ``conversion``: 'ocp' (§6.3's element conversion) or 'gfx950' (AMD gfx950's scaled
     conversion instructions, ``ocpmx.emulator.gfx950``): through the emulator on the emulator
-    backend, through the instructions themselves on a gfx950 GPU, and elsewhere on the Triton
-    backend (NVIDIA GPUs, the interpreter) through the same kernel converting in software
-    (``kernels.gfx950.convert_soft``): the same bits everywhere (``_check_gfx950``)."""
+    backend, through the instructions themselves on a gfx950 GPU (FP4 and FP8; stochastic
+    from float32), and otherwise on the Triton backend (NVIDIA GPUs, the interpreter, FP6 and
+    16-bit stochastic sources on gfx950) through the same kernel converting in software
+    (``kernels.gfx950.convert_soft``): the same bits everywhere (``_check_gfx950``). It takes
+    ``keys`` and compiles like the OCP conversion."""
     n = numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
-    if n.conversion != Conversion.OCP and (keys is not None or torch.compiler.is_compiling()):
-        raise NotImplementedError(f"conversion={n.conversion.label!r} takes an integer seed and "
-                                  "runs eagerly")
     if torch.compiler.is_compiling():
         from . import library
         data, scales = library.quantize(x, n, axis, block_size, seed, keys, backend)
@@ -112,25 +112,14 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
 
 def _check_gfx950(x: torch.Tensor, n: Numerics, block_size: int) -> None:
     """What the gfx950 kernel (``conversion='gfx950'`` on the Triton backend) can do, checked
-    before it is launched: on a gfx950 GPU what its instructions do, elsewhere (software
-    conversion) every float format from any input type."""
+    before it is launched: every float format from float32, bfloat16 or float16, blocks of 32,
+    no rotation (``launch.gfx950_rows`` picks the instructions or the software conversion)."""
     if n.fmt.kind == "int":
         raise ValueError(f"conversion='gfx950' has no {n.fmt.name} conversion (MXINT8 has no "
                          "V_CVT_SCALEF32 instruction); use conversion='ocp'")
     if n.rotation is not None or block_size != BLOCK_SIZE:
-        where = "on the GPU" if gfx950(x.device) else "on the Triton backend"
-        raise ValueError(f"conversion='gfx950' {where}: blocks of 32 without a rotation only; "
-                         "use backend='emulator'")
-    if not gfx950(x.device):
-        return  # the software conversion (kernels.gfx950.convert_soft)
-    if n.fmt.name not in kernels.gfx950.FORMATS:
-        raise ValueError(f"conversion='gfx950' on the GPU: {n.fmt.name} is not done in hardware "
-                         f"here (FP4 and FP8: {', '.join(kernels.gfx950.FORMATS)}); use "
-                         "backend='emulator'")
-    if n.rounding == Rounding.STOCHASTIC and x.dtype != torch.float32:
-        raise TypeError(f"conversion='gfx950' with stochastic rounding on the GPU converts from "
-                        f"float32; a {x.dtype} source takes other random bits on gfx950 "
-                        "(emulator.gfx950, rule 8): pass x.float()")
+        raise ValueError("conversion='gfx950' on the Triton backend: blocks of 32 without a "
+                         "rotation only; use backend='emulator'")
 
 
 def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend,
@@ -144,7 +133,9 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
         n, seed = _host_keys(n, seed, keys)
         # a copy: Tensor.numpy() would pin the caller's storage (FSDP2 frees unsharded
         # parameters by resizing their storage to 0, which a NumPy view forbids)
-        mx = emulator.quantize(_numpy_copy(x), n.fmt, axis=axis, block_size=block_size,
+        # (gfx950's conversion reads the source's own type: rule 8 of emulator.gfx950)
+        src = _numpy_copy(x) if n.conversion == Conversion.OCP else _numpy_source(x)
+        mx = emulator.quantize(src, n.fmt, axis=axis, block_size=block_size,
                                scale_rule=n.scale_rule, rounding=n.rounding, seed=seed,
                                rotation=n.rotation, int8_min=n.int8_min,
                                conversion=n.conversion)
@@ -167,7 +158,7 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
         if n.conversion == Conversion.GFX950:
             if inner != 1:
                 x = launch.move_axis_last(x, axis, tuning)
-            launch.gfx950_rows(x, data, scales, rows * (k // block_size), n, seed)
+            launch.gfx950_rows(x, data, scales, rows * (k // block_size), n, seed, keys)
         elif launch.rows32_applies(block_size):
             launch.rows32(x, axis, inner, data, scales, rows * (k // block_size), n, seed, tuning,
                           keys=keys)
@@ -187,19 +178,20 @@ def _host_keys(n: Numerics, seed: int, keys) -> tuple[Numerics, int]:
     rot = n.rotation
     if rot is not None and rot.has_signs:
         rot = Rotation(rot.size, mask=mask & ((1 << rot.size) - 1))
-    return Numerics(n.fmt, n.scale_rule, n.rounding, rot, n.int8_min), key_seed
+    return replace(n, rotation=rot), key_seed
 
 
 def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE,
                         scale_rule="floor", rounding="rne", seed: int = 0, rotation=None,
                         backend: str | None = None, tuning: Tuning | None = None,
-                        keys: torch.Tensor | None = None) -> torch.Tensor:
+                        keys: torch.Tensor | None = None, conversion="ocp") -> torch.Tensor:
     """``dequantize(quantize(x, ...), torch.bfloat16)``, bit for bit, in one pass where the
     32-block row kernel applies (a float format, Triton backend, blocks of 32, RNE or the last
     axis): the operand of a bf16 GEMM on chips without MX units, without writing and reading
     back the packed codes. Elsewhere it is literally that composition. Returns the input's
-    shape (a view of a K-major buffer, as ``dequantize`` does)."""
-    n = numerics(fmt, scale_rule, rounding, rotation)
+    shape (a view of a K-major buffer, as ``dequantize`` does). ``conversion``: as
+    ``quantize``'s ('gfx950': always the composition)."""
+    n = numerics(fmt, scale_rule, rounding, rotation, conversion=conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
     if torch.compiler.is_compiling():
@@ -215,7 +207,7 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
     """The bf16 values in the K-major layout: the implementation of ``quantize_dequantize``."""
     inner = math.prod(x.shape[axis + 1:])
     if (pick_backend(x.device, backend) == "emulator" or n.fmt.kind == "int" or x.numel() == 0
-            or not launch.rows32_applies(block_size)):
+            or not launch.rows32_applies(block_size) or n.conversion != Conversion.OCP):
         data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning)
         return dequantize_kmajor(data, scales, n.fmt, x.shape[axis], block_size, torch.bfloat16,
                                  backend, tuning)
@@ -304,3 +296,11 @@ def move_axis_last(x: torch.Tensor, axis: int, tuning: Tuning | None = None) -> 
 
 def _numpy_copy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to(device="cpu", dtype=torch.float32, copy=True).numpy()
+
+
+def _numpy_source(x: torch.Tensor) -> np.ndarray:
+    """A copy of ``x`` in its own type: float32, float16, or bfloat16 as ml_dtypes'."""
+    t = x.detach().to(device="cpu", copy=True)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()

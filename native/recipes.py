@@ -12,12 +12,16 @@ Precisions (``GemmRecipe.precision``): 'bf16' (torch), 'fp8' (per-tensor scaled 
 Rotations: a fixed rotation by name (``ocpmx.spec.parse_rotation``: 'none', 'hadamard16',
 'hadamard32', ...), or a policy that draws random signs per run: 'random_sign' (16-point
 Hadamard with random signs re-drawn every step), 'random_sign_fixed' (one draw for the run).
+Conversions (``GemmRecipe.conversion``, MX only): 'ocp' (the spec's, default) or 'gfx950'
+(AMD MI355X's conversion instructions, ``ocpmx.emulator.gfx950``: its stochastic rounding
+adds the random word's top bits below the kept mantissa; no rotation with it yet).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..spec import Rounding, ScaleRule, parse_rotation
+from ..spec.rules import Conversion
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
@@ -40,6 +44,7 @@ class GemmRecipe:
     rotation: str = "none"
     rounding: tuple[str, str] = ("rne", "rne")
     scale_rule: str = MX_SCALE_RULE
+    conversion: str = "ocp"
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -51,11 +56,16 @@ class GemmRecipe:
         for r in self.rounding:
             Rounding.parse(r)
         ScaleRule.parse(self.scale_rule)
+        conversion = Conversion.parse(self.conversion)
         if self.precision not in MX_ELEMENT and (self.rotation != "none" or
-                                                 self.rounding != ("rne", "rne")):
-            raise ValueError(f"rotation and stochastic rounding apply to MX formats only; "
-                             f"{self.precision} got rotation={self.rotation}, "
-                             f"rounding={self.rounding}")
+                                                 self.rounding != ("rne", "rne") or
+                                                 conversion != Conversion.OCP):
+            raise ValueError(f"rotation, stochastic rounding and the conversion apply to MX "
+                             f"formats only; {self.precision} got rotation={self.rotation}, "
+                             f"rounding={self.rounding}, conversion={self.conversion}")
+        if conversion != Conversion.OCP and self.rotation != "none":
+            raise ValueError(f"conversion={self.conversion!r} takes no rotation yet (its kernel "
+                             f"converts blocks of 32 as they are); got rotation={self.rotation}")
 
     @property
     def is_mx(self) -> bool:
@@ -132,6 +142,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "MXFP4 in Wgrad only, random-sign H16 on both Wgrad operands, re-drawn every step"),
     Recipe("mxfp4_wgrad_sr", _BF16, _BF16, replace(_MX4, rounding=("stochastic", "rne")),
            "MXFP4 in Wgrad only, stochastic rounding of dY (X round-to-nearest-even)"),
+    Recipe("mxfp4_wgrad_sr_gfx950", _BF16, _BF16,
+           replace(_MX4, rounding=("stochastic", "rne"), conversion="gfx950"),
+           "mxfp4_wgrad_sr with AMD MI355X's conversions (its stochastic rounding of dY: the "
+           "random word's top bits added below the kept mantissa, then truncated)"),
 ]}
 
 

@@ -524,7 +524,7 @@ def test_mechanism_on_repeated_batches(corpus, bf16_run):
         m = tr[q]["scopes"]["model"]
         assert m["cos1"] == pytest.approx(1.0, abs=1e-9) and m["acc_w"] == pytest.approx(2.0)
         assert m["acc_all"] == pytest.approx(2.0, abs=1e-6)
-    for q in ("random_sign", "sr"):
+    for q in ("random_sign", "sr", "sr_gfx950"):
         m = tr[q]["scopes"]["model"]
         assert m["cos1"] < 0.9 and m["acc_w"] < 1.9
     m = tr["none"]["scopes"]["model"]
@@ -533,7 +533,7 @@ def test_mechanism_on_repeated_batches(corpus, bf16_run):
     assert 0 < m["adam_rel"] < 1 and 0.5 < m["adam_cos"] <= 1 and m["adam_perp"] <= m["adam_rel"]
     assert len(tr["none"]["scopes"]) == 1 + 14  # the model and its 14 MXLinear layers
     fr = r["fractions"]
-    assert set(fr) == {"none", "h16", "random_sign", "sr"}
+    assert set(fr) == {"none", "h16", "random_sign", "sr", "sr_gfx950"}
     assert fr["none"]["wgrad.dy"]["zero_flushed"] > fr["h16"]["wgrad.dy"]["zero_flushed"]
     assert "fprop.x" in fr["h16"] and fr["none"]["wgrad.dy"]["sampled_steps"] == 2
 

@@ -89,6 +89,29 @@ def test_stochastic_words_follow_the_seed(device):
 
 
 @pytest.mark.parametrize("device", _soft_devices())
+def test_keys_dequantize_and_compile_take_the_same_bits(device):
+    """What MXLinear runs: the seed read from a key tensor (as compiled graphs and CUDA graphs
+    take per-step bits), ``quantize_dequantize``, and both under ``torch.compile``; each the
+    bits of ``quantize(..., seed=)``."""
+    torch.manual_seed(0)
+    x = (torch.randn(64, 128) * 5).bfloat16().to(device)
+    kw = dict(rounding="stochastic", scale_rule="even", conversion="gfx950", axis=0)
+    want = native.quantize(x, "e2m1", seed=21, **kw)
+    keys = torch.tensor([21, 0], dtype=torch.int64, device=device)
+    assert torch.equal(native.quantize(x, "e2m1", keys=keys, **kw).data, want.data)
+    want_qdq = native.dequantize(want, torch.bfloat16)
+    assert torch.equal(native.quantize_dequantize(x, "e2m1", keys=keys, **kw), want_qdq)
+    f = torch.compile(lambda t, k: (native.quantize(t, "e2m1", keys=k, **kw).data,
+                                    native.quantize_dequantize(t, "e2m1", keys=k, **kw)),
+                      fullgraph=True, backend="aot_eager")
+    data, qdq = f(x, keys)
+    assert torch.equal(data, want.data) and torch.equal(qdq, want_qdq)
+    # and the OCP conversion differs: the argument reached the kernel
+    assert not torch.equal(native.quantize(x, "e2m1", seed=21, rounding="stochastic",
+                                           scale_rule="even", axis=0).data, want.data)
+
+
+@pytest.mark.parametrize("device", _soft_devices())
 def test_refusals_name_the_problem(device):
     x = torch.randn(32, 64, device=device)
     with pytest.raises(ValueError, match="MXINT8 has no"):
@@ -97,6 +120,11 @@ def test_refusals_name_the_problem(device):
         native.quantize(x, "e2m1", conversion="gfx950", rotation="hadamard16", backend="triton")
     with pytest.raises(ValueError, match="blocks of 32"):
         native.quantize(x, "e2m1", conversion="gfx950", block_size=16, backend="triton")
-    with pytest.raises(NotImplementedError, match="integer seed"):
-        native.quantize(x, "e2m1", conversion="gfx950", backend="triton",
-                        keys=torch.zeros(2, dtype=torch.int64, device=device))
+    with pytest.raises(ValueError, match="takes no rotation"):
+        native.GemmRecipe("mxfp4", rotation="hadamard16", conversion="gfx950")
+    with pytest.raises(ValueError, match="MX formats only"):
+        native.GemmRecipe("bf16", conversion="gfx950")
+    with pytest.raises(ValueError, match="folds OCP conversions only"):
+        lin = native.MXLinear(64, 32, recipe="mxfp4_wgrad_sr_gfx950", method="fp8_exact",
+                              device=device)
+        lin(torch.randn(32, 64, device=device, requires_grad=True)).sum().backward()

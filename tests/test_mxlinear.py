@@ -1,5 +1,6 @@
 """MXLinear: per-GEMM recipes, checked against a reference built from the emulator's quantize
 and a float64 matmul of the dequantized operands; the bf16 recipe against nn.Linear."""
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -16,11 +17,21 @@ BACKENDS = [(d, None, m) for d in devices() for m in ("dot_scaled", "bf16")] + \
     [("cpu", "emulator", "auto")]
 
 
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values in its own type (bfloat16 as ml_dtypes')."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
 def ref_gemm(gemm, g, a, a_axis, b, b_axis, ctx):
     """(value, error bound) in float64 for one GEMM of a recipe, from independent parts:
     emulator quantize, float64 matmul, and the float32 accumulation bound (for FP8 on a GPU,
     Hopper's FP8 tensor-core accumulation, which keeps about 13 fraction bits: REFERENCE §3)."""
     u = 2.0**-13 if (g.precision == "fp8" and a.is_cuda) else 2.0**-23
+    # gfx950's stochastic rounding reads the source's own type (rule 8 of emulator.gfx950)
+    src = [as_numpy(t) if g.conversion == "gfx950" else None for t in (a, b)]
     a, b = a.detach().float().cpu().numpy(), b.detach().float().cpu().numpy()
     if g.precision == "bf16":
         da, db = [torch.from_numpy(t).bfloat16().double().numpy() for t in (a, b)]
@@ -31,10 +42,11 @@ def ref_gemm(gemm, g, a, a_axis, b, b_axis, ctx):
     else:
         rot = GemmContext(**ctx).rotation(g, gemm)
         da, db = [emulator.dequantize(emulator.quantize(
-            t, MX_ELEMENT[g.precision], axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
+            t if src[j] is None else src[j], MX_ELEMENT[g.precision], axis=axis,
+            scale_rule=g.scale_rule, rounding=g.rounding[j],
             seed=mix_seed(ctx["seed"], 3, ctx["layer"], ctx["step"], ctx["micro"],
-                          GEMMS.index(gemm), j), rotation=rot)).astype(np.float64)
-            for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis)))]
+                          GEMMS.index(gemm), j), rotation=rot, conversion=g.conversion)
+        ).astype(np.float64) for j, (t, axis) in enumerate(((a, a_axis), (b, b_axis)))]
     da = da if a_axis == 1 else da.T
     db = db if b_axis == 1 else db.T
     k = da.shape[1]
@@ -215,7 +227,7 @@ def test_configuration_errors():
     lin = native.MXLinear(64, 64, recipe="mxfp4_all", backend="emulator")
     with pytest.raises(ValueError, match="20 tokens are not divisible by the block size 32"):
         lin(torch.randn(20, 64))
-    with pytest.raises(ValueError, match="rotation and stochastic rounding apply to MX formats"):
+    with pytest.raises(ValueError, match="stochastic rounding and the conversion apply to MX formats"):
         native.GemmRecipe("fp8", rotation="hadamard16")
     with pytest.raises(ValueError, match="unknown rotation"):
         native.GemmRecipe("mxfp4", rotation="hadamard64")
@@ -235,7 +247,8 @@ def test_recipe_table_names_the_studys_arms():
 # ---- issue 16: the Wgrad-only arms quantize exactly the operands they name -------------------
 
 # What each arm's name promises, written out by hand (not read from the recipe table):
-# {(GEMM, operand): (rounding, rotation)} for every operand that is quantized; all others bf16.
+# {(GEMM, operand): (rounding, rotation[, conversion unless 'ocp'])} for every operand that is
+# quantized; all others bf16.
 WGRAD_ONLY = {
     "mxfp4_wgrad": {("wgrad", "dy"): ("rne", "none"), ("wgrad", "x"): ("rne", "none")},
     "mxfp4_wgrad_h16": {("wgrad", "dy"): ("rne", "hadamard16"),
@@ -243,6 +256,8 @@ WGRAD_ONLY = {
     "mxfp4_wgrad_rht": {("wgrad", "dy"): ("rne", "random_sign"),
                         ("wgrad", "x"): ("rne", "random_sign")},
     "mxfp4_wgrad_sr": {("wgrad", "dy"): ("stochastic", "none"), ("wgrad", "x"): ("rne", "none")},
+    "mxfp4_wgrad_sr_gfx950": {("wgrad", "dy"): ("stochastic", "none", "gfx950"),
+                              ("wgrad", "x"): ("rne", "none", "gfx950")},
     "mxfp4_all_sr_wgrad": {**{(g, o): ("rne", "none") for g in ("fprop", "dgrad")
                               for o in OPERANDS[g]},
                            ("wgrad", "dy"): ("stochastic", "none"),
@@ -263,13 +278,14 @@ def quantized_operands(recipe, monkeypatch) -> dict:
     seen = {}
 
     def spy(real):
-        def f(t, element, axis=1, rounding="rne", rotation=None, **kw):
+        def f(t, element, axis=1, rounding="rne", rotation=None, conversion="ocp", **kw):
             rot = "none" if rotation is None else (
                 "random_sign" if rotation.has_signs else f"hadamard{rotation.size}")
             key = names[(tuple(t.shape), axis)]
             assert key not in seen, f"{key} quantized twice"
-            seen[key] = (rounding, rot)
-            return real(t, element, axis=axis, rounding=rounding, rotation=rotation, **kw)
+            seen[key] = (rounding, rot) + ((conversion,) if conversion != "ocp" else ())
+            return real(t, element, axis=axis, rounding=rounding, rotation=rotation,
+                        conversion=conversion, **kw)
         return f
     with monkeypatch.context() as m:
         m.setattr(L, "quantize", spy(L.quantize))
@@ -310,14 +326,17 @@ def test_wgrad_arms_quantize_exactly_the_named_operands(name, monkeypatch):
 
 def test_a_planted_recipe_fails_the_operand_check(monkeypatch):
     """The check catches a recipe that quantizes more than its name says (Fprop too), less
-    (Wgrad's X in bf16), or rounds the wrong operand stochastically."""
+    (Wgrad's X in bf16), rounds the wrong operand stochastically, or converts by OCP's rules
+    where the name says gfx950's."""
     from dataclasses import replace
     from ocpmx.native.recipes import Recipe
     mx4, bf = native.GemmRecipe("mxfp4"), native.GemmRecipe("bf16")
     planted = [("mxfp4_wgrad", Recipe("mxfp4_wgrad", mx4, bf, mx4)),
                ("mxfp4_wgrad_sr", Recipe("mxfp4_wgrad_sr", bf, bf,
                                          replace(mx4, rounding=("rne", "stochastic")))),
-               ("mxfp4_wgrad_h16", Recipe("mxfp4_wgrad_h16", bf, bf, mx4))]
+               ("mxfp4_wgrad_h16", Recipe("mxfp4_wgrad_h16", bf, bf, mx4)),
+               ("mxfp4_wgrad_sr_gfx950", Recipe("mxfp4_wgrad_sr_gfx950", bf, bf,
+                                                replace(mx4, rounding=("stochastic", "rne"))))]
     for name, recipe in planted:
         with pytest.raises(AssertionError, match=name):
             check_named_operands(name, recipe, monkeypatch)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import block_scale, philox_words
+from .common import block_scale, load_key, philox_words
 
 # (format, stochastic) -> the instruction (its mnemonic is also what the audit looks for)
 INSTRUCTIONS = {
@@ -123,7 +123,8 @@ def quantize_gfx950_kernel(x_ptr, data_ptr, scale_ptr, n_blocks, seed,
     codes (FP4 packed two per byte, low nibble first; other formats one per byte) and E8M0
     scales. ``HW``: gfx950's instructions (``x_ptr`` any float type); else ``convert_soft``
     with ``x_ptr`` the source's raw bits (``SRC`` 0: float32 as int32, 1: bfloat16 and 2:
-    float16 as int16) and the remaining constexprs its and the format's parameters."""
+    float16 as int16) and the remaining constexprs its and the format's parameters. ``seed``:
+    an integer, or a pointer to one (MXLinear's key buffer, ``common.load_key``)."""
     blk = tl.program_id(0).to(tl.int64) * NB + tl.arange(0, NB)
     ok = blk < n_blocks
     j = tl.arange(0, 32)
@@ -156,7 +157,7 @@ def quantize_gfx950_kernel(x_ptr, data_ptr, scale_ptr, n_blocks, seed,
             tl.store(data_ptr + flat, tl.reshape(pair, (NB, 32)), mask=ok[:, None])
     else:
         if SR:
-            w0, w1, w2, w3 = philox_words(seed, flat // 4)
+            w0, w1, w2, w3 = philox_words(load_key(seed), flat // 4)
             r = flat % 4
             word = tl.where(r < 2, tl.where(r == 0, w0, w1), tl.where(r == 2, w2, w3))
         else:
