@@ -217,7 +217,7 @@ def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blo
     nb = 256 if interpreting() else 16  # (the interpreter's cost is per program)
     consts = dict(FP4=n.fmt.name == "e2m1", SR=sr, RULE=int(n.scale_rule), EMAX=c["EMAX"],
                   MBITS=c["MBITS"], RNUM=c["RNUM"], RSHIFT=c["RSHIFT"], NB=nb, num_warps=4)
-    if gfx950(x.device) and n.fmt.name in kernels.gfx950.FORMATS and \
+    if gfx950(x.device) and n.fmt.name in kernels.gfx950.HW_FORMATS and \
             (x.dtype == torch.float32 or not sr):
         consts["INSN"] = kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)]
     else:

@@ -152,7 +152,8 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
     if method in FOLD_METHODS and not on_emulator:
         if g.conversion != "ocp":
             raise ValueError(f"GEMM method {method!r} folds OCP conversions only; recipe "
-                             f"conversion={g.conversion!r} needs method 'bf16' or 'dot_scaled'")
+                             f"conversion={g.conversion!r} needs method 'auto', 'bf16' or "
+                             "'dot_scaled'")
         return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
                             am.shape[0], bm.shape[0], am.shape[1])
     ops = []

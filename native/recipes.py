@@ -57,6 +57,7 @@ class GemmRecipe:
             Rounding.parse(r)
         ScaleRule.parse(self.scale_rule)
         conversion = Conversion.parse(self.conversion)
+        object.__setattr__(self, "conversion", conversion.label)  # one spelling: 'ocp', 'gfx950'
         if self.precision not in MX_ELEMENT and (self.rotation != "none" or
                                                  self.rounding != ("rne", "rne") or
                                                  conversion != Conversion.OCP):

@@ -354,7 +354,8 @@ def test_runbook_gfx950_model_with_its_deviations_file(tmp_path):
 
 def test_triton_gfx950_backend(tmp_path):
     """The built-in backend of quantize(..., conversion='gfx950'): gfx950's instructions on a
-    gfx950 GPU; here AMD's model in the Triton kernel's software conversion (interpreter). Every difference from OCP is a
+    gfx950 GPU; here AMD's model in the Triton kernel's software conversion (the
+    interpreter). Every difference from OCP is a
     deviation of its built-in file (with the Triton backend's, whose GEMM and dequantize it
     runs), the packed layout passes (the layout check packs the backend's own codes), and the
     built-in rules are the runbook's."""

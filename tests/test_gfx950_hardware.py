@@ -1,6 +1,9 @@
-"""quantize(..., conversion='gfx950') through gfx950's own conversion instructions
-(``ocpmx.native.kernels.gfx950``) against AMD's conversion model (``emulator.gfx950``), bit for
-bit: the check that proves the model, and the kernel, on an MI350X/MI355X. It needs one: on any
+"""quantize(..., conversion='gfx950') on an MI350X/MI355X (``ocpmx.native.kernels.gfx950``)
+against AMD's conversion model (``emulator.gfx950``), bit for bit: gfx950's own conversion
+instructions where the kernel has them (FP4, E4M3, E5M2; stochastic rounding from float32), the
+kernel's software conversion for the rest (its stochastic cases from bfloat16/float16 check the
+software path against the model, not the silicon: the kernel has no 16-bit-source stochastic
+instruction). The check that proves the model, and the kernel, on the chip. It needs one: on any
 other machine it skips (the kernel's compilation for gfx950 and its instructions are checked
 everywhere by tests/test_audit.py). Run on a gfx950 machine with
 ``pytest tests/test_gfx950_hardware.py -rA`` and send the log back (docs/conformance-on-new-
@@ -54,7 +57,7 @@ def test_hardware_is_amds_model(fmt, rounding, dtype, rule):
                               f"model {want.codes[tuple(bad[0])]:#04x}")
 
 
-def test_refusals_name_the_problem():
+def test_refusals_and_software_cases():
     """What the kernel does not do is refused; what gfx950's instructions lack in the kernel
     (FP6, stochastic from 16-bit sources) runs in software there, as the model says."""
     x = torch.randn(32, 64, device="cuda")

@@ -124,6 +124,7 @@ def test_refusals_name_the_problem(device):
         native.GemmRecipe("mxfp4", rotation="hadamard16", conversion="gfx950")
     with pytest.raises(ValueError, match="MX formats only"):
         native.GemmRecipe("bf16", conversion="gfx950")
+    assert native.GemmRecipe("mxfp4", conversion="OCP").conversion == "ocp"  # one spelling
     with pytest.raises(ValueError, match="folds OCP conversions only"):
         lin = native.MXLinear(64, 32, recipe="mxfp4_wgrad_sr_gfx950", method="fp8_exact",
                               device=device)

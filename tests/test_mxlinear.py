@@ -227,7 +227,8 @@ def test_configuration_errors():
     lin = native.MXLinear(64, 64, recipe="mxfp4_all", backend="emulator")
     with pytest.raises(ValueError, match="20 tokens are not divisible by the block size 32"):
         lin(torch.randn(20, 64))
-    with pytest.raises(ValueError, match="stochastic rounding and the conversion apply to MX formats"):
+    with pytest.raises(ValueError,
+                       match="stochastic rounding and the conversion apply to MX formats"):
         native.GemmRecipe("fp8", rotation="hadamard16")
     with pytest.raises(ValueError, match="unknown rotation"):
         native.GemmRecipe("mxfp4", rotation="hadamard64")

@@ -16,20 +16,22 @@ the instruction convert (``INSTRUCTIONS``):
               word itself, not its V_PRNG_B32 successor) and ``v_cvt_scalef32_sr_{fp8,bf8}_f32
               dst, x, word, scale``.
 
-Sources are converted from float32; bfloat16 and float16 inputs are widened exactly first, so
-the bits are the model's for a float32 source (for RNE the same as a 16-bit source; under
-stochastic rounding a 16-bit source's own instruction would take fewer random bits, so the
-host asks for float32 input there). Only gfx950 assembles these instructions: the kernel runs
-on a gfx950 GPU, and compiles for one anywhere (``ocpmx audit --arch gfx950`` checks that each
-variant holds its instruction). FP6 (the PK32 forms, 32 elements from 16 register pairs) and
-rotations are not here yet.
+With the instructions, sources are converted from float32; bfloat16 and float16 inputs are
+widened exactly first, so the bits are the model's for a float32 source (for RNE the same as a
+16-bit source; under stochastic rounding a 16-bit source's own instruction takes fewer random
+bits, which the kernel has no instruction for). Only gfx950 assembles these instructions: that
+variant runs on a gfx950 GPU, and compiles for one anywhere (``ocpmx audit --arch gfx950``
+checks that each variant holds its instruction). FP6 (the PK32 forms, 32 elements from 16
+register pairs), stochastic rounding from 16-bit sources and rotations have no instruction here
+(``HW_FORMATS``, ``INSTRUCTIONS``).
 
-Everywhere else (NVIDIA GPUs, the CPU interpreter) the same kernel converts in software
-(``HW=False``, ``convert_soft``): rules 1-8 of ``emulator.gfx950`` in integer arithmetic, from
-the input's own type (float32, bfloat16 or float16: under stochastic rounding a 16-bit source
-takes its own, smaller number of random bits, as gfx950's 16-bit-source instructions do), every
-float format (FP4, FP6, FP8), the same scales and random words. So an H100 run can reproduce,
-bit for bit, what gfx950's conversions would have given (issue 18: AMD's stochastic rounding
+Everything else, and everything on other chips (NVIDIA GPUs, the CPU interpreter), the same
+kernel converts in software (``HW=False``, ``convert_soft``): rules 1-8 of ``emulator.gfx950``
+in integer arithmetic, from the input's own type (float32, bfloat16 or float16: under
+stochastic rounding a 16-bit source takes its own, smaller number of random bits, as AMD's
+host model of the 16-bit-source instructions says; not measured on silicon here), every float
+format (FP4, FP6, FP8), the same scales and random words. So an H100 run can reproduce, bit for
+bit, what AMD's model says gfx950's conversions give (issue 18: AMD's stochastic rounding
 beside the project's own).
 """
 from __future__ import annotations
@@ -48,7 +50,7 @@ INSTRUCTIONS = {
     ("e4m3", True): "v_cvt_scalef32_sr_fp8_f32",
     ("e5m2", True): "v_cvt_scalef32_sr_bf8_f32",
 }
-FORMATS = ("e2m1", "e4m3", "e5m2")
+HW_FORMATS = ("e2m1", "e4m3", "e5m2")  # with instructions in this kernel
 
 
 @triton.jit
