@@ -7,6 +7,12 @@ attention), which changes their bits even in the bf16 recipe, so with Inductor t
 graph count and the bits of an MXLinear alone (whose operations are the opaque custom ops).
 Random bits (stochastic rounding, re-drawn signs) come from each layer's key buffer, so a new
 step changes the bits without a recompile.
+
+The per-recipe test runs the CPU implementation of the custom ops (the emulator backend): the
+graph is the same whatever runs inside the ops, and the Triton kernels under compile, keys read
+through pointers, are covered through the interpreter by
+``test_triton_interpreter_path_compiles_with_eager_bits`` (random signs), the Inductor test
+(stochastic rounding) and tests/test_gfx950_soft.py (gfx950's conversion).
 """
 import pytest
 import torch
@@ -52,7 +58,7 @@ def frames_compiled() -> int:
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_block_compiles_whole_with_eager_bits(recipe):
     torch._dynamo.reset()
-    blk, x, freqs = block_and_inputs(recipe)
+    blk, x, freqs = block_and_inputs(recipe, backend="emulator")
     explanation = torch._dynamo.explain(blk)(x, freqs)
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
     torch._dynamo.reset()
