@@ -34,12 +34,11 @@ GEMM_KERNELS = ("mx_gemm_kernel",)
 HW_CONVERSION_KERNELS = ("quantize_gfx950_kernel",)
 
 
-def is_conversion_kernel(name: str, consts: dict | None = None) -> bool:
+def is_conversion_kernel(name: str) -> bool:
     """The quantize and dequantize kernels (any the package adds): integer arithmetic only,
-    except ``HW_CONVERSION_KERNELS`` where they use the instructions (``HW``, not the software
-    conversion of other chips)."""
-    return re.match(r"(de)?quantize_\w*kernel$", name) is not None and \
-        (name not in HW_CONVERSION_KERNELS or not (consts or {}).get("HW", True))
+    except the variants of ``HW_CONVERSION_KERNELS`` that use the instructions (``HW``), which
+    ``analyze`` checks first."""
+    return re.match(r"(de)?quantize_\w*kernel$", name) is not None
 
 
 # MX element format -> operand-format code of the instruction
@@ -195,7 +194,7 @@ def analyze(arch: Arch, launch, kernel) -> dict:
             failures.append(f"other conversions beside {want}: {sorted(set(found) - {want})}")
         out["conversions"] = found
         out["conversion_count"] = len(re.findall(rf"\b{want}\b", text))
-    elif is_conversion_kernel(launch.name, consts):
+    elif is_conversion_kernel(launch.name):
         found = sorted({m for pat in arch.forbidden_convert for m in re.findall(pat, text)})
         if found:
             failures.append("hardware conversion instructions: " + ", ".join(found))

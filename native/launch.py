@@ -206,6 +206,13 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
     return True
 
 
+# the software gfx950 conversion's sources: dtype -> (emulator.gfx950.SOURCES name, the
+# kernel's SRC, the raw-bits view it loads)
+_GFX950_SOURCES = {torch.float32: ("float32", 0, torch.int32),
+                   torch.bfloat16: ("bfloat16", 1, torch.int16),
+                   torch.float16: ("float16", 2, torch.int16)}
+
+
 def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blocks: int,
                 n: Numerics, seed: int, keys: torch.Tensor | None = None) -> None:
     """``kernels.gfx950.quantize_gfx950_kernel`` over a contiguous K-major ``x`` (blocks of 32
@@ -222,14 +229,13 @@ def gfx950_rows(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, n_blo
         consts["INSN"] = kernels.gfx950.INSTRUCTIONS[(n.fmt.name, sr)]
     else:
         from ..emulator.gfx950 import SOURCES, SPECIAL_OUTPUTS
-        name = {torch.float32: "float32", torch.bfloat16: "bfloat16",
-                torch.float16: "float16"}[x.dtype]
+        name, src, bits = _GFX950_SOURCES[x.dtype]
         smb, seb, sbias, _ = SOURCES[name]
         nan_out, ovf_out = SPECIAL_OUTPUTS[n.fmt.name]
-        consts.update(INSN="", HW=False, SRC=("float32", "bfloat16", "float16").index(name),
-                      SMB=smb, SEB=seb, SBIAS=sbias, BIAS=c["BIAS"], MAXC=c["MAXC"],
-                      SIGN=c["SIGN"], NAN_OUT=nan_out, OVF_OUT=ovf_out)
-        x = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
+        consts.update(INSN="", HW=False, SRC=src, SMB=smb, SEB=seb, SBIAS=sbias,
+                      BIAS=c["BIAS"], MAXC=c["MAXC"], SIGN=c["SIGN"], NAN_OUT=nan_out,
+                      OVF_OUT=ovf_out)
+        x = x.view(bits)
     seed_arg, _ = random_args(n, seed, keys)
     run(kernels.gfx950.quantize_gfx950_kernel, (cdiv(n_blocks, nb),), x, data, scales,
         n_blocks, seed_arg, **consts)
