@@ -13,14 +13,32 @@
 # and in calls back to back (each returns $OUT/abl.tgz: every run's metrics, config and log,
 # no checkpoints):
 #   bash benchmarks/ablation_v2_device.sh poll 560
-# Once a bf16 run with kept checkpoints has finished (RUN=bf16/seed0 by default):
+# Once a bf16 run with kept checkpoints has finished (RUN=bf16/seed2 by default):
 #   bash benchmarks/ablation_v2_device.sh analyze
+# or, started while that run trains, each checkpoint analyzed as soon as it exists:
+#   bash benchmarks/ablation_v2_device.sh mech
+#
+# The code: every call sends the working tree, which may hold uncommitted work. With
+# CODE_TAR=<a `git archive` of the commit, carried in an ignored folder> a call runs that
+# commit's code, extracted once to /tmp/code/<its SHA-256>; processes started then keep it
+# whatever later calls send (start and mech use it; the tree's copy serves otherwise).
 DATA=${XL_DATA:-/tmp/xl}
 ABL=${ABL_OUT:-/tmp/abl}
 export DATA
-mkdir -p $DATA $ABL /tmp/p
-ln -sfn "$PWD" /tmp/p/ocpmx
-export PYTHONPATH=/tmp/p PYTHONUNBUFFERED=1
+mkdir -p $DATA $ABL
+if [ -n "$CODE_TAR" ]; then
+  code=/tmp/code/$(sha256sum "$CODE_TAR" | cut -c1-16)
+  if [ ! -d $code/ocpmx ]; then
+    mkdir -p $code/ocpmx.tmp && tar xf "$CODE_TAR" -C $code/ocpmx.tmp && mv $code/ocpmx.tmp $code/ocpmx || exit 2
+  fi
+  export PYTHONPATH=$code
+else
+  mkdir -p /tmp/p
+  ln -sfn "$PWD" /tmp/p/ocpmx
+  export PYTHONPATH=/tmp/p
+fi
+export PYTHONUNBUFFERED=1
+echo "code: $PYTHONPATH/ocpmx${CODE_TAR:+ (from $CODE_TAR)}"
 case "$1" in
   receive)
     # a part holds shards (.json.gz or .json.xz), the tokenizer and MANIFEST.json
@@ -83,20 +101,41 @@ EOF
     # the mechanism analysis (PLAN.md) of a bf16 run trained in this hold with its checkpoints
     # kept (bf16 seed 0 keeps steps 953, 1907 and the last): checkpoints cannot leave the
     # machine, so the analysis runs where they are; mechanism.md / .json land in $ABL
-    run=$ABL/${RUN:-bf16/seed0}
+    run=$ABL/${RUN:-bf16/seed2}
     [ -d $run/checkpoints ] || { echo "no checkpoints in $run"; exit 2; }
     setsid nohup python3 -m ocpmx.cli ablate analyze --plan v2 --out $ABL --data $DATA \
       --run $run > $ABL/analyze.log 2>&1 < /dev/null &
     sleep 20; tail -n 5 $ABL/analyze.log
+    ;;
+  mech)
+    # while RUN trains: analyze each kept checkpoint (STEPS, default the plan's 953, 1907 and the
+    # last, 3814) as soon as it exists, one at a time (each holds
+    # ~20-30 GB of GPU memory beside the training runs), each into $ABL/mech/step<N>
+    run=$ABL/${RUN:-bf16/seed2}
+    cat > $ABL/mech.sh <<EOS
+for s in ${STEPS:-953 1907 3814}; do
+  until [ -d $run/checkpoints/\$(printf step_%08d \$s) ]; do sleep 10; done
+  echo "\$(date +%T) checkpoint \$s: analysis starts"
+  python3 -m ocpmx.cli ablate analyze --plan v2 --out $ABL/mech/step\$s --data $DATA \\
+    --run $run --checkpoints \$s > $ABL/mech/step\$s.log 2>&1
+  echo "\$(date +%T) checkpoint \$s: exit \$?"
+done
+EOS
+    mkdir -p $ABL/mech
+    setsid nohup bash $ABL/mech.sh > $ABL/mech.log 2>&1 < /dev/null &
+    echo $! > $ABL/mech.pid
+    sleep 5; cat $ABL/mech.log
     ;;
   poll)
     # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring
     # back what is small
     end=$((SECONDS + ${2:-500}))
     running() { [ -f $ABL/driver.pid ] && kill -0 "$(cat $ABL/driver.pid)" 2>/dev/null; }
-    busy() { running || pgrep -f "ablate analyze" > /dev/null; }
+    mech_running() { [ -f $ABL/mech.pid ] && kill -0 "$(cat $ABL/mech.pid)" 2>/dev/null; }
+    busy() { running || mech_running || pgrep -f "ablate analyze" > /dev/null; }
     while [ $SECONDS -lt $end ] && busy; do sleep 15; done
     [ -f $ABL/analyze.log ] && tail -n 5 $ABL/analyze.log
+    [ -f $ABL/mech.log ] && cat $ABL/mech.log
     tar czf $OUT/abl.tgz -C "$(dirname $ABL)" --exclude=checkpoints "$(basename $ABL)"
     cat $ABL/driver.log
     for m in $ABL/*/seed*/metrics.jsonl; do
@@ -114,5 +153,5 @@ EOF
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv 2>/dev/null; true
     ;;
-  *) echo "usage: $0 receive | start | analyze | poll [seconds]"; exit 1 ;;
+  *) echo "usage: $0 receive | start | analyze | mech | poll [seconds]"; exit 1 ;;
 esac

@@ -137,7 +137,8 @@ def add_parsers(sub) -> None:
                    help="options for every ocpmx train run, quoted (default: the plan's: v1 the "
                         "30m, 100 M-token settings of results/ablation; v2 PLAN.md's)")
     a.add_argument("--run", default=None,
-                   help="analyze: the run whose checkpoint to use (default OUT/bf16/seed0)")
+                   help="analyze: the run whose checkpoints to use (default: v1 OUT/bf16/seed0, "
+                        "v2 OUT/bf16/seed2)")
     a.add_argument("--batches", type=int, default=None,
                    help="analyze: consecutive batches (v1 default 8; v2 default 128)")
     a.add_argument("--batch-size", type=int, default=None,
@@ -334,8 +335,9 @@ def cmd_ablate(args) -> int:
         table = ablation.summarize(args.out)
         print(ablation.table_markdown(table))
         return 0
-    run = args.run or str(Path(args.out) / "bf16" / "seed0")
     if args.plan == "v2":
+        arm, seed = ablation.V2_MECHANISM_RUN
+        run = args.run or str(Path(args.out) / arm / f"seed{seed}")
         from .mechanism import analyze_run, markdown as mech_markdown
         steps = [int(x) for x in args.checkpoints.split(",")] if args.checkpoints else None
         res = analyze_run(run, args.out, steps=steps, batches=args.batches or 128,
@@ -344,6 +346,7 @@ def cmd_ablate(args) -> int:
         print(mech_markdown(res))
         return 0
     from .gradient_error import analyze, markdown
+    run = args.run or str(Path(args.out) / "bf16" / "seed0")
     res = analyze(run, args.out, args.batches or 8, args.batch_size or 16, data=args.data)
     print(markdown(res))
     return 0

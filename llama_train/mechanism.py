@@ -188,8 +188,7 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
     layer_names = {m: n for n, m in model.named_modules() if isinstance(m, MXLinear)}
     nL = len(mx)
     tr = _Tracker(names, nL, K, max_lag)
-    ring_e = {q: [[] for _ in range(nL)] for q in names}  # newest last, at most max_lag + 1
-    ring_g = [[] for _ in range(nL)]
+    ring = [[] for _ in range(nL)]  # per layer (E of each treatment, G) float32, newest last
     # running sums for the accumulation over all K steps, per layer
     sum_e = {q: [None] * nL for q in names}
     sum_ag_layer = {q: [None] * nL for q in names}
@@ -240,29 +239,32 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
                 x, dy = by[m]
                 gq = recipe_gemm("wgrad", g, dy, 0, x, 0, torch.float32, _ctx(m, step, seed))
                 E[q].append(gq.double() - G[i])
-        # lagged products against the ring buffers (which hold steps t-1, t-2, ...)
+        # lagged products against the ring buffers (which hold steps t-1, t-2, ...): per layer
+        # and lag one [nq + 1, nq + 1] float64 product of this step's (E of each treatment, G)
+        # with that step's, lag 0 from the float64 vectors, older lags from the float32 ring;
+        # the whole step's products reach the host in one transfer (one sync, not thousands)
+        prods = []
         for i in range(nL):
-            # lag 0 from the float64 vectors; older lags from the float32 ring buffers
-            ring_g[i].append(G[i].float())
-            if len(ring_g[i]) > max_lag + 1:
-                ring_g[i].pop(0)
-            hist_g = [G[i]] + ring_g[i][-2::-1]  # lag 0, 1, ...
-            for k, gs in enumerate(hist_g):
-                tr.gg[i, t, k] = _dot(G[i], gs)
-            g2_total[i] += tr.gg[i, t, 0]
-            for q in names:
-                ring_e[q][i].append(E[q][i].float())
-                if len(ring_e[q][i]) > max_lag + 1:
-                    ring_e[q][i].pop(0)
-                hist_e = [E[q][i]] + ring_e[q][i][-2::-1]
-                for k in range(len(hist_e)):
-                    tr.ee[q][i, t, k] = _dot(E[q][i], hist_e[k])
-                    tr.eg[q][i, t, k] = _dot(E[q][i], hist_g[k])
-                    tr.ge[q][i, t, k] = _dot(G[i], hist_e[k])
-                e2_total[q][i] += tr.ee[q][i, t, 0]
-                rel_err[q][i, t] = math.sqrt(tr.ee[q][i, t, 0] / tr.gg[i, t, 0])
-                cos_eg[q][i, t] = tr.eg[q][i, t, 0] / math.sqrt(tr.ee[q][i, t, 0]
-                                                                * tr.gg[i, t, 0])
+            cur = torch.stack([E[q][i].flatten() for q in names] + [G[i].flatten()])
+            ring[i].append(cur.float())
+            if len(ring[i]) > max_lag + 1:
+                ring[i].pop(0)
+            past = (r.double() for r in ring[i][-2::-1])  # lag 1, 2, ...: one at a time
+            prods.append(torch.stack([cur @ cur.t()] + [cur @ h.t() for h in past]))
+            del cur
+        pr = torch.stack(prods).cpu().numpy()  # [layer, lag, nq + 1, nq + 1]
+        del prods
+        lags = pr.shape[1]
+        nq = len(names)
+        tr.gg[:, t, :lags] = pr[:, :, nq, nq]
+        g2_total += pr[:, 0, nq, nq]
+        for j, q in enumerate(names):
+            tr.ee[q][:, t, :lags] = pr[:, :, j, j]       # <E_t, E_t-k>
+            tr.eg[q][:, t, :lags] = pr[:, :, j, nq]      # <E_t, G_t-k>
+            tr.ge[q][:, t, :lags] = pr[:, :, nq, j]      # <G_t, E_t-k>
+            e2_total[q] += pr[:, 0, j, j]
+            rel_err[q][:, t] = np.sqrt(pr[:, 0, j, j] / pr[:, 0, nq, nq])
+            cos_eg[q][:, t] = pr[:, 0, j, nq] / np.sqrt(pr[:, 0, j, j] * pr[:, 0, nq, nq])
         # running sums (per-layer and whole-model projection coefficients of step t)
         a_model = {q: sum(tr.eg[q][i, t, 0] for i in range(nL)) / sum(tr.gg[i, t, 0]
                                                                       for i in range(nL))
@@ -284,6 +286,7 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
             m_.mul_(beta1).add_(g_, alpha=1 - beta1)
             v_.mul_(beta2).addcmul_(g_, g_, value=1 - beta2)
             u_true.append((m_ / bc1) / ((v_ / bc2).sqrt() + eps))
+        sums = []  # per treatment and layer: <d, d>, <d, u>, <u, u> (on the device)
         for q in names:
             for i in range(nL):
                 m_, v_ = shadow[q][i]
@@ -292,10 +295,12 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
                 v_.mul_(beta2).addcmul_(g_, g_, value=1 - beta2)
                 u = (m_ / bc1) / ((v_ / bc2).sqrt() + eps)
                 d = u - u_true[i]
-                a = adam[q]
-                a["dd"][i, t] = float((d * d).sum())
-                a["du"][i, t] = float((d * u_true[i]).sum())
-                a["uu"][i, t] = float((u_true[i] * u_true[i]).sum())
+                sums.append(torch.stack([(d * d).sum(), (d * u_true[i]).sum(),
+                                         (u_true[i] * u_true[i]).sum()]))
+        sums = torch.stack(sums).cpu().numpy().reshape(len(names), nL, 3)
+        for j, q in enumerate(names):
+            a = adam[q]
+            a["dd"][:, t], a["du"][:, t], a["uu"][:, t] = sums[j].T
         # operand fractions on a subset of steps
         if t % fractions_every == 0:
             for i, m in enumerate(mx):
@@ -400,10 +405,6 @@ def _fraction_stats(counts, n_boot: int) -> dict:
                                                  n=n_boot),
             "sampled_steps": len(rows)}
     return out
-
-
-def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.dot(a.flatten().double(), b.flatten().double()))
 
 
 def analyze_run(run, out, steps=None, batches: int = 128, batch_size: int | None = None,

@@ -167,6 +167,8 @@ def test_v2_plan_pairs_every_arm_with_every_seed():
     assert c.data.data_order == "sequences" and c.optimizer.schedule == "wsd"
     assert c.eval.eval_sampling == "spread" and c.training.compile
     assert A.V2_ANALYSIS_STEPS == (953, 1907)
+    # the analyzed run keeps those checkpoints (PLAN.md: bf16 seed 2 since the eleventh session)
+    assert A.V2_EXTRA_ARGS[A.V2_MECHANISM_RUN] == ("--keep-steps", "953", "1907")
     from ocpmx.native import RECIPES
     assert set(A.V2_ARMS) <= set(RECIPES)
 
