@@ -147,6 +147,9 @@ def add_parsers(sub) -> None:
     a.add_argument("--checkpoints", default=None,
                    help="analyze v2: comma-separated checkpoint steps (default: every kept "
                         "checkpoint of the run)")
+    a.add_argument("--merge", default=None, metavar="DIR,DIR",
+                   help="analyze v2: instead of analyzing, combine the mechanism.json of "
+                        "analyses of one run's checkpoints made separately into OUT")
     a.add_argument("--bootstrap", type=int, default=1000,
                    help="analyze v2: bootstrap resamples for the 95%% intervals "
                         "(default: %(default)s)")
@@ -338,7 +341,10 @@ def cmd_ablate(args) -> int:
     if args.plan == "v2":
         arm, seed = ablation.V2_MECHANISM_RUN
         run = args.run or str(Path(args.out) / arm / f"seed{seed}")
-        from .mechanism import analyze_run, markdown as mech_markdown
+        from .mechanism import analyze_run, markdown as mech_markdown, merge_results
+        if args.merge:
+            print(mech_markdown(merge_results(args.merge.split(","), args.out)))
+            return 0
         steps = [int(x) for x in args.checkpoints.split(",")] if args.checkpoints else None
         res = analyze_run(run, args.out, steps=steps, batches=args.batches or 128,
                           batch_size=args.batch_size, data=args.data,

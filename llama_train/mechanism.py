@@ -443,6 +443,31 @@ def analyze_run(run, out, steps=None, batches: int = 128, batch_size: int | None
     return result
 
 
+def merge_results(parts, out) -> dict:
+    """One report from analyses of the same run's checkpoints made separately (each
+    ``analyze_run`` output directory in ``parts``, e.g. one per checkpoint as each became
+    available); writes OUT/mechanism.json and .md like ``analyze_run``."""
+    result = None
+    for p in parts:
+        r = json.loads((Path(p) / "mechanism.json").read_text())
+        if result is None:
+            result = {"run": r["run"], "checkpoints": {}, "device": r.get("device")}
+        if r["run"] != result["run"]:
+            raise ValueError(f"{p}: run {r['run']!r}, not {result['run']!r}")
+        twice = set(r["checkpoints"]) & set(result["checkpoints"])
+        if twice:
+            raise ValueError(f"{p}: checkpoint(s) {sorted(twice)} already in an earlier part")
+        result["checkpoints"].update(r["checkpoints"])
+    if result is None:
+        raise ValueError("no parts to merge")
+    result["checkpoints"] = dict(sorted(result["checkpoints"].items(), key=lambda kv: int(kv[0])))
+    o = Path(out)
+    o.mkdir(parents=True, exist_ok=True)
+    (o / "mechanism.json").write_text(json.dumps(result, indent=1))
+    (o / "mechanism.md").write_text(markdown(result))
+    return result
+
+
 def _f(v, fmt=".3f", ci=None):
     if v is None:
         return "—"

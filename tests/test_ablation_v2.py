@@ -550,3 +550,19 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     assert json.loads((tmp_path / "mechanism.json").read_text())["checkpoints"].keys() == {"0"}
     with pytest.raises(FileNotFoundError, match="no checkpoint after step 7"):
         M.analyze_run(bf16_run, tmp_path, steps=[7], batches=2)
+    # checkpoints analyzed separately (on the device, each as soon as it exists) merge into one
+    # report, in step order; the same checkpoint twice or another run's is refused
+    later = tmp_path / "later"
+    later.mkdir()
+    other = dict(r, checkpoints={"12": dict(c, first_step=13)})
+    (later / "mechanism.json").write_text(json.dumps(other))
+    merged = M.merge_results([later, tmp_path], tmp_path / "all")
+    assert list(merged["checkpoints"]) == ["0", "12"]
+    assert merged["checkpoints"]["12"]["first_step"] == 13
+    md = (tmp_path / "all" / "mechanism.md").read_text()
+    assert md.index("after step 0 ") < md.index("after step 12 ")
+    with pytest.raises(ValueError, match="already in an earlier part"):
+        M.merge_results([tmp_path, tmp_path], tmp_path / "x")
+    (later / "mechanism.json").write_text(json.dumps(dict(other, run="elsewhere")))
+    with pytest.raises(ValueError, match="run 'elsewhere'"):
+        M.merge_results([tmp_path, later], tmp_path / "x")
