@@ -89,7 +89,7 @@ EOF
     t0=$SECONDS
     python3 -m ocpmx.cli data tokenize --out $DATA > $ABL/tokenize.log 2>&1 || { tail $ABL/tokenize.log; exit 3; }
     echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
-    { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $ABL/device.txt 2>&1
+    { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (${CODE_TAR:+its code from $CODE_TAR, }the working tree sent from it)"; } > $ABL/device.txt 2>&1
     rm -f $ABL/driver.log
     setsid nohup python3 -m ocpmx.cli ablate run --plan v2 --out $ABL --data $DATA \
       --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
@@ -109,20 +109,24 @@ EOF
     ;;
   mech)
     # while RUN trains: analyze each kept checkpoint (STEPS, default the plan's 953, 1907 and the
-    # last, 3814) as soon as it exists, one at a time (each holds
-    # ~20-30 GB of GPU memory beside the training runs), each into $ABL/mech/step<N>
+    # last, 3814) as soon as it exists, one at a time, each into $ABL/mech/step<N>. GPU memory:
+    # ~18 GB of lagged errors and moments plus ~9 GB of captured X and dY plus one
+    # micro-batch's activations (32 sequences: ~12 GB; MICRO=8: ~3 GB); beside two 30m
+    # training runs (43 GB) the 64-sequence forward of the eleventh session ran out of memory
     run=$ABL/${RUN:-bf16/seed2}
     cat > $ABL/mech.sh <<EOS
 for s in ${STEPS:-953 1907 3814}; do
   until [ -d $run/checkpoints/\$(printf step_%08d \$s) ]; do sleep 10; done
   echo "\$(date +%T) checkpoint \$s: analysis starts"
   python3 -m ocpmx.cli ablate analyze --plan v2 --out $ABL/mech/step\$s --data $DATA \\
-    --run $run --checkpoints \$s > $ABL/mech/step\$s.log 2>&1
-  echo "\$(date +%T) checkpoint \$s: exit \$?"
+    --run $run --checkpoints \$s ${MICRO:+--micro-batch $MICRO} > $ABL/mech/step\$s.log 2>&1
+  rc=\$?
+  echo "\$(date +%T) checkpoint \$s: exit \$rc"
 done
 EOS
     mkdir -p $ABL/mech
-    setsid nohup bash $ABL/mech.sh > $ABL/mech.log 2>&1 < /dev/null &
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+      setsid nohup bash $ABL/mech.sh > $ABL/mech.log 2>&1 < /dev/null &
     echo $! > $ABL/mech.pid
     sleep 5; cat $ABL/mech.log
     ;;

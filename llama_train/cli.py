@@ -147,6 +147,9 @@ def add_parsers(sub) -> None:
     a.add_argument("--checkpoints", default=None,
                    help="analyze v2: comma-separated checkpoint steps (default: every kept "
                         "checkpoint of the run)")
+    a.add_argument("--micro-batch", type=int, default=None,
+                   help="analyze v2: sequences per forward and backward (default: the run's "
+                        "micro-batch; fewer take less GPU memory, same gradients)")
     a.add_argument("--merge", default=None, metavar="DIR,DIR",
                    help="analyze v2: instead of analyzing, combine the mechanism.json of "
                         "analyses of one run's checkpoints made separately into OUT")
@@ -348,7 +351,7 @@ def cmd_ablate(args) -> int:
         steps = [int(x) for x in args.checkpoints.split(",")] if args.checkpoints else None
         res = analyze_run(run, args.out, steps=steps, batches=args.batches or 128,
                           batch_size=args.batch_size, data=args.data,
-                          bootstrap=args.bootstrap)
+                          bootstrap=args.bootstrap, micro=args.micro_batch)
         print(mech_markdown(res))
         return 0
     from .gradient_error import analyze, markdown

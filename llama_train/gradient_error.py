@@ -59,27 +59,39 @@ def wgrad_treatments(arms=ARMS) -> dict[str, tuple[GemmRecipe, list[str]]]:
     return out
 
 
-def capture_with_grads(model, batch: torch.Tensor, device):
+def capture_with_grads(model, batch: torch.Tensor, device, micro: int | None = None):
     """(loss, [(layer, X, dY)]) for every MXLinear of ``model`` on one batch (bf16 forward and
-    backward); the parameters keep their gradients (the true ones)."""
+    backward); the parameters keep their gradients (the true ones). ``micro``: forward and
+    backward in micro-batches of that many sequences (as training accumulates them; the
+    activations of one micro-batch at a time), each loss weighted by its share of the batch,
+    so the gradients, X and dY are the whole batch's (dY as the whole batch's mean loss gives
+    it); the loss is the batch's mean."""
     from .train import loss_fn
+    n = batch.shape[0]
+    micro = min(micro or n, n)
+    if n % micro:
+        raise ValueError(f"the batch's {n} sequences do not divide into micro-batches of {micro}")
     seen: dict[MXLinear, list] = {}
     hooks = []
     for mod in model.modules():
         if isinstance(mod, MXLinear):
-            seen[mod] = [None, None]
+            seen[mod] = [[], []]
             hooks.append(mod.register_forward_hook(
-                lambda m, i, o: seen[m].__setitem__(0, i[0].detach().reshape(-1, i[0].shape[-1]))))
+                lambda m, i, o: seen[m][0].append(i[0].detach().reshape(-1, i[0].shape[-1]))))
             hooks.append(mod.register_full_backward_hook(
-                lambda m, gi, go: seen[m].__setitem__(1, go[0].detach().reshape(-1, go[0].shape[-1]))))
+                lambda m, gi, go: seen[m][1].append(go[0].detach().reshape(-1, go[0].shape[-1]))))
+    total = 0.0
     try:
         model.zero_grad(set_to_none=True)
-        loss = loss_fn(model, batch, device)
-        loss.backward()
+        for c in range(0, n, micro):
+            loss = loss_fn(model, batch[c:c + micro], device) * (micro / n)
+            loss.backward()
+            total += float(loss.detach())
     finally:
         for h in hooks:
             h.remove()
-    return float(loss.detach()), [(m, x, dy) for m, (x, dy) in seen.items()]
+    cat = (lambda t: t[0]) if micro == n else torch.cat
+    return total, [(m, cat(x), cat(dy)) for m, (x, dy) in seen.items()]
 
 
 def capture(model, batch: torch.Tensor, device) -> list[tuple[MXLinear, torch.Tensor, torch.Tensor]]:

@@ -173,9 +173,10 @@ def _series_stats(p: np.ndarray, W: int, block: int, n_boot: int) -> dict:
 def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int = 128,
                        batch_size: int | None = None, treatments=None, max_lag: int = 16,
                        window: int = 16, advance: bool = True, fractions_every: int = 16,
-                       block: int = 8, bootstrap: int = 1000) -> dict:
+                       block: int = 8, bootstrap: int = 1000, micro: int | None = None) -> dict:
     """The statistics above from one checkpoint (model and optimizer loaded, ``stream`` at the
-    checkpoint's data position, ``step0`` the first step after it)."""
+    checkpoint's data position, ``step0`` the first step after it). ``micro``: sequences per
+    forward and backward (default the run's micro-batch; the batch's gradients either way)."""
     from .config import lr_at
     treatments = treatments or TREATMENTS
     names = list(treatments)
@@ -224,7 +225,9 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
     for t in range(K):
         step = step0 + t
         batch = stream.next_batch(b)
-        _, layers = capture_with_grads(model, batch, device)  # [(layer, X, dY)], grads kept
+        # [(layer, X, dY)], grads kept; in the run's micro-batches (its activations' memory)
+        mb = micro or (cfg.data.batch_size if b % cfg.data.batch_size == 0 else b)
+        _, layers = capture_with_grads(model, batch, device, mb)
         by = {m: (x, dy) for m, x, dy in layers}
         norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters()),
                                                     cfg.optimizer.clip))

@@ -540,6 +540,36 @@ def test_mechanism_on_repeated_batches(corpus, bf16_run):
     assert "fprop.x" in fr["h16"] and fr["none"]["wgrad.dy"]["sampled_steps"] == 2
 
 
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def test_capture_in_micro_batches_gives_the_batch_gradients(corpus, bf16_run):
+    """The mechanism analysis captures X and dY in the run's micro-batches (the memory of one
+    micro-batch's activations, so it fits beside training runs on one GPU): the same X, dY,
+    Wgrad and parameter gradients as one forward and backward of the whole batch."""
+    from ocpmx.llama_train.data import TokenStream
+    from ocpmx.llama_train.gradient_error import capture_with_grads, load_run
+    model, tok, c, dist, _ = load_run(bf16_run)
+    batch = TokenStream(corpus, tok, 64, seed=5).next_batch(4)
+    runs = []
+    for micro in (None, 2, 1):
+        loss, layers = capture_with_grads(model, batch, dist.device, micro)
+        grads = [p.grad.clone() for p in model.parameters()]
+        runs.append((loss, layers, grads))
+    (l0, lay0, g0) = runs[0]
+    for loss, layers, grads in runs[1:]:
+        assert loss == pytest.approx(l0, rel=1e-5)
+        for (m0, x0, d0), (m, x, d) in zip(lay0, layers):
+            assert m is m0 and x.shape == x0.shape and d.shape == d0.shape
+            # (bf16 products of different batch shapes round differently: compare as a whole)
+            assert _rel(x, x0) < 1e-2 and _rel(d, d0) < 1e-2
+            assert _rel(d.double().t() @ x.double(), d0.double().t() @ x0.double()) < 1e-2
+        assert max(_rel(a, b) for a, b in zip(grads, g0)) < 1e-2
+    with pytest.raises(ValueError, match="do not divide into micro-batches of 3"):
+        capture_with_grads(model, batch, dist.device, 3)
+
+
 def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     r = M.analyze_run(bf16_run, tmp_path, steps=[0], batches=3, max_lag=2, window=3,
                       fractions_every=3, bootstrap=20)
