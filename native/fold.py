@@ -115,15 +115,16 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
                     scale_rule="floor", rounding="rne", seed: int = 0, rotation=None,
                     keys: torch.Tensor | None = None, backend: str | None = None,
                     tuning=None) -> FoldedTensor:
-    """``fold(quantize(x, fmt, axis=axis, ...), group)`` in one pass: the quantize row kernel
-    writes the E4M3 codes of the folded operand (one byte per element), each group's exponent
-    (and with ``pow2`` its 2^R for cuBLAS) and the MX scales, instead of packed codes; the
-    bits of the two passes, the rounded-element count and the wide flag included. Along
-    another axis than the last the input goes through the transpose first (the column kernel
-    does not fold). The MX codes stay recoverable (``emulator.fold.unfold``): the operand is
-    the MX operand the emulator defines. On the emulator backend: the emulator's quantize and
-    fold. Under ``torch.compile``: the custom op ``ocpmx::quantize_folded`` (the same
-    implementation)."""
+    """``fold(quantize(x, fmt, axis=axis, ...), group)`` in one pass: the 32-block quantize
+    kernel writes the E4M3 codes of the folded operand (one byte per element), each group's
+    exponent (and with ``pow2`` its 2^R for cuBLAS) and the MX scales, instead of packed codes;
+    the bits of the two passes, the rounded-element count and the wide flag included. Along
+    another axis than the last (Wgrad's operands) the column kernel folds in its one pass
+    where ``tuning.columns`` is 'kernel', else the input goes through the transpose and the
+    row kernel (``launch.rows32``). The MX codes stay recoverable (``emulator.fold.unfold``):
+    the operand is the MX operand the emulator defines. On the emulator backend: the
+    emulator's quantize and fold. Under ``torch.compile``: the custom op
+    ``ocpmx::quantize_folded`` (the same implementation)."""
     from . import ops
     n = ops.numerics(fmt, scale_rule, rounding, rotation)
     if n.fmt.name not in FOLD_FORMATS:

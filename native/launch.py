@@ -99,7 +99,7 @@ def rows32_applies(block_size: int) -> bool:
 
 @dataclass(frozen=True)
 class FoldOutput:
-    """Where the row kernel writes its operand folded into E4M3 instead of packed codes
+    """Where the 32-block kernels write their operand folded into E4M3 instead of packed codes
     (``native.fold.quantize_folded``): blocks per group, each group's exponent (int32), 2^R
     group-major (float32) or None, the fold's stats and the device's running count (int64),
     the rows (for 2^R's layout), and the fold's constants (``kernels.fold``)."""
@@ -112,6 +112,25 @@ class FoldOutput:
     d_max: int
     hw_cvt: bool
 
+    @property
+    def key(self) -> tuple:
+        """What the kernels compile for: (FOLD_GROUP, D_MAX, POW2, HW_CVT)."""
+        return self.group, self.d_max, self.pow2 is not None, self.hw_cvt
+
+    def args(self) -> tuple:
+        """The kernels' output arguments exp_ptr, pow2_ptr, stats_ptr, total_ptr."""
+        return (self.exponents, self.pow2 if self.pow2 is not None else self.exponents,
+                self.stats, self.total)
+
+
+NO_FOLD_KEY = (0, 0, False, False)  # ``FoldOutput.key`` of a launch without a fold
+
+
+def fold_constexprs(key: tuple) -> dict:
+    """The 32-block kernels' fold constexprs from ``FoldOutput.key`` (or ``NO_FOLD_KEY``)."""
+    group, d_max, pow2, hw_cvt = key
+    return dict(FOLD_GROUP=group, D_MAX=d_max, POW2=pow2, HW_CVT=hw_cvt)
+
 
 def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning: Tuning,
                       qdq: bool, device: torch.device,
@@ -120,22 +139,21 @@ def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning:
     takes at least one whole group per program)."""
     tile = tuning.rows32_qdq if qdq else tuning.rows32
     nb = max(tile.blocks, fold.group) if fold else tile.blocks
-    fold_key = (fold.group, fold.d_max, fold.pow2 is not None, fold.hw_cvt) if fold else None
-    return _rows32_constexprs(n, in_dtype, tile, qdq, hopper(device), fold_key, nb,
+    return _rows32_constexprs(n, in_dtype, tile, qdq, hopper(device),
+                              fold.key if fold else NO_FOLD_KEY, nb,
                               n_blocks * 32 >= BIG_NUMEL, n_blocks % nb == 0), nb
 
 
 @functools.lru_cache(maxsize=1024)
 def _rows32_constexprs(n: Numerics, in_dtype: torch.dtype, tile, qdq: bool, on_hopper: bool,
-                       fold_key: tuple | None, nb: int, big: bool, even: bool) -> dict:
+                       fold_key: tuple, nb: int, big: bool, even: bool) -> dict:
     # (a fold takes no register cap: under the tile's 72 the E3M2 fold spilled when compiled
     # for sm_90 with Triton 3.6; without it, 75-79 registers and no spill)
-    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not fold_key else {}
-    group, d_max, pow2, hw_cvt = fold_key or (0, 0, False, False)
+    folds = fold_key != NO_FOLD_KEY
+    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not folds else {}
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
-                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), FOLD_GROUP=group, D_MAX=d_max,
-                POW2=pow2, HW_CVT=hw_cvt, NB=nb, BIG=big, EVEN=even, num_warps=tile.warps,
-                **opts)
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), **fold_constexprs(fold_key),
+                NB=nb, BIG=big, EVEN=even, num_warps=tile.warps, **opts)
 
 
 def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
@@ -154,30 +172,34 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
     column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
     bits the same, every way (stochastic rounding counts K-major indices). ``qdq``: ``data`` is
     the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused. ``fold``:
-    ``data`` gets E4M3 codes, one byte per element (along another axis than the last, through
-    the transpose: the column kernel does not fold)."""
+    ``data`` gets E4M3 codes, one byte per element, either kernel folding in its own pass."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    if inner != 1 and tuning.columns == "kernel" and fold is None and \
-            cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq):
+    if inner != 1 and tuning.columns == "kernel" and \
+            cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq, fold):
         return
     if inner != 1:
         x = move_axis_last(x, axis, tuning)
     consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
-    outs = (fold.exponents, fold.pow2 if fold.pow2 is not None else fold.exponents, fold.stats,
-            fold.total, fold.rows) if fold else (scales, scales, scales, scales, 1)
+    outs = (*fold.args(), fold.rows) if fold else (scales, scales, scales, scales, 1)
     run(kernels.quantize.quantize_rows32_kernel, (cdiv(n_blocks, nb),),
         x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales,
         sign_arg, n_blocks, seed_arg, n.rot_scale, *outs, **consts)
 
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,
-                      tuning: Tuning, qdq: bool) -> tuple[dict, int, int]:
+                      tuning: Tuning, qdq: bool,
+                      fold: FoldOutput | None = None) -> tuple[dict, int, int]:
     """(constexprs and launch options, columns per program, blocks along K per program) of the
-    32-block column kernel."""
+    32-block column kernel. A fold takes whole groups along K per program: its blocks along K
+    per program are the least common multiple of the tile's and the group's size (both divide
+    K / 32, so it does too)."""
     tile = tuning.cols32
     kb = tile.blocks_along(k // 32)
+    if fold:
+        kb = math.lcm(kb, fold.group)
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
-                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), BN=tile.columns, KB=kb,
+                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
+                **fold_constexprs(fold.key if fold else NO_FOLD_KEY), BN=tile.columns, KB=kb,
                 HIDE=tile.hide, KB_FAST=tile.kb_fast, BIG=numel >= BIG_NUMEL,
                 EVEN=inner % tile.columns == 0, num_warps=tile.warps), tile.columns, kb
 
@@ -191,18 +213,20 @@ def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool)
 
 
 def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, seed_arg,
-           sign_arg, tuning: Tuning, qdq: bool) -> bool:
-    """The column kernel over a contiguous ``x`` (blocks along ``axis``); False where its grid
-    does not fit (nothing launched)."""
+           sign_arg, tuning: Tuning, qdq: bool, fold: FoldOutput | None = None) -> bool:
+    """The column kernel over a contiguous ``x`` (blocks along ``axis``; ``fold``: as
+    ``rows32``'s); False where its grid does not fit (nothing launched)."""
     k = x.shape[axis]
     outer = x.numel() // (k * inner)
-    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tuning, qdq)
+    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tuning, qdq, fold)
     grid = cols32_grid(k, inner, outer, bn, kb, tuning.cols32.kb_fast)
     if grid is None:
         return False
+    outs = (*fold.args(), x.numel() // 32, fold.rows) if fold else \
+        (scales, scales, scales, scales, 0, 1)
     run(kernels.quantize.quantize_cols32_kernel, grid,
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg, k,
-        inner, seed_arg, n.rot_scale, **consts)
+        inner, seed_arg, n.rot_scale, *outs, **consts)
     return True
 
 

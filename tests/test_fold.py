@@ -870,6 +870,70 @@ def test_quantize_folded_is_fold_of_quantize(device, name, group, axis, rotation
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name", ["e2m1", "e2m3", "e3m2"])
+@pytest.mark.parametrize("rotation", [None, "hadamard16", "random_sign16:12345"])
+@pytest.mark.parametrize("rounding", ["rne", "stochastic"])
+def test_quantize_folded_along_columns_in_one_pass(device, name, rotation, rounding,
+                                                    monkeypatch):
+    """``quantize_folded`` along a non-last axis (Wgrad's operands, quantized along tokens)
+    under ``Tuning(columns="kernel")``: the column kernel folds in its one pass (no transpose:
+    ``launch.move_axis_last`` is never called) and gives the bits of the transpose + row kernel
+    path and of the emulator backend: E4M3 codes, group exponents, MX scales, 2^R, the wide
+    flag and the rounded-element count. 3-D inputs along axis 0 (K = 8 blocks, one outer
+    position, 48 columns: three whole column tiles, two programs along K at groups of 4) and
+    axis 1 (K = 4 blocks, two outer positions of 24 columns: the second tile cut short, its
+    masked columns' block indices running into the next outer position's rows), bf16 and
+    float32, pow2 on and off, groups of 2, 4 and 8 blocks (the column tile's 4 blocks along K
+    raised to 8 at groups of 8); a block 40 octaves below its group (rounded), a zero block
+    and a NaN block. (Small shapes: the interpreter's cost is per program.)"""
+    import dataclasses
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native import launch
+    rng = np.random.default_rng(7)
+    base = native.default_tuning()  # (its row tile: few programs under the interpreter)
+    kernel = dataclasses.replace(base, columns="kernel", cols32=native.ColumnTile(16, 1, 4))
+    transpose = dataclasses.replace(base, columns="transpose")
+    transposed = []
+    move_axis_last = launch.move_axis_last
+    monkeypatch.setattr(launch, "move_axis_last",
+                        lambda *a, **kw: transposed.append(1) or move_axis_last(*a, **kw))
+    for axis, dtype, pow2, group in ((0, torch.bfloat16, True, 4), (0, torch.float32, False, 8),
+                                     (1, torch.bfloat16, False, 2), (1, torch.float32, True, 4)):
+        k = 256 if axis == 0 else 128
+        # the operand's K-major rows (48), quantized along K, an octave spread between blocks
+        spread = np.exp2(rng.integers(-3, 4, (48, k // 32)).repeat(32, 1))
+        xk = rng.standard_normal((48, k)) * spread
+        xk[5, 32:64] *= 2.0**-40
+        xk[27, :32] = 0
+        xk[44, 96:128] = np.nan
+        if axis == 0:
+            xs = np.moveaxis(xk.reshape(6, 8, k), -1, 0)  # (K, 6, 8)
+        else:
+            xs = xk.reshape(2, 24, k).transpose(0, 2, 1)  # (2, K, 24)
+        x = torch.from_numpy(np.ascontiguousarray(xs, np.float32)).to(dtype).to(device)
+        kw = dict(axis=axis, pow2=pow2, rounding=rounding, rotation=rotation, seed=11)
+        got = native_fold.quantize_folded(x, name, group, tuning=kernel, **kw)
+        assert not transposed, "the column kernel did not fold: the input was transposed"
+        wants = {"transpose": native_fold.quantize_folded(x, name, group, tuning=transpose, **kw),
+                 "emulator": native_fold.quantize_folded(x, name, group, backend="emulator", **kw)}
+        assert transposed  # the reference went the other way
+        transposed.clear()
+        for ref, want in wants.items():
+            for field in ("codes", "exponents", "scales", "stats"):
+                assert torch.equal(getattr(got, field), getattr(want, field)), \
+                    (ref, axis, dtype, field)
+            if pow2:
+                assert torch.equal(got.pow2.view(torch.int32), want.pow2.view(torch.int32)), \
+                    (ref, axis, dtype)
+            else:
+                assert got.pow2 is None and want.pow2 is None
+        # the far block was rounded; the NaN block flags the operand wide
+        assert int(got.inexact.item()) > 0 and int(got.wide.item()) == 1
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("method", ["fp8_exact", "fp8", "fp8_cublas"])
 @pytest.mark.parametrize("recipe", ["mxfp4_all_h16", "mxfp4_all_sr_wgrad"])
 def test_mxlinear_folds_in_the_quantize_pass(device, method, recipe, monkeypatch):

@@ -1,10 +1,15 @@
 """Quantize kernels: fused block rotation + MX quantize (and element casts, and the one-pass
-quantize-dequantize), in two forms.
+quantize-dequantize), in three forms.
 
 ``quantize_rows32_kernel``  blocks of 32 along the last axis of a contiguous tensor: the fast
                             path (every training GEMM's operand).
+``quantize_cols32_kernel``  blocks of 32 along a non-last axis in one pass (Wgrad's operands,
+                            quantized along tokens): the row kernel's steps after the load.
 ``quantize_kernel``         any block size and axis (a strided tile), element casts, and
                             stochastic rounding along a non-last axis.
+
+Both 32-block kernels can also fold an FP4/FP6 operand into E4M3 in the same pass (FOLD_GROUP:
+``native.fold.quantize_folded``).
 
 Layout of the quantized output ("K-major"): the quantized axis is the last one; FP4 codes are
 packed two per byte along it, element 0 in the low nibble, other formats one code per byte;
@@ -12,9 +17,9 @@ scales are uint8 E8M0 codes, one per block, rows = every position of the other a
 layout ``tl.dot_scaled`` takes for an operand packed along its contraction dimension.
 
 Constexprs: the format block (``ocpmx.spec.KernelFormat.constexprs``), the numerics (RULE,
-ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, QUARTER_IN_SCALE), the tile (NB, or ROWS
-and KB: tuning, which changes speed and never bits) and what the shape implies (EVEN, BIG,
-INNER1, BS).
+ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, QUARTER_IN_SCALE), the fold (FOLD_GROUP,
+D_MAX, POW2, HW_CVT), the tile (NB, or ROWS and KB, or BN and KB: tuning, which changes speed
+and never bits) and what the shape implies (EVEN, BIG, INNER1, BS).
 """
 from __future__ import annotations
 
@@ -379,8 +384,10 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
                   GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
                   HW_CVT: tl.constexpr, NB: tl.constexpr, EVEN: tl.constexpr):
     """NB blocks' MX codes (quarters c0..c3 [NB, 8]) and E8M0 scales [NB], whole groups of GROUP
-    consecutive blocks (a row's K / 32 blocks divide into them), folded into E4M3 as
-    ``kernels.fold.fold_kernel`` folds the stored codes: the same helpers, the same bits."""
+    consecutive blocks (a row's K / 32 blocks divide into them; the GROUP consecutive entries
+    of ``blk`` from a multiple of GROUP on are one group, in order), folded into E4M3 as
+    ``kernels.fold.fold_kernel`` folds the stored codes: the same helpers, the same bits.
+    ``n_blocks``: the tensor's blocks (rows x K / 32)."""
     tl.static_assert(NB % GROUP == 0, "a program holds whole fold groups")
     NGP: tl.constexpr = NB // GROUP
     sc = scale.to(tl.int32)
@@ -406,9 +413,11 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
     changed = ch0.to(tl.int64) + ch1.to(tl.int64) + ch2.to(tl.int64) + ch3.to(tl.int64)
     n_changed = tl.sum(tl.sum(changed, axis=1), axis=0)
     q = tl.max(tl.reshape(blk, (NGP, GROUP)), axis=1) // GROUP  # the groups' indices
-    n_groups = n_blocks // GROUP
-    store_group_exponents(tl.where(nan, NAN_EXP, r), q, q < n_groups, exp_ptr, pow2_ptr,
-                          stats_ptr, total_ptr, n_groups, n_rows, n_changed, POW2=POW2)
+    # the groups that exist: a group's blocks exist together. (Not q < n_groups: in the column
+    # kernel a masked column's indices run on into the next outer position's rows.)
+    exists = tl.max(tl.reshape(valid.to(tl.int32), (NGP, GROUP)), axis=1) > 0
+    store_group_exponents(tl.where(nan, NAN_EXP, r), q, exists, exp_ptr, pow2_ptr, stats_ptr,
+                          total_ptr, n_blocks // GROUP, n_rows, n_changed, POW2=POW2)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
@@ -635,6 +644,9 @@ def columns_to_quarters(t, BN: tl.constexpr, KB: tl.constexpr):
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
 def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
+                           # the fold's outputs and the tensor's blocks (FOLD_GROUP > 0; else
+                           # unused)
+                           exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
                            # the format
                            IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                            EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -646,6 +658,9 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                            SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                            QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr,
+                           # the fold into E4M3, as in the row kernel
+                           FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
+                           HW_CVT: tl.constexpr,
                            # the tile, and what the shape implies
                            BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
                            KB_FAST: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
@@ -660,6 +675,11 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     (``quantize_quarters``): the same bits, without a transposed copy. K is a multiple of
     32 KB (the launcher picks KB so).
 
+    FOLD_GROUP > 0: the fold into E4M3 as in the row kernel (its docstring; ``n_blocks``: the
+    tensor's blocks, rows x K / 32). A program's blocks are, per column, KB consecutive blocks
+    of one output row from a multiple of KB on, so with KB a multiple of FOLD_GROUP (the
+    launcher picks KB so) they are whole fold groups, each group's blocks in order.
+
     ``HIDE``: hide the columns' contiguity from the compiler, so that loads are one element
     wide and thread t of a warp takes column t's elements (no data crosses threads); else
     loads are vectorized along the columns and Triton converts the layout.
@@ -671,6 +691,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         seed = load_key(seed)
     if SIGNS:
         sign_mask = load_key(sign_mask)
+    tl.static_assert(FOLD_GROUP == 0 or KB % FOLD_GROUP == 0,
+                     "a program's blocks along K are whole fold groups")
     if KB_FAST:
         kt = tl.program_id(0)
         pid_n = tl.program_id(1)
@@ -711,6 +733,6 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
                       ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
                       PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN * KB,
-                      EVEN=EVEN, exp_ptr=scale_ptr, pow2_ptr=scale_ptr, stats_ptr=scale_ptr,
-                      total_ptr=scale_ptr, n_blocks=0, n_rows=1, FOLD_GROUP=0, D_MAX=0,
-                      POW2=False, HW_CVT=False)
+                      EVEN=EVEN, exp_ptr=exp_ptr, pow2_ptr=pow2_ptr, stats_ptr=stats_ptr,
+                      total_ptr=total_ptr, n_blocks=n_blocks, n_rows=n_rows,
+                      FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT)
