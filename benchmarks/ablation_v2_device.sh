@@ -10,6 +10,7 @@
 #   bash benchmarks/ablation_v2_device.sh receive
 # Then, in the call that brings the last part:
 #   ARMS=bf16,mxfp4_wgrad,mxfp4_wgrad_h16 SEEDS=0 PER_GPU=3 bash benchmarks/ablation_v2_device.sh start
+# (PLAN=v2-125m for the 125m stage: the same corpus and options, the 125m model)
 # and in calls back to back (each returns $OUT/abl.tgz: every run's metrics, config and log,
 # no checkpoints):
 #   bash benchmarks/ablation_v2_device.sh poll 560
@@ -91,7 +92,7 @@ EOF
     echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
     { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (${CODE_TAR:+its code from $CODE_TAR, }the working tree sent from it)"; } > $ABL/device.txt 2>&1
     rm -f $ABL/driver.log
-    setsid nohup python3 -m ocpmx.cli ablate run --plan v2 --out $ABL --data $DATA \
+    setsid nohup python3 -m ocpmx.cli ablate run --plan ${PLAN:-v2} --out $ABL --data $DATA \
       --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
       > $ABL/driver.log 2>&1 < /dev/null &
     echo $! > $ABL/driver.pid

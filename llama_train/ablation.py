@@ -1,5 +1,5 @@
 """The small-scale ablation of the study's claims, several seeds, side by side on the GPUs of one
-host. Two plans (``PLANS``):
+host. The plans (``PLANS``):
 
 * v1 (results/ablation, withdrawn in part): the Fprop -> Dgrad -> Wgrad ladder and the Wgrad
   interventions with MXFP4 everywhere, 100 M tokens, seeds added to some arms;
@@ -7,7 +7,8 @@ host. Two plans (``PLANS``):
   same three paired seeds, 250 M tokens of a corpus never repeated, sequences shuffled,
   validation spread over the corpus, a warm-up / stable / decay schedule, and its endpoints
   computed by ``summarize_v2`` from both evaluation fields (val_loss: bf16 forward of the
-  master weights; val_loss_recipe: the recipe's own forward).
+  master weights; val_loss_recipe: the recipe's own forward);
+* v2-125m: v2's next stage (the three Wgrad arms at 125m, everything else v2's).
 
 ``run_ablation`` runs a list of (arm, seed) training runs, each an ``ocpmx train`` process with
 ``--resume`` in ``OUT/<arm>/seed<k>`` (a cut-off run continues from its last checkpoint, a
@@ -93,10 +94,18 @@ def plan_v2(arms=V2_ARMS, seeds=V2_SEEDS) -> list[tuple[str, int]]:
     return [(a, s) for s in seeds for a in primary] + [(a, s) for s in seeds for a in secondary]
 
 
+# the rule's next stage once wgrad_cost is present (PLAN.md, "Stage 2", fixed before any of its
+# runs): the three Wgrad arms at 125m, every other option the 30m block's, so model size is the
+# one change
+V2_125M_ARMS = ("bf16", "mxfp4_wgrad", "mxfp4_wgrad_h16")
+V2_125M_TRAIN_ARGS = tuple("125m" if a == "30m" else a for a in V2_TRAIN_ARGS)
+
 PLANS = {
     "v1": {"arms": ARMS, "plan": plan, "train_args": DEFAULT_TRAIN_ARGS, "extra_args": {}},
     "v2": {"arms": V2_ARMS, "plan": plan_v2, "train_args": V2_TRAIN_ARGS,
            "extra_args": V2_EXTRA_ARGS},
+    "v2-125m": {"arms": V2_125M_ARMS, "plan": plan_v2, "train_args": V2_125M_TRAIN_ARGS,
+                "extra_args": {}},
 }
 
 

@@ -111,11 +111,12 @@ def add_parsers(sub) -> None:
                    help="run: train the plan's arms x seeds (resuming cut-off runs); "
                         "summarize: the table of the finished runs; analyze: the Wgrad error "
                         "analysis of a run's checkpoints")
-    a.add_argument("--plan", default="v1", choices=["v1", "v2"],
+    a.add_argument("--plan", default="v1", choices=["v1", "v2", "v2-125m"],
                    help="v1: results/ablation's 10 arms (100 M tokens); v2: results/ablation_v2/"
                         "PLAN.md (Wgrad-only arms, 3 paired seeds each, 250 M tokens, both "
                         "evaluation fields, the plan's endpoints; analyze: the redone mechanism "
-                        "analysis at the 25/50/100%% checkpoints) (default: v1)")
+                        "analysis at the 25/50/100%% checkpoints); v2-125m: v2's next stage, "
+                        "its three Wgrad arms at 125m (PLAN.md, Stage 2) (default: v1)")
     a.add_argument("--out", default="runs/ablation",
                    help="ablation directory (run dirs, table) (default: %(default)s)")
     a.add_argument("--data", default=None,
@@ -324,7 +325,7 @@ def cmd_ablate(args) -> int:
         else:
             gpus = [g for g in args.gpus.split(",") if g and g != "none"]
         train_args = shlex.split(args.train_args) if args.train_args else plan["train_args"]
-        data = args.data or {"v1": "data/debl", "v2": "data/xl"}[args.plan]
+        data = args.data or ("data/debl" if args.plan == "v1" else "data/xl")
         res = ablation.run_ablation(args.out, plan["plan"](arms, seeds), data, gpus,
                                     args.per_gpu, train_args, extra_args=plan["extra_args"],
                                     stop_after=args.stop_after)
@@ -335,13 +336,13 @@ def cmd_ablate(args) -> int:
             return 4  # stopped by --stop-after: call again to continue
         return 0 if all(v in ("done", "diverged") for v in res.values()) else 1
     if args.action == "summarize":
-        if args.plan == "v2":
+        if args.plan != "v1":
             print(ablation.v2_markdown(ablation.summarize_v2(args.out)))
             return 0
         table = ablation.summarize(args.out)
         print(ablation.table_markdown(table))
         return 0
-    if args.plan == "v2":
+    if args.plan != "v1":
         arm, seed = ablation.V2_MECHANISM_RUN
         run = args.run or str(Path(args.out) / arm / f"seed{seed}")
         from .mechanism import analyze_run, markdown as mech_markdown, merge_results

@@ -169,6 +169,12 @@ def test_v2_plan_pairs_every_arm_with_every_seed():
     assert A.V2_ANALYSIS_STEPS == (953, 1907)
     # the analyzed run keeps those checkpoints (PLAN.md: bf16 seed 2 since the eleventh session)
     assert A.V2_EXTRA_ARGS[A.V2_MECHANISM_RUN] == ("--keep-steps", "953", "1907")
+    # the 125m stage (PLAN.md, Stage 2): the three Wgrad arms, the model the one change
+    s2 = A.PLANS["v2-125m"]
+    assert s2["arms"] == ("bf16", "mxfp4_wgrad", "mxfp4_wgrad_h16")
+    diff = [(a, b) for a, b in zip(args, s2["train_args"]) if a != b]
+    assert diff == [("30m", "125m")] and len(s2["train_args"]) == len(args)
+    assert s2["plan"](s2["arms"])[:3] == [("bf16", 0), ("mxfp4_wgrad", 0), ("mxfp4_wgrad_h16", 0)]
     from ocpmx.native import RECIPES
     assert set(A.V2_ARMS) <= set(RECIPES)
 
