@@ -24,11 +24,12 @@
 # commit's code, extracted once to /tmp/code/<its SHA-256>; processes started then keep it
 # whatever later calls send (start and mech use it; the tree's copy serves otherwise).
 DATA=${XL_DATA:-/tmp/xl}
-ABL=${ABL_OUT:-/tmp/abl}
+ABL=${ABL_OUT:-/tmp/abl${PLAN:+-$PLAN}}  # one folder per plan: a stage never reads another's runs
 export DATA
 mkdir -p $DATA $ABL
 if [ -n "$CODE_TAR" ]; then
-  code=/tmp/code/$(sha256sum "$CODE_TAR" | cut -c1-16)
+  code_sha=$(sha256sum "$CODE_TAR" | cut -c1-16)
+  code=/tmp/code/$code_sha
   if [ ! -d $code/ocpmx ]; then
     mkdir -p $code/ocpmx.tmp && tar xf "$CODE_TAR" -C $code/ocpmx.tmp && mv $code/ocpmx.tmp $code/ocpmx || exit 2
   fi
@@ -90,7 +91,7 @@ EOF
     t0=$SECONDS
     python3 -m ocpmx.cli data tokenize --out $DATA > $ABL/tokenize.log 2>&1 || { tail $ABL/tokenize.log; exit 3; }
     echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
-    { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (${CODE_TAR:+its code from $CODE_TAR, }the working tree sent from it)"; } > $ABL/device.txt 2>&1
+    { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; if [ -n "$CODE_TAR" ]; then echo "commit ${OCPMX_COMMIT:-unknown}: its git archive (SHA-256 $code_sha...), run from $PYTHONPATH"; else echo "commit ${OCPMX_COMMIT:-unknown}: the working tree sent from it"; fi; } > $ABL/device.txt 2>&1
     rm -f $ABL/driver.log
     setsid nohup python3 -m ocpmx.cli ablate run --plan ${PLAN:-v2} --out $ABL --data $DATA \
       --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
@@ -115,9 +116,19 @@ EOF
     # micro-batch's activations (32 sequences: ~12 GB; MICRO=8: ~3 GB); beside two 30m
     # training runs (43 GB) the 64-sequence forward of the eleventh session ran out of memory
     run=$ABL/${RUN:-bf16/seed2}
+    if [ -f $ABL/mech.pid ] && kill -0 "$(cat $ABL/mech.pid)" 2>/dev/null; then
+      echo "an analysis is already running (pid $(cat $ABL/mech.pid))"; exit 2
+    fi
     cat > $ABL/mech.sh <<EOS
 for s in ${STEPS:-953 1907 3814}; do
-  until [ -d $run/checkpoints/\$(printf step_%08d \$s) ]; do sleep 10; done
+  ck=$run/checkpoints/\$(printf step_%08d \$s)
+  until [ -d \$ck ]; do
+    # the batch ended (or never started) without this checkpoint: nothing to wait for
+    if ! kill -0 "\$(cat $ABL/driver.pid 2>/dev/null)" 2>/dev/null && [ ! -d \$ck ]; then
+      echo "\$(date +%T) checkpoint \$s: the batch is not running and \$ck does not exist"; exit 1
+    fi
+    sleep 10
+  done
   echo "\$(date +%T) checkpoint \$s: analysis starts"
   python3 -m ocpmx.cli ablate analyze --plan v2 --out $ABL/mech/step\$s --data $DATA \\
     --run $run --checkpoints \$s ${MICRO:+--micro-batch $MICRO} > $ABL/mech/step\$s.log 2>&1

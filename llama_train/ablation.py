@@ -124,6 +124,19 @@ def gpu_slots(gpus: list[str], per_gpu: int) -> list[str]:
     return [g for _ in range(per_gpu) for g in gpus] or ["cpu"]
 
 
+def _check_same_stage(d: Path, train_args) -> None:
+    """A finished run counts only for the plan it was trained under: its model preset and
+    step count must be the ones ``train_args`` asks for (a 30m run in a 125m batch's folder
+    would otherwise be skipped as done)."""
+    cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").is_file() else {}
+    for opt, key in (("--preset", "preset"), ("--max-steps", "max_steps")):
+        if opt in train_args and key in cfg:
+            want = train_args[list(train_args).index(opt) + 1]
+            if str(cfg[key]) != str(want):
+                raise ValueError(f"{d} holds a run with {key} {cfg[key]!r}, not the {want!r} "
+                                 f"this plan trains: use another --out for this plan")
+
+
 def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
                  train_args=DEFAULT_TRAIN_ARGS, poll_s: float = 5.0, extra_args=None,
                  stop_after: float | None = None) -> dict:
@@ -137,6 +150,9 @@ def run_ablation(out, runs, data: str, gpus: list[str], per_gpu: int = 1,
     extra_args = extra_args or {}
     t_start = time.time()
     results = {str(run_dir(out, *r)): run_status(run_dir(out, *r)) for r in runs}
+    for d, st in results.items():
+        if st is not None:
+            _check_same_stage(Path(d), train_args)
     todo = [r for r in runs if results[str(run_dir(out, *r))] not in ("done", "diverged")]
     slots = gpu_slots(gpus, per_gpu)
     threads = str(max(1, (os.cpu_count() or 1) // len(slots)))

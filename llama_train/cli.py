@@ -355,6 +355,9 @@ def cmd_ablate(args) -> int:
                           bootstrap=args.bootstrap, micro=args.micro_batch)
         print(mech_markdown(res))
         return 0
+    if args.merge or args.micro_batch or args.checkpoints:
+        raise SystemExit("ocpmx ablate analyze: --merge, --micro-batch and --checkpoints are "
+                         "options of the v2 mechanism analysis, not of --plan v1")
     from .gradient_error import analyze, markdown
     run = args.run or str(Path(args.out) / "bf16" / "seed0")
     res = analyze(run, args.out, args.batches or 8, args.batch_size or 16, data=args.data)

@@ -90,8 +90,21 @@ def capture_with_grads(model, batch: torch.Tensor, device, micro: int | None = N
     finally:
         for h in hooks:
             h.remove()
-    cat = (lambda t: t[0]) if micro == n else torch.cat
-    return total, [(m, cat(x), cat(dy)) for m, (x, dy) in seen.items()]
+    if micro == n:
+        return total, [(m, x[0], dy[0]) for m, (x, dy) in seen.items()]
+    # one layer at a time, each micro-batch's pieces freed once no layer holds them; layers fed
+    # the same input (wq, wk, wv; w1, w3) share one concatenated X, as they share one tensor in
+    # the whole-batch capture
+    out, shared = [], {}
+    for m in list(seen):
+        xs, dys = seen.pop(m)
+        key = tuple((t.data_ptr(), tuple(t.shape)) for t in xs)
+        if key not in shared:
+            shared[key] = torch.cat(xs)
+        del xs
+        out.append((m, shared[key], torch.cat(dys)))
+        del dys
+    return total, out
 
 
 def capture(model, batch: torch.Tensor, device) -> list[tuple[MXLinear, torch.Tensor, torch.Tensor]]:

@@ -457,12 +457,20 @@ def merge_results(parts, out) -> dict:
             result = {"run": r["run"], "checkpoints": {}, "device": r.get("device")}
         if r["run"] != result["run"]:
             raise ValueError(f"{p}: run {r['run']!r}, not {result['run']!r}")
+        for c in r["checkpoints"].values():  # one analysis, however it was split
+            setting = {k: c.get(k) for k in ("steps", "window", "max_lag", "batch_sequences",
+                                             "advance")}
+            setting["treatments"] = sorted(c["treatments"])
+            result.setdefault("_setting", setting)
+            if setting != result["_setting"]:
+                raise ValueError(f"{p}: analyzed with {setting}, not {result['_setting']}")
         twice = set(r["checkpoints"]) & set(result["checkpoints"])
         if twice:
             raise ValueError(f"{p}: checkpoint(s) {sorted(twice)} already in an earlier part")
         result["checkpoints"].update(r["checkpoints"])
     if result is None:
         raise ValueError("no parts to merge")
+    result.pop("_setting", None)
     result["checkpoints"] = dict(sorted(result["checkpoints"].items(), key=lambda kv: int(kv[0])))
     o = Path(out)
     o.mkdir(parents=True, exist_ok=True)

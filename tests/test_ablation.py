@@ -81,6 +81,10 @@ def test_driver_runs_resumes_and_skips(corpus, tmp_path, capsys):
     A.run_ablation(tmp_path, runs, str(corpus), [], 1, args, 0.2)
     assert (d / "metrics.jsonl").read_text() == before  # resumed at the end: nothing new
     assert "commands.txt" in {p.name for p in tmp_path.iterdir()}
+    # another plan's batch in the same folder (another model) does not count these as its own
+    other = tuple("30m" if a == "tiny" else a for a in args)
+    with pytest.raises(ValueError, match="preset 'tiny', not the '30m'.*another --out"):
+        A.run_ablation(tmp_path, runs, str(corpus), [], 1, other, 0.2)
 
 
 def test_gpu_slots_round_robin():

@@ -572,6 +572,11 @@ def test_capture_in_micro_batches_gives_the_batch_gradients(corpus, bf16_run):
             assert _rel(x, x0) < 1e-2 and _rel(d, d0) < 1e-2
             assert _rel(d.double().t() @ x.double(), d0.double().t() @ x0.double()) < 1e-2
         assert max(_rel(a, b) for a, b in zip(grads, g0)) < 1e-2
+        # layers fed one input (wq, wk, wv; w1, w3) share one X, as in the whole-batch capture
+        groups = lambda lay: sorted(sorted(i for i, (_, x, _) in enumerate(lay)
+                                           if x.data_ptr() == p)
+                                    for p in {x.data_ptr() for _, x, _ in lay})
+        assert groups(layers) == groups(lay0) and len(groups(lay0)) < len(lay0)
     with pytest.raises(ValueError, match="do not divide into micro-batches of 3"):
         capture_with_grads(model, batch, dist.device, 3)
 
@@ -599,6 +604,10 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     assert md.index("after step 0 ") < md.index("after step 12 ")
     with pytest.raises(ValueError, match="already in an earlier part"):
         M.merge_results([tmp_path, tmp_path], tmp_path / "x")
+    (later / "mechanism.json").write_text(json.dumps(
+        dict(other, checkpoints={"12": dict(c, window=c["window"] + 1)})))
+    with pytest.raises(ValueError, match="analyzed with"):
+        M.merge_results([tmp_path, later], tmp_path / "x")
     (later / "mechanism.json").write_text(json.dumps(dict(other, run="elsewhere")))
     with pytest.raises(ValueError, match="run 'elsewhere'"):
         M.merge_results([tmp_path, later], tmp_path / "x")
