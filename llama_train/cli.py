@@ -153,7 +153,8 @@ def add_parsers(sub) -> None:
                         "micro-batch; fewer take less GPU memory, same gradients)")
     a.add_argument("--merge", default=None, metavar="DIR,DIR",
                    help="analyze v2: instead of analyzing, combine the mechanism.json of "
-                        "analyses of one run's checkpoints made separately into OUT")
+                        "analyses of one run's checkpoints made separately into OUT "
+                        "(default: none, analyze)")
     a.add_argument("--bootstrap", type=int, default=1000,
                    help="analyze v2: bootstrap resamples for the 95%% intervals "
                         "(default: %(default)s)")
