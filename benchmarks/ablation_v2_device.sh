@@ -136,7 +136,7 @@ for s in ${STEPS:-953 1907 3814}; do
     if ! kill -0 "\$(cat $ABL/driver.pid 2>/dev/null)" 2>/dev/null && [ ! -d \$ck ]; then
       echo "\$(date +%T) checkpoint \$s: the batch is not running and \$ck does not exist"; exit 1
     fi
-    sleep 10
+    sleep ${POLL_S:-10}
   done
   echo "\$(date +%T) checkpoint \$s: analysis starts"
   python3 -m ocpmx.cli ablate analyze --plan v2 --out $ABL/mech/step\$s --data $DATA \\

@@ -1,0 +1,106 @@
+"""benchmarks/ablation_v2_device.sh, the driver of the ablation's device holds, exercised here
+with a stand-in ``python3`` (no GPU, no training): the analysis watcher (``mech``) and the
+commit's code archive (``CODE_TAR``)."""
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ablation_v2_device.sh"
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def _env(tmp_path, rc=0):
+    """A PATH whose python3 records its arguments and PYTHONPATH, then exits ``rc``."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    fake = bin_ / "python3"
+    fake.write_text(f'#!/bin/bash\necho "args: $*"\necho "pythonpath: $PYTHONPATH"\nexit {rc}\n')
+    fake.chmod(0o755)
+    return dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
+                XL_DATA=str(tmp_path / "xl"), POLL_S="0.2")
+
+
+def _script(mode, env, cwd):
+    return subprocess.run(["bash", str(SCRIPT), mode], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _wait_for(path: Path, text: str, timeout=30.0) -> str:
+    end = time.time() + timeout
+    while time.time() < end:
+        if path.exists() and text in path.read_text():
+            return path.read_text()
+        time.sleep(0.2)
+    raise AssertionError(f"{path}: no {text!r} after {timeout} s: "
+                         f"{path.read_text() if path.exists() else '(missing)'}")
+
+
+def test_syntax():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+
+
+def test_mech_gives_up_without_a_running_batch(tmp_path):
+    """No batch running and no checkpoint: the watcher says so and ends (it used to wait
+    forever, which kept every poll busy)."""
+    env = _env(tmp_path)
+    (tmp_path / "abl" / "bf16" / "seed2" / "checkpoints").mkdir(parents=True)
+    _script("mech", dict(env, STEPS="953"), tmp_path)
+    log = _wait_for(tmp_path / "abl" / "mech.log", "does not exist")
+    assert "analysis starts" not in log
+
+
+def test_mech_analyzes_each_checkpoint_when_it_appears(tmp_path):
+    """With the batch running, each checkpoint is analyzed once it exists, with the options
+    asked for, and the analysis's own exit status is reported; a second watcher is refused."""
+    env = _env(tmp_path, rc=3)
+    ck = tmp_path / "abl" / "bf16" / "seed2" / "checkpoints"
+    ck.mkdir(parents=True)
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "abl" / "driver.pid").write_text(str(driver.pid))
+        _script("mech", dict(env, STEPS="953 1907", MICRO="8"), tmp_path)
+        second = _script("mech", dict(env, STEPS="953"), tmp_path)
+        assert second.returncode == 2 and "already running" in second.stdout
+        (ck / "step_00000953").mkdir()
+        _wait_for(tmp_path / "abl" / "mech.log", "checkpoint 953: exit 3")
+        (ck / "step_00001907").mkdir()
+        log = _wait_for(tmp_path / "abl" / "mech.log", "checkpoint 1907: exit 3")
+    finally:
+        driver.kill()
+    assert log.index("953: analysis starts") < log.index("1907: analysis starts")
+    args = (tmp_path / "abl" / "mech" / "step1907.log").read_text()
+    assert "--checkpoints 1907" in args and "--micro-batch 8" in args
+    assert f"--out {tmp_path}/abl/mech/step1907" in args
+
+
+def test_code_tar_runs_the_archive_not_the_tree(tmp_path):
+    """CODE_TAR: the processes a call starts import the archive's copy, extracted once."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "marker.txt").write_text("from the archive")
+    tar = tmp_path / "tree" / ".frozen" / "ocpmx.tar"
+    tar.parent.mkdir(parents=True)
+    with tarfile.open(tar, "w") as t:
+        t.add(src / "marker.txt", arcname="marker.txt")
+    env = _env(tmp_path)
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "abl").mkdir()
+        (tmp_path / "abl" / "driver.pid").write_text(str(driver.pid))
+        (tmp_path / "abl" / "bf16" / "seed2" / "checkpoints" / "step_00000953").mkdir(parents=True)
+        out = _script("mech", dict(env, STEPS="953", CODE_TAR=".frozen/ocpmx.tar"),
+                      tmp_path / "tree")
+        code = out.stdout.split("code: ")[1].split("/ocpmx")[0]
+        _wait_for(tmp_path / "abl" / "mech.log", "exit 0")
+    finally:
+        driver.kill()
+    assert code.startswith("/tmp/code/")
+    assert (Path(code) / "ocpmx" / "marker.txt").read_text() == "from the archive"
+    log = (tmp_path / "abl" / "mech" / "step953.log").read_text()
+    assert f"pythonpath: {code}" in log
+    shutil.rmtree(code)
