@@ -185,6 +185,7 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
     device = dist.device
     seed = cfg.training.seed
     b = batch_size or cfg.data.batch_size * cfg.data.grad_accum
+    micro = micro or (cfg.data.batch_size if b % cfg.data.batch_size == 0 else b)  # the run's
     mx = [m for m in model.modules() if isinstance(m, MXLinear)]
     layer_names = {m: n for n, m in model.named_modules() if isinstance(m, MXLinear)}
     nL = len(mx)
@@ -225,9 +226,8 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
     for t in range(K):
         step = step0 + t
         batch = stream.next_batch(b)
-        # [(layer, X, dY)], grads kept; in the run's micro-batches (its activations' memory)
-        mb = micro or (cfg.data.batch_size if b % cfg.data.batch_size == 0 else b)
-        _, layers = capture_with_grads(model, batch, device, mb)
+        # [(layer, X, dY)], grads kept; in micro-batches (one micro-batch's activations)
+        _, layers = capture_with_grads(model, batch, device, micro)
         by = {m: (x, dy) for m, x, dy in layers}
         norm = float(torch.nn.utils.clip_grad_norm_(list(model.parameters()),
                                                     cfg.optimizer.clip))
@@ -439,6 +439,11 @@ def analyze_run(run, out, steps=None, batches: int = 128, batch_size: int | None
         r["tokens"] = state["tokens"]
         result["checkpoints"][str(s)] = r
         result["device"] = torch.cuda.get_device_name() if dist.device.type == "cuda" else "cpu"
+    return _write_report(result, out)
+
+
+def _write_report(result: dict, out) -> dict:
+    """OUT/mechanism.json and .md of ``result``; returns it."""
     o = Path(out)
     o.mkdir(parents=True, exist_ok=True)
     (o / "mechanism.json").write_text(json.dumps(result, indent=1))
@@ -450,9 +455,12 @@ def merge_results(parts, out) -> dict:
     """One report from analyses of the same run's checkpoints made separately (each
     ``analyze_run`` output directory in ``parts``, e.g. one per checkpoint as each became
     available); writes OUT/mechanism.json and .md like ``analyze_run``."""
-    result = None
+    result, setting0 = None, None
     for p in parts:
-        r = json.loads((Path(p) / "mechanism.json").read_text())
+        f = Path(p) / "mechanism.json"
+        if not f.is_file():
+            raise ValueError(f"{p}: no mechanism.json (an `ablate analyze --plan v2 --out` folder)")
+        r = json.loads(f.read_text())
         if result is None:
             result = {"run": r["run"], "checkpoints": {}, "device": r.get("device")}
         if r["run"] != result["run"]:
@@ -461,22 +469,17 @@ def merge_results(parts, out) -> dict:
             setting = {k: c.get(k) for k in ("steps", "window", "max_lag", "batch_sequences",
                                              "advance")}
             setting["treatments"] = sorted(c["treatments"])
-            result.setdefault("_setting", setting)
-            if setting != result["_setting"]:
-                raise ValueError(f"{p}: analyzed with {setting}, not {result['_setting']}")
+            setting0 = setting0 or setting
+            if setting != setting0:
+                raise ValueError(f"{p}: analyzed with {setting}, not {setting0}")
         twice = set(r["checkpoints"]) & set(result["checkpoints"])
         if twice:
             raise ValueError(f"{p}: checkpoint(s) {sorted(twice)} already in an earlier part")
         result["checkpoints"].update(r["checkpoints"])
     if result is None:
         raise ValueError("no parts to merge")
-    result.pop("_setting", None)
     result["checkpoints"] = dict(sorted(result["checkpoints"].items(), key=lambda kv: int(kv[0])))
-    o = Path(out)
-    o.mkdir(parents=True, exist_ok=True)
-    (o / "mechanism.json").write_text(json.dumps(result, indent=1))
-    (o / "mechanism.md").write_text(markdown(result))
-    return result
+    return _write_report(result, out)
 
 
 def _f(v, fmt=".3f", ci=None):
