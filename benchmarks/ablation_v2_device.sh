@@ -89,17 +89,10 @@ print("\n".join(bad) or f"all {len(want['shards'])} shards present and intact")
 sys.exit(1 if bad else 0)
 EOF
     t0=$SECONDS
-    # a second start in the same hold (another ABL_OUT, another PLAN) reuses the token cache
-    # when it matches the shards here and the tokenizer (``data.load_cache``'s test)
-    if python3 -c "import os, sys
-from ocpmx.llama_train.data import load_cache, load_tokenizer
-d = os.environ['DATA']; tok = load_tokenizer(d + '/tokenizer.json')
-sys.exit(0 if all(load_cache(d, tok, s) is not None for s in ('train', 'validation')) else 1)" 2>/dev/null; then
-      echo "token cache of these shards already here: not tokenized again" | tee $ABL/tokenize.log
-    else
-      python3 -m ocpmx.cli data tokenize --out $DATA > $ABL/tokenize.log 2>&1 || { tail $ABL/tokenize.log; exit 3; }
-      echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
-    fi
+    # --reuse-cache: a second start in the same hold (another ABL_OUT, another PLAN) keeps the
+    # token cache that matches the shards here and the tokenizer
+    python3 -m ocpmx.cli data tokenize --reuse-cache --out $DATA > $ABL/tokenize.log 2>&1 || { tail $ABL/tokenize.log; exit 3; }
+    echo "tokenized in $((SECONDS - t0)) s"; tail -n 3 $ABL/tokenize.log
     { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; if [ -n "$CODE_TAR" ]; then echo "commit ${OCPMX_COMMIT:-unknown}: its git archive (SHA-256 $code_sha...), run from $PYTHONPATH"; else echo "commit ${OCPMX_COMMIT:-unknown}: the working tree sent from it"; fi; } > $ABL/device.txt 2>&1
     rm -f $ABL/driver.log
     setsid nohup python3 -m ocpmx.cli ablate run --plan ${PLAN:-v2} --out $ABL --data $DATA \

@@ -10,6 +10,8 @@ import typing
 from dataclasses import MISSING
 from pathlib import Path
 
+from ..cli import _positive_int
+
 # OSErrors of a user's input (a missing directory, an unwritable --out, a run in the way): one
 # line and exit status 2, not a traceback
 _INPUT_ERRORS = (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
@@ -55,6 +57,10 @@ def add_parsers(sub) -> None:
                         "training then reads instead of tokenizing on the fly")
     d.add_argument("--out", default="data/c4-mini",
                    help="corpus directory (default: %(default)s)")
+    d.add_argument("--reuse-cache", action="store_true",
+                   help="tokenize: keep a split's cache that already matches its shards and the "
+                        "tokenizer (the test training applies before reading it) (default: "
+                        "tokenize again)")
     d.add_argument("--source", default="stdlib", choices=["stdlib", "debian", "debian-xl"],
                    help="stdlib: Python's docstrings (any machine); debian: Debian documentation "
                         "packages via apt-get download (linux-doc, python3.11-doc); debian-xl: "
@@ -148,7 +154,7 @@ def add_parsers(sub) -> None:
     a.add_argument("--checkpoints", default=None,
                    help="analyze v2: comma-separated checkpoint steps (default: every kept "
                         "checkpoint of the run)")
-    a.add_argument("--micro-batch", type=int, default=None,
+    a.add_argument("--micro-batch", type=_positive_int, default=None,
                    help="analyze v2: sequences per forward and backward (default: the run's "
                         "micro-batch; fewer take less GPU memory, same gradients)")
     a.add_argument("--merge", default=None, metavar="DIR,DIR",
@@ -199,16 +205,19 @@ def _annotation(text: str) -> tuple[float, str]:
 def cmd_data(args) -> int:
     require("torch", "tokenizers")
     from .corpus import build_corpus
-    from .data import load_tokenizer, tokenize_split, train_tokenizer
+    from .data import load_cache, load_tokenizer, tokenize_split, train_tokenizer
     if args.action != "build-corpus" and not Path(args.out).is_dir():
         raise FileNotFoundError(f"corpus directory {args.out} does not exist (ocpmx data "
                                 f"build-corpus --out {args.out} builds one)")
     if args.action == "tokenize":
         tok = load_tokenizer(Path(args.out) / "tokenizer.json")
         for split in ("train", "validation"):
+            npy = Path(args.out) / f"c4-{split}.tokens.npy"
+            if args.reuse_cache and load_cache(args.out, tok, split) is not None:
+                print(f"{split}: {npy} matches the shards and the tokenizer: kept")
+                continue
             meta = tokenize_split(args.out, tok, split)
-            print(f"{split}: {meta['tokens']:,} tokens ({meta['dtype']}) in "
-                  f"{Path(args.out) / f'c4-{split}.tokens.npy'}")
+            print(f"{split}: {meta['tokens']:,} tokens ({meta['dtype']}) in {npy}")
         return 0
     if args.action == "build-corpus":
         kw = {}
@@ -357,8 +366,8 @@ def cmd_ablate(args) -> int:
         print(mech_markdown(res))
         return 0
     if args.merge or args.micro_batch or args.checkpoints:
-        raise SystemExit("ocpmx ablate analyze: --merge, --micro-batch and --checkpoints are "
-                         "options of the v2 mechanism analysis, not of --plan v1")
+        raise ValueError("--merge, --micro-batch and --checkpoints are options of the v2 "
+                         "mechanism analysis, not of --plan v1")
     from .gradient_error import analyze, markdown
     run = args.run or str(Path(args.out) / "bf16" / "seed0")
     res = analyze(run, args.out, args.batches or 8, args.batch_size or 16, data=args.data)

@@ -68,6 +68,8 @@ def capture_with_grads(model, batch: torch.Tensor, device, micro: int | None = N
     it); the loss is the batch's mean."""
     from .train import loss_fn
     n = batch.shape[0]
+    if micro is not None and micro < 1:
+        raise ValueError(f"micro-batches of {micro} sequences: must be at least 1")
     micro = min(micro or n, n)
     if n % micro:
         raise ValueError(f"the batch's {n} sequences do not divide into micro-batches of {micro}")

@@ -159,9 +159,34 @@ def test_every_flag_has_help_with_default_and_choices():
                 assert str(c) in text, f"{where}: choice {c} not in {text!r}"
 
 
+def test_tokenize_reuse_cache_keeps_only_a_matching_cache(corpus, tmp_path, capsys):
+    """--reuse-cache keeps a split's cache that matches its shards and the tokenizer, and
+    tokenizes again when the shards changed; without it, tokenize always writes."""
+    import shutil
+    d = tmp_path / "c"
+    shutil.copytree(corpus, d, ignore=shutil.ignore_patterns("*.tokens.*"))
+    npy = d / "c4-train.tokens.npy"
+    assert cli.main(["data", "tokenize", "--out", str(d)]) == 0
+    stamp = npy.stat().st_mtime_ns
+    assert cli.main(["data", "tokenize", "--reuse-cache", "--out", str(d)]) == 0
+    assert npy.stat().st_mtime_ns == stamp and "kept" in capsys.readouterr().out
+    assert cli.main(["data", "tokenize", "--out", str(d)]) == 0
+    assert npy.stat().st_mtime_ns != stamp
+    stamp = npy.stat().st_mtime_ns
+    last = sorted(d.glob("c4-train.*.json.gz"))[-1]
+    last.rename(d / "unused.json.gz")  # the shards changed: the cache no longer matches
+    assert cli.main(["data", "tokenize", "--reuse-cache", "--out", str(d)]) == 0
+    assert npy.stat().st_mtime_ns != stamp
+
+
 def test_bad_inputs_are_one_line_errors(corpus, tmp_path, capsys):
     assert cli.main(["data", "tokenize", "--out", str(tmp_path / "nowhere")]) == 2
     _one_line_error(capsys, "nowhere", "does not exist")
+    assert cli.main(["ablate", "analyze", "--plan", "v1", "--micro-batch", "8"]) == 2
+    _one_line_error(capsys, "not of --plan v1")
+    assert cli.main(["ablate", "analyze", "--plan", "v2", "--out", str(tmp_path / "m"),
+                     "--merge", str(tmp_path / "nopart")]) == 2
+    _one_line_error(capsys, "nopart", "no mechanism.json")
     assert cli.main(["plot", str(tmp_path / "norun"), "-o", str(tmp_path / "x.png")]) == 2
     _one_line_error(capsys, "norun")
     assert cli.main(["scale-report", "--runs", str(tmp_path / "noruns")]) == 2
