@@ -98,19 +98,27 @@ def block_bootstrap(values, stat=np.mean, block: int = 8, n: int = 1000, seed: i
 
 
 def _fractions(t: torch.Tensor, axis: int, g: GemmRecipe, rot, seed: int, j: int,
-               backend: str | None = None):
+               backend: str | None = None, rows: int = 4096):
     """(saturated, zero-flushed) element counts of one operand quantized along ``axis`` under
     ``g``'s rounding of operand j and rotation ``rot``."""
     q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
                  seed=seed, rotation=rot, backend=backend, conversion=g.conversion)
-    deq = dequantize(q, backend=backend).double()
-    x = t.double()
-    if rot is not None:
-        r = torch.from_numpy(rot.matrix()).to(t.device)
-        m = x.movedim(axis, -1)
-        x = (m.reshape(*m.shape[:-1], -1, r.shape[0]) @ r.t()).reshape(m.shape).movedim(-1, axis)
-    scale = torch.pow(2.0, q.scales.double() - 127).repeat_interleave(32, dim=axis)
-    return int((x.abs() > q.fmt.max_normal * scale).sum()), int(((x != 0) & (deq == 0)).sum())
+    # in chunks of rows (the quantize axis last): a float64 copy of a whole captured operand
+    # beside a training run's memory ran the GPU out of memory (twelfth session)
+    deq = dequantize(q, backend=backend).movedim(axis, -1)
+    xs = t.movedim(axis, -1)
+    ss = q.scales.movedim(axis, -1)
+    deq, xs, ss = (a.reshape(-1, a.shape[-1]) for a in (deq, xs, ss))
+    r = None if rot is None else torch.from_numpy(rot.matrix()).to(t.device)
+    sat = zero = 0
+    for i in range(0, xs.shape[0], rows):
+        x = xs[i:i + rows].double()
+        if r is not None:
+            x = (x.reshape(x.shape[0], -1, r.shape[0]) @ r.t()).reshape(x.shape)
+        scale = torch.pow(2.0, ss[i:i + rows].double() - 127).repeat_interleave(32, dim=-1)
+        sat += int((x.abs() > q.fmt.max_normal * scale).sum())
+        zero += int(((x != 0) & (deq[i:i + rows] == 0)).sum())
+    return sat, zero
 
 
 class _Tracker:
