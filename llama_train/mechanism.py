@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -98,7 +100,7 @@ def block_bootstrap(values, stat=np.mean, block: int = 8, n: int = 1000, seed: i
 
 
 def _fractions(t: torch.Tensor, axis: int, g: GemmRecipe, rot, seed: int, j: int,
-               backend: str | None = None, rows: int = 4096):
+               backend: str | None = None, elements: int = 1 << 24):
     """(saturated, zero-flushed) element counts of one operand quantized along ``axis`` under
     ``g``'s rounding of operand j and rotation ``rot``."""
     q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
@@ -111,6 +113,7 @@ def _fractions(t: torch.Tensor, axis: int, g: GemmRecipe, rot, seed: int, j: int
     deq, xs, ss = (a.reshape(-1, a.shape[-1]) for a in (deq, xs, ss))
     r = None if rot is None else torch.from_numpy(rot.matrix()).to(t.device)
     sat = zero = 0
+    rows = max(1, elements // xs.shape[-1])
     for i in range(0, xs.shape[0], rows):
         x = xs[i:i + rows].double()
         if r is not None:
@@ -231,7 +234,11 @@ def analyze_checkpoint(model, opt, stream, cfg, dist, step0: int, batches: int =
     rel_err = {q: np.zeros((nL, K)) for q in names}
     cos_eg = {q: np.zeros((nL, K)) for q in names}
 
+    t_start = time.perf_counter()
     for t in range(K):
+        if t and t % 8 == 0:  # progress on stderr: the analysis's run time per step
+            print(f"step {step0 + t}: {t}/{K} in {time.perf_counter() - t_start:.0f} s",
+                  file=sys.stderr, flush=True)
         step = step0 + t
         batch = stream.next_batch(b)
         # [(layer, X, dY)], grads kept; in micro-batches (one micro-batch's activations)
