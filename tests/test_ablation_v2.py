@@ -611,3 +611,41 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     (later / "mechanism.json").write_text(json.dumps(dict(other, run="elsewhere")))
     with pytest.raises(ValueError, match="run 'elsewhere'"):
         M.merge_results([tmp_path, later], tmp_path / "x")
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("treatment", ["none", "h16", "sr"])
+def test_operand_fractions_in_chunks(axis, treatment):
+    """``mechanism._fractions`` counts in chunks of rows (the twelfth session's GPU ran out of
+    memory on a float64 copy of a whole operand): any chunk size gives the counts of one
+    whole-tensor computation written here, and a planted block gives its hand count under the
+    'even' scale rule (amax 6.5 = 1.625 * 4 rounds to 1.5 * 4 at E2M1's one mantissa bit, so the
+    scale is 2^0 and 6.5 saturates past 6; 0.2 is below half the smallest subnormal 0.5 and
+    flushes; the ones are exact)."""
+    import torch
+    from ocpmx.llama_train import mechanism
+    from ocpmx.native import GemmContext, dequantize, quantize
+    g = mechanism.TREATMENTS[treatment]
+    rot = GemmContext(seed=1, layer=0, step=0, micro=0).rotation(g, "wgrad")
+    rng = np.random.default_rng(3)
+    t = torch.from_numpy(rng.standard_normal((96, 64)) * np.exp2(rng.integers(-6, 7, (96, 64))))
+    t = t.float()
+    seed, j = 99, 0
+    q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
+                 seed=seed, rotation=rot, conversion=g.conversion)
+    x = t.double()
+    if rot is not None:
+        r = torch.from_numpy(rot.matrix())
+        m = x.movedim(axis, -1)
+        x = (m.reshape(*m.shape[:-1], -1, r.shape[0]) @ r.t()).reshape(m.shape).movedim(-1, axis)
+    scale = torch.pow(2.0, q.scales.double() - 127).repeat_interleave(32, dim=axis)
+    want = (int((x.abs() > 6.0 * scale).sum()),
+            int(((x != 0) & (dequantize(q).double() == 0)).sum()))
+    assert want[1] > 0
+    for elements in (1, 50, 1000, 1 << 24):  # a row at a time, cut rows, whole
+        assert mechanism._fractions(t, axis, g, rot, seed, j, elements=elements) == want
+    if treatment == "none":
+        block = torch.ones(32, 3)
+        block[0, 1], block[1, 1] = 6.5, 0.2
+        assert mechanism.MX_SCALE_RULE == "even"
+        assert mechanism._fractions(block, 0, g, None, seed, j, elements=40) == (1, 1)
