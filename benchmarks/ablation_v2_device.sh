@@ -113,10 +113,12 @@ EOF
     ;;
   mech)
     # while RUN trains: analyze each kept checkpoint (STEPS, default the plan's 953, 1907 and the
-    # last, 3814) as soon as it exists, one at a time, each into $ABL/mech/step<N>. GPU memory:
-    # ~18 GB of lagged errors and moments plus ~9 GB of captured X and dY plus one
-    # micro-batch's activations (32 sequences: ~12 GB; MICRO=8: ~3 GB); beside two 30m
-    # training runs (43 GB) the 64-sequence forward of the eleventh session ran out of memory
+    # last, 3814) as soon as it exists, one at a time, each into $ABL/mech/step<N>. GPU memory,
+    # measured in the twelfth session at MICRO=8: ~40 GB for a 30m checkpoint (lagged errors,
+    # moments, captured X and dY); two 30m training runs hold ~40 GB more, which left too
+    # little (step 953 ran out twice), so start it when at most one run still trains (list the
+    # later checkpoints first: STEPS="3814 1907"). Time: 2.6 min per checkpoint alone, 3.7 min
+    # beside one training run
     run=$ABL/${RUN:-bf16/seed2}
     if [ -f $ABL/mech.pid ] && kill -0 "$(cat $ABL/mech.pid)" 2>/dev/null; then
       echo "an analysis is already running (pid $(cat $ABL/mech.pid))"; exit 2
