@@ -68,7 +68,8 @@ EOF
     ;;
   start)
     # checks every shard against the pack's list (names and SHA-256 of the text), tokenizes
-    # (all cores), then starts the runs in a new process session: they outlive this call
+    # (all cores), then starts the runs in a new process session: they outlive this call.
+    # GPUS=0,1: the GPUs its runs take (default: every visible one), PER_GPU runs on each
     : "${ARMS:?ARMS=arm,arm (and SEEDS, PER_GPU)}"
     python3 - <<'EOF' || exit 2
 import gzip, hashlib, json, os, pathlib, sys
@@ -96,7 +97,7 @@ EOF
     { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; if [ -n "$CODE_TAR" ]; then echo "commit ${OCPMX_COMMIT:-unknown}: its git archive (SHA-256 $code_sha...), run from $PYTHONPATH"; else echo "commit ${OCPMX_COMMIT:-unknown}: the working tree sent from it"; fi; } > $ABL/device.txt 2>&1
     rm -f $ABL/driver.log
     setsid nohup python3 -m ocpmx.cli ablate run --plan ${PLAN:-v2} --out $ABL --data $DATA \
-      --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" \
+      --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" ${GPUS:+--gpus $GPUS} \
       > $ABL/driver.log 2>&1 < /dev/null &
     echo $! > $ABL/driver.pid
     sleep 20; cat $ABL/driver.log
@@ -140,8 +141,10 @@ for s in ${STEPS:-953 1907 3814}; do
   echo "\$(date +%T) checkpoint \$s: exit \$rc"
 done
 EOS
+    # MECH_GPU=<id>: the GPU it runs on (on a machine of several GPUs, one the runs leave
+    # room on; default: every visible GPU, so torch's first)
     mkdir -p $ABL/mech
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+    env ${MECH_GPU:+CUDA_VISIBLE_DEVICES=$MECH_GPU} PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
       setsid nohup bash $ABL/mech.sh > $ABL/mech.log 2>&1 < /dev/null &
     echo $! > $ABL/mech.pid
     sleep 5; cat $ABL/mech.log

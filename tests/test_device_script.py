@@ -19,7 +19,8 @@ def _env(tmp_path, rc=0):
     bin_ = tmp_path / "bin"
     bin_.mkdir(exist_ok=True)
     fake = bin_ / "python3"
-    fake.write_text(f'#!/bin/bash\necho "args: $*"\necho "pythonpath: $PYTHONPATH"\nexit {rc}\n')
+    fake.write_text(f'#!/bin/bash\necho "args: $*"\necho "pythonpath: $PYTHONPATH"\n'
+                    f'echo "gpus: ${{CUDA_VISIBLE_DEVICES-all}}"\nexit {rc}\n')
     fake.chmod(0o755)
     return dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
                 XL_DATA=str(tmp_path / "xl"), POLL_S="0.2")
@@ -76,6 +77,21 @@ def test_mech_analyzes_each_checkpoint_when_it_appears(tmp_path):
     args = (tmp_path / "abl" / "mech" / "step1907.log").read_text()
     assert "--checkpoints 1907" in args and "--micro-batch 8" in args
     assert f"--out {tmp_path}/abl/mech/step1907" in args
+    assert "gpus: all" in args  # no MECH_GPU: whatever the machine shows
+
+
+def test_mech_on_the_gpu_asked_for(tmp_path):
+    """MECH_GPU: the analysis sees only that GPU (a machine of two: the runs' second GPU)."""
+    env = _env(tmp_path)
+    (tmp_path / "abl" / "bf16" / "seed2" / "checkpoints" / "step_00000953").mkdir(parents=True)
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "abl" / "driver.pid").write_text(str(driver.pid))
+        _script("mech", dict(env, STEPS="953", MECH_GPU="1"), tmp_path)
+        _wait_for(tmp_path / "abl" / "mech.log", "checkpoint 953: exit 0")
+    finally:
+        driver.kill()
+    assert "gpus: 1" in (tmp_path / "abl" / "mech" / "step953.log").read_text()
 
 
 def test_code_tar_runs_the_archive_not_the_tree(tmp_path):
@@ -104,3 +120,15 @@ def test_code_tar_runs_the_archive_not_the_tree(tmp_path):
     log = (tmp_path / "abl" / "mech" / "step953.log").read_text()
     assert f"pythonpath: {code}" in log
     shutil.rmtree(code)
+
+
+def test_start_passes_the_gpus_and_runs_per_gpu(tmp_path):
+    """``start`` with GPUS and PER_GPU: the batch is started with ``--gpus`` / ``--per-gpu`` as
+    asked (a machine of two GPUs: its runs spread over both), the plan's folder and the code."""
+    env = _env(tmp_path)
+    out = _script("start", dict(env, ARMS="bf16,mxfp4_wgrad", SEEDS="0", PER_GPU="2",
+                                GPUS="0,1", PLAN="v2-125m"), tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    log = (tmp_path / "abl" / "driver.log").read_text()
+    assert "ablate run --plan v2-125m" in log and "--arms bf16,mxfp4_wgrad" in log
+    assert "--per-gpu 2 --gpus 0,1" in log
