@@ -87,6 +87,11 @@ class TrainingSection:
                    "kernel), or max-autotune-no-cudagraphs")
     activation_checkpointing: bool = _field(False, "recompute each block's activations in the "
                                                    "backward pass")
+    deterministic: bool = _field(
+        False, "ask for the same bits on every run of a seed (on a GPU: not yet checked there): "
+               "torch.use_deterministic_algorithms (an op with no deterministic kernel is an "
+               "error), cuBLAS's fixed workspace, and Inductor's deterministic mode (no on-device "
+               "benchmarking that picks kernels by their speed, which a shared GPU perturbs)")
     device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: cuda when available")
 
 

@@ -224,10 +224,40 @@ def prepare_run_dir(out: Path, resume: bool, overwrite: bool, dist: Dist) -> Non
     dist.barrier()
 
 
+@contextmanager
+def deterministic_mode(on: bool):
+    """``--deterministic``: within the block, torch's deterministic algorithms (an op without
+    a deterministic kernel raises), cuBLAS's fixed workspace (``CUBLAS_WORKSPACE_CONFIG``, read
+    when the process first uses cuBLAS: set here unless already set) and Inductor's
+    deterministic mode (it benchmarks some kernels' configurations on the device and keeps the
+    fastest, which can change the bits with the load on a shared GPU). Restored afterwards.
+    Two trainings of one seed without it differed from their first step on the H100
+    (results/ablation_v2/README.md, "Two trainings of one seed")."""
+    if not on:
+        yield
+        return
+    import torch._inductor.config as inductor_config
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(), inductor_config.deterministic)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    inductor_config.deterministic = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        inductor_config.deterministic = before[2]
+
+
 def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> dict:
     """Train as ``cfg`` says into OUT (cfg.logging.out). ``resume``: continue from
     OUT/checkpoints/latest; ``overwrite``: replace a run already in OUT (without either, a run
     there is an error: RunExists)."""
+    with deterministic_mode(cfg.training.deterministic):
+        return _train(cfg, resume, overwrite)
+
+
+def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
     dist = setup_dist(cfg.training.device)
     device, out = dist.device, Path(cfg.logging.out)
     steps, seq_len = cfg.training.max_steps, cfg.data.seq_len

@@ -649,3 +649,35 @@ def test_operand_fractions_in_chunks(axis, treatment):
         block[0, 1], block[1, 1] = 6.5, 0.2
         assert mechanism.MX_SCALE_RULE == "even"
         assert mechanism._fractions(block, 0, g, None, seed, j, elements=40) == (1, 1)
+
+
+def test_deterministic_mode_is_on_inside_training_and_restored(corpus, tmp_path, monkeypatch):
+    """``--deterministic``: torch's deterministic algorithms and Inductor's deterministic mode
+    hold while the run trains (an MX run on CPU: every op it uses has a deterministic kernel,
+    or this would raise), are restored after, and the run gives the bits of the same run
+    without the flag (on CPU both are deterministic); recorded in config.json."""
+    import os
+
+    import torch._inductor.config as inductor_config
+    seen = []
+    loss = T.F.cross_entropy
+
+    def spy(*a, **kw):
+        seen.append((torch.are_deterministic_algorithms_enabled(), inductor_config.deterministic))
+        return loss(*a, **kw)
+
+    monkeypatch.setattr(T.F, "cross_entropy", spy)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+    T.train(cfg(corpus, tmp_path / "d", recipe="mxfp4_all_h16", deterministic=True))
+    assert seen and all(s == (True, True) for s in seen)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled() and not inductor_config.deterministic
+    seen.clear()
+    T.train(cfg(corpus, tmp_path / "n", recipe="mxfp4_all_h16"))
+    assert seen and all(s == (False, False) for s in seen)
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["deterministic"] is True
+    assert json.loads((tmp_path / "n" / "config.json").read_text())["deterministic"] is False
+    d, _ = T.read_metrics(tmp_path / "d" / "metrics.jsonl")
+    n, _ = T.read_metrics(tmp_path / "n" / "metrics.jsonl")
+    assert [r["loss"] for r in d] == [r["loss"] for r in n]
