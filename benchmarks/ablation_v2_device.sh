@@ -117,7 +117,7 @@ EOF
     # last, 3814) as soon as it exists, one at a time, each into $ABL/mech/step<N>. GPU memory,
     # measured in the twelfth session at MICRO=8: ~40 GB for a 30m checkpoint (lagged errors,
     # moments, captured X and dY); two 30m training runs hold ~40 GB more, which left too
-    # little (step 953 ran out twice), so start it when at most one run still trains (list the
+    # little (steps 953 and 1907 ran out), so start it when at most one run still trains (list the
     # later checkpoints first: STEPS="3814 1907"). Time: 2.6 min per checkpoint alone, 3.7 min
     # beside one training run
     run=$ABL/${RUN:-bf16/seed2}

@@ -614,11 +614,13 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
 
 
 @pytest.mark.parametrize("axis", [0, 1])
-@pytest.mark.parametrize("treatment", ["none", "h16", "sr"])
+@pytest.mark.parametrize("treatment", ["none", "h16", "random_sign", "sr"])
 def test_operand_fractions_in_chunks(axis, treatment):
     """``mechanism._fractions`` counts in chunks of rows (the twelfth session's GPU ran out of
     memory on a float64 copy of a whole operand): any chunk size gives the counts of one
-    whole-tensor computation written here, and a planted block gives its hand count under the
+    whole-tensor computation written here (zeros planted, so a misaligned dequantized value
+    changes the flushed count; random signs, whose matrix is not symmetric, so the rotation's
+    direction matters), and a planted block gives its hand count under the
     'even' scale rule (amax 6.5 = 1.625 * 4 rounds to 1.5 * 4 at E2M1's one mantissa bit, so the
     scale is 2^0 and 6.5 saturates past 6; 0.2 is below half the smallest subnormal 0.5 and
     flushes; the ones are exact)."""
@@ -629,6 +631,7 @@ def test_operand_fractions_in_chunks(axis, treatment):
     rot = GemmContext(seed=1, layer=0, step=0, micro=0).rotation(g, "wgrad")
     rng = np.random.default_rng(3)
     t = torch.from_numpy(rng.standard_normal((96, 64)) * np.exp2(rng.integers(-6, 7, (96, 64))))
+    t[::5, ::3] = 0
     t = t.float()
     seed, j = 99, 0
     q = quantize(t, "e2m1", axis=axis, scale_rule=g.scale_rule, rounding=g.rounding[j],
@@ -642,7 +645,7 @@ def test_operand_fractions_in_chunks(axis, treatment):
     want = (int((x.abs() > 6.0 * scale).sum()),
             int(((x != 0) & (dequantize(q).double() == 0)).sum()))
     assert want[1] > 0
-    for elements in (1, 50, 1000, 1 << 24):  # a row at a time, cut rows, whole
+    for elements in (1, 200, 1000, 1 << 24):  # a row at a time, 2-3 rows, 10-15 rows, whole
         assert mechanism._fractions(t, axis, g, rot, seed, j, elements=elements) == want
     if treatment == "none":
         block = torch.ones(32, 3)

@@ -22,7 +22,8 @@ def _env(tmp_path, rc=0):
     fake.write_text(f'#!/bin/bash\necho "args: $*"\necho "pythonpath: $PYTHONPATH"\n'
                     f'echo "gpus: ${{CUDA_VISIBLE_DEVICES-all}}"\nexit {rc}\n')
     fake.chmod(0o755)
-    return dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # a GPU host's
+    return dict(env, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
                 XL_DATA=str(tmp_path / "xl"), POLL_S="0.2")
 
 
