@@ -458,18 +458,71 @@ def analyze_run(run, out, steps=None, batches: int = 128, batch_size: int | None
 
 
 def _write_report(result: dict, out) -> dict:
-    """OUT/mechanism.json and .md of ``result``; returns it."""
+    """OUT/mechanism.json, .md and .png of ``result``; returns it."""
     o = Path(out)
     o.mkdir(parents=True, exist_ok=True)
     (o / "mechanism.json").write_text(json.dumps(result, indent=1))
     (o / "mechanism.md").write_text(markdown(result))
+    plot_mechanism(result, o / "mechanism.png")
     return result
+
+
+def plot_mechanism(result: dict, png) -> None:
+    """One column per checkpoint. Top: each layer's lag-1 correlation of E⊥ per treatment (the
+    structure: 0 for errors independent from step to step). Bottom: the whole model's
+    accumulation over all steps (1 = independent; the true gradients' own as a dashed line),
+    per-step relative error ‖E‖/‖G‖ and the Adam direction's relative error, with their 95%
+    intervals where the report has them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cks = list(result["checkpoints"].items())
+    fig, axes = plt.subplots(2, len(cks), figsize=(7 * len(cks), 9), squeeze=False)
+    for col, (step, c) in enumerate(cks):
+        names = list(c["treatments"])
+        top, bottom = axes[0][col], axes[1][col]
+        for q in names:
+            scopes = c["treatments"][q]["scopes"]
+            layers = [k for k in scopes if k != "model"]
+            top.plot(range(len(layers)), [scopes[k]["cos1"] for k in layers], marker=".",
+                     label=q)
+        top.axhline(0, color="grey", lw=0.5)
+        top.set_xticks(range(len(layers)))
+        top.set_xticklabels([k.replace("layers.", "").replace("attention.", "")
+                             .replace("feed_forward.", "") for k in layers],
+                            rotation=90, fontsize=6)
+        top.set_ylabel("cos(E⊥_t, E⊥_t−1)")
+        top.set_title(f"step {step} ({c.get('fraction_of_run', 0):.0%} of the run): "
+                      f"per layer, {c['steps']} steps")
+        top.legend(fontsize=8)
+        stats = (("acc_all", "accumulation, all steps"), ("rel_error", "‖E‖/‖G‖"),
+                 ("adam_rel", "Adam direction error"))
+        width = 0.8 / len(names)
+        for i, q in enumerate(names):
+            m = c["treatments"][q]["scopes"]["model"]
+            xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(stats))]
+            vals = [m[k] for k, _ in stats]
+            err = [[v - (m.get(k + "_ci95") or (v, v))[0] for v, (k, _) in zip(vals, stats)],
+                   [(m.get(k + "_ci95") or (v, v))[1] - v for v, (k, _) in zip(vals, stats)]]
+            bottom.bar(xs, vals, width, yerr=err, label=q, capsize=2)
+        g = c["treatments"][names[0]]["scopes"]["model"].get("gradient_acc_all")
+        if g is not None:
+            bottom.hlines(g, -0.45, 0.45, colors="black", linestyles="dashed",
+                          label="true gradients' own accumulation")
+        bottom.axhline(1, color="grey", lw=0.5)
+        bottom.set_xticks(range(len(stats)))
+        bottom.set_xticklabels([t for _, t in stats])
+        bottom.set_title("whole model")
+        bottom.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
 
 
 def merge_results(parts, out) -> dict:
     """One report from analyses of the same run's checkpoints made separately (each
     ``analyze_run`` output directory in ``parts``, e.g. one per checkpoint as each became
-    available); writes OUT/mechanism.json and .md like ``analyze_run``."""
+    available); writes OUT/mechanism.json, .md and .png like ``analyze_run``."""
     result, setting0 = None, None
     for p in parts:
         f = Path(p) / "mechanism.json"

@@ -589,6 +589,13 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     md = (tmp_path / "mechanism.md").read_text()
     assert "Checkpoint after step 0" in md and "random_sign" in md and "wgrad.dy" in md
     assert json.loads((tmp_path / "mechanism.json").read_text())["checkpoints"].keys() == {"0"}
+
+    def png_size(path):  # the figure: one column of panels per checkpoint
+        head = path.read_bytes()[:24]
+        assert head[:8] == b"\x89PNG\r\n\x1a\n"
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+    one = png_size(tmp_path / "mechanism.png")
     with pytest.raises(FileNotFoundError, match="no checkpoint after step 7"):
         M.analyze_run(bf16_run, tmp_path, steps=[7], batches=2)
     # checkpoints analyzed separately (on the device, each as soon as it exists) merge into one
@@ -602,6 +609,8 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     assert merged["checkpoints"]["12"]["first_step"] == 13
     md = (tmp_path / "all" / "mechanism.md").read_text()
     assert md.index("after step 0 ") < md.index("after step 12 ")
+    two = png_size(tmp_path / "all" / "mechanism.png")
+    assert two[1] == one[1] and abs(two[0] - 2 * one[0]) <= 2
     with pytest.raises(ValueError, match="already in an earlier part"):
         M.merge_results([tmp_path, tmp_path], tmp_path / "x")
     (later / "mechanism.json").write_text(json.dumps(
