@@ -515,7 +515,7 @@ def _complete(runs, arm):
 
 
 def summarize_v2(out, target_fraction: float = V2_TARGET_FRACTION, reference: str = "bf16",
-                 endpoints=V2_ENDPOINTS, write: bool = True) -> dict:
+                 endpoints=V2_ENDPOINTS, write: bool = True, against=None) -> dict:
     """The plan's endpoints from the finished runs under ``out`` (OUT/v2_table.md / .json and
     OUT/val_loss_v2.png):
 
@@ -527,7 +527,10 @@ def summarize_v2(out, target_fraction: float = V2_TARGET_FRACTION, reference: st
       ``target_fraction`` of the budget (one number for all arms and seeds); for every run the
       tokens at which its val_loss curve first reaches it (linear interpolation), and per arm
       the paired ratio to the same seed's reference minus 1 with its t-interval (None where a
-      run never reaches the target: reported as not reached)."""
+      run never reaches the target: reported as not reached);
+    * with ``against`` (another stage's folder: the 30m block, for Stage 2): each endpoint's
+      mean here and there and their ratio, here / there (PLAN.md, Stage 2: reported beside the
+      endpoints, with no verdict of its own; the stages' seeds are not paired)."""
     runs = load_runs(out)
     ref = _complete(runs, reference)
     if not ref:
@@ -574,6 +577,18 @@ def summarize_v2(out, target_fraction: float = V2_TARGET_FRACTION, reference: st
     table = {"reference": reference, "budget_tokens": budget,
              "target_fraction": target_fraction, "target_val_loss": target,
              "margin": V2_MARGIN, "floor": V2_FLOOR, "arms": per_arm, "endpoints": results}
+    if against is not None:
+        other = {e["endpoint"]: e for e in
+                 summarize_v2(against, target_fraction, reference, endpoints, write=False)[
+                     "endpoints"]}
+        table["against"] = str(against)
+        table["scale"] = []
+        for e in results:
+            o = other.get(e["endpoint"])
+            here, there = e["val_loss"]["mean"], o and o["val_loss"]["mean"]
+            table["scale"].append({
+                "endpoint": e["endpoint"], "here": e["val_loss"], "there": o and o["val_loss"],
+                "ratio": None if here is None or not there else here / there})
     if write:
         Path(out, "v2_table.json").write_text(json.dumps(table, indent=1))
         Path(out, "v2_table.md").write_text(v2_markdown(table))
@@ -624,4 +639,14 @@ def v2_markdown(t: dict) -> str:
                      f"{_pm(*a['val_loss_recipe'], '.4f')} | "
                      f"{extra if extra == '—' else extra.replace(' [', ' % [')} | "
                      f"{'; '.join(flags) or '—'} |")
+    if t.get("scale"):
+        lines += ["", f"Against `{t['against']}` (another stage; PLAN.md Stage 2 reports the "
+                  "ratio beside the endpoints, with no verdict of its own; the stages' seeds are "
+                  "not paired):", "",
+                  "| endpoint | Δ here [95% CI] | Δ there [95% CI] | ratio here / there |",
+                  "|---|---|---|---|"]
+        for r in t["scale"]:
+            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            there = "—" if r["there"] is None else _ci(r["there"])
+            lines.append(f"| {r['endpoint']} | {_ci(r['here'])} | {there} | {ratio} |")
     return "\n".join(lines) + "\n"

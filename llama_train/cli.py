@@ -161,6 +161,10 @@ def add_parsers(sub) -> None:
                    help="analyze v2: instead of analyzing, combine the mechanism.json of "
                         "analyses of one run's checkpoints made separately into OUT "
                         "(default: none, analyze)")
+    a.add_argument("--against", default=None, metavar="DIR",
+                   help="summarize v2: another stage's folder (the 30m block's, for the 125m "
+                        "stage): each endpoint's mean there and the ratio here / there "
+                        "(PLAN.md, Stage 2; no verdict of its own)")
     a.add_argument("--bootstrap", type=int, default=1000,
                    help="analyze v2: bootstrap resamples for the 95%% intervals "
                         "(default: %(default)s)")
@@ -322,6 +326,7 @@ def cmd_train(args) -> int:
     return 0
 
 
+@_one_line_errors
 def cmd_ablate(args) -> int:
     import shlex
     from . import ablation
@@ -347,8 +352,13 @@ def cmd_ablate(args) -> int:
         return 0 if all(v in ("done", "diverged") for v in res.values()) else 1
     if args.action == "summarize":
         if args.plan != "v1":
-            print(ablation.v2_markdown(ablation.summarize_v2(args.out)))
+            if args.against is not None and not Path(args.against).is_dir():
+                raise FileNotFoundError(f"--against {args.against} does not exist")
+            print(ablation.v2_markdown(ablation.summarize_v2(args.out, against=args.against)))
             return 0
+        if args.against is not None:
+            raise ValueError("--against is an option of the v2 plans' summarize, not of "
+                             "--plan v1")
         table = ablation.summarize(args.out)
         print(ablation.table_markdown(table))
         return 0

@@ -237,6 +237,37 @@ def test_summarize_v2_endpoints(tmp_path):
     assert cli.main(["ablate", "summarize", "--plan", "v2", "--out", str(tmp_path)]) == 0
 
 
+def test_summarize_against_another_stage(tmp_path):
+    """``against`` (Stage 2 against the 30m block): each endpoint's mean there and the ratio
+    here / there, in the table and its markdown; through the CLI too; a missing folder and the
+    option under --plan v1 are one-line errors."""
+    f = lambda t: 3.0 + 50.0 / math.sqrt(t)  # noqa: E731
+    tokens = list(range(1000, 100_001, 1000))
+    for stage, stretch, back in (("s30", 1.1, 1.05), ("s125", 1.3, 1.1)):
+        for s in (0, 1, 2):
+            _write(tmp_path / stage, "bf16", s, [(t, f(t) + 0.01 * s) for t in tokens])
+            _write(tmp_path / stage, "mxfp4_wgrad", s,
+                   [(t, f(t / stretch) + 0.01 * s + 0.001 * s) for t in tokens])
+            _write(tmp_path / stage, "mxfp4_wgrad_h16", s,
+                   [(t, f(t / back) + 0.01 * s) for t in tokens])
+    t = A.summarize_v2(tmp_path / "s125", against=tmp_path / "s30")
+    gap = lambda k: f(100_000 / k) - f(100_000)  # noqa: E731
+    sc = {r["endpoint"]: r for r in t["scale"]}
+    assert sc["wgrad_cost"]["ratio"] == pytest.approx((gap(1.3) + 0.001) / (gap(1.1) + 0.001))
+    assert sc["h16_on_wgrad"]["ratio"] == pytest.approx(
+        (gap(1.1) - gap(1.3) - 0.001) / (gap(1.05) - gap(1.1) - 0.001))
+    assert sc["wgrad_cost"]["there"]["n"] == 3
+    md = (tmp_path / "s125" / "v2_table.md").read_text()
+    assert f"{sc['wgrad_cost']['ratio']:.2f} |" in md and "ratio here / there" in md
+    assert "scale" not in A.summarize_v2(tmp_path / "s30", write=False)
+    assert cli.main(["ablate", "summarize", "--plan", "v2-125m", "--out", str(tmp_path / "s125"),
+                     "--against", str(tmp_path / "s30")]) == 0
+    assert cli.main(["ablate", "summarize", "--plan", "v2-125m", "--out", str(tmp_path / "s125"),
+                     "--against", str(tmp_path / "nowhere")]) == 2
+    assert cli.main(["ablate", "summarize", "--plan", "v1", "--out", str(tmp_path / "s125"),
+                     "--against", str(tmp_path / "s30")]) == 2
+
+
 def test_stated_verdicts_follow_the_plan(tmp_path):
     """What the table states: provisional below the planned 3 seeds; h16_on_wgrad withheld
     unless wgrad_cost is present (PLAN.md: judged only then), whatever its own interval says."""
