@@ -69,7 +69,8 @@ EOF
   start)
     # checks every shard against the pack's list (names and SHA-256 of the text), tokenizes
     # (all cores), then starts the runs in a new process session: they outlive this call.
-    # GPUS=0,1: the GPUs its runs take (default: every visible one), PER_GPU runs on each
+    # GPUS=0,1: the GPUs its runs take (default: every visible one), PER_GPU runs on each;
+    # START_WAIT_S: seconds to wait before showing the driver's log (default 20)
     : "${ARMS:?ARMS=arm,arm (and SEEDS, PER_GPU)}"
     python3 - <<'EOF' || exit 2
 import gzip, hashlib, json, os, pathlib, sys
@@ -100,7 +101,7 @@ EOF
       --arms "$ARMS" --seeds "${SEEDS:-0}" --per-gpu "${PER_GPU:-1}" ${GPUS:+--gpus $GPUS} \
       > $ABL/driver.log 2>&1 < /dev/null &
     echo $! > $ABL/driver.pid
-    sleep 20; cat $ABL/driver.log
+    sleep ${START_WAIT_S:-20}; cat $ABL/driver.log
     ;;
   analyze)
     # the mechanism analysis (PLAN.md) of a bf16 run trained in this hold with its checkpoints

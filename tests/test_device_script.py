@@ -128,7 +128,7 @@ def test_start_passes_the_gpus_and_runs_per_gpu(tmp_path):
     asked (a machine of two GPUs: its runs spread over both), the plan's folder and the code."""
     env = _env(tmp_path)
     out = _script("start", dict(env, ARMS="bf16,mxfp4_wgrad", SEEDS="0", PER_GPU="2",
-                                GPUS="0,1", PLAN="v2-125m"), tmp_path)
+                                GPUS="0,1", PLAN="v2-125m", START_WAIT_S="2"), tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     log = (tmp_path / "abl" / "driver.log").read_text()
     assert "ablate run --plan v2-125m" in log and "--arms bf16,mxfp4_wgrad" in log
