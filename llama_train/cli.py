@@ -164,7 +164,7 @@ def add_parsers(sub) -> None:
     a.add_argument("--against", default=None, metavar="DIR",
                    help="summarize v2: another stage's folder (the 30m block's, for the 125m "
                         "stage): each endpoint's mean there and the ratio here / there "
-                        "(PLAN.md, Stage 2; no verdict of its own)")
+                        "(PLAN.md, Stage 2; no verdict of its own) (default: none)")
     a.add_argument("--bootstrap", type=int, default=1000,
                    help="analyze v2: bootstrap resamples for the 95%% intervals "
                         "(default: %(default)s)")
