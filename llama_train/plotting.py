@@ -14,11 +14,14 @@ LOSS_LABEL = "loss (nats per token)"
 
 def _arm_key(run: Path) -> tuple[str, object]:
     """(what makes runs one arm: their config.json without seed and out, the seed); each run
-    is its own arm when it has no config.json."""
+    is its own arm when it has no config.json. An option a run's config.json lacks (it was
+    written before the option existed) counts as that option's default, so a new option does
+    not split an arm's older runs from its newer ones."""
+    from .config import TrainConfig
     cfg_path = run / "config.json"
     if not cfg_path.is_file():
         return str(run), None
-    cfg = json.loads(cfg_path.read_text())
+    cfg = {**TrainConfig().to_flat(), **json.loads(cfg_path.read_text())}
     cfg.pop("out", None)
     seed = cfg.pop("seed", None)
     return json.dumps(cfg, sort_keys=True), seed

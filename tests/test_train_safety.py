@@ -265,6 +265,17 @@ def test_plot_labels_bands_markers_annotations(tmp_path):
     plt.close(fig)
     _fake_run(tmp_path / "c", "y", 0, [5], [])  # b's configuration and seed: not a band
     assert [len(m) for _, m in plotting.group_runs([*runs, str(tmp_path / "c")])] == [2, 1, 1]
+    # an option added after a run was written counts as its default there: runs from before
+    # and after `deterministic` existed are one arm while it is off, two once it is on
+    _fake_run(tmp_path / "d" / "seed2", "x", 2, [5], [])
+    cfg = json.loads((tmp_path / "d" / "seed2" / "config.json").read_text())
+    (tmp_path / "d" / "seed2" / "config.json").write_text(json.dumps({**cfg,
+                                                                      "deterministic": False}))
+    both = [*runs[:2], str(tmp_path / "d" / "seed2")]
+    assert [len(m) for _, m in plotting.group_runs(both)] == [3]
+    (tmp_path / "d" / "seed2" / "config.json").write_text(json.dumps({**cfg,
+                                                                      "deterministic": True}))
+    assert [len(m) for _, m in plotting.group_runs(both)] == [2, 1]
     png = tmp_path / "loss.png"
     assert cli.main(["plot", *runs, "-o", str(png), "--annotate", "2500:spike"]) == 0
     assert png.stat().st_size > 1000
