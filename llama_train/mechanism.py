@@ -480,10 +480,10 @@ def plot_mechanism(result: dict, png) -> None:
     fig, axes = plt.subplots(2, len(cks), figsize=(7 * len(cks), 9), squeeze=False)
     for col, (step, c) in enumerate(cks):
         names = list(c["treatments"])
+        layers = [k for k in c["treatments"][names[0]]["scopes"] if k != "model"]
         top, bottom = axes[0][col], axes[1][col]
         for q in names:
             scopes = c["treatments"][q]["scopes"]
-            layers = [k for k in scopes if k != "model"]
             top.plot(range(len(layers)), [scopes[k]["cos1"] for k in layers], marker=".",
                      label=q)
         top.axhline(0, color="grey", lw=0.5)
@@ -502,8 +502,9 @@ def plot_mechanism(result: dict, png) -> None:
             m = c["treatments"][q]["scopes"]["model"]
             xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(stats))]
             vals = [m[k] for k, _ in stats]
-            err = [[v - (m.get(k + "_ci95") or (v, v))[0] for v, (k, _) in zip(vals, stats)],
-                   [(m.get(k + "_ci95") or (v, v))[1] - v for v, (k, _) in zip(vals, stats)]]
+            cis = [m.get(k + "_ci95") or (v, v) for v, (k, _) in zip(vals, stats)]
+            err = [[v - lo for v, (lo, _) in zip(vals, cis)],
+                   [hi - v for v, (_, hi) in zip(vals, cis)]]
             bottom.bar(xs, vals, width, yerr=err, label=q, capsize=2)
         g = c["treatments"][names[0]]["scopes"]["model"].get("gradient_acc_all")
         if g is not None:
