@@ -18,6 +18,8 @@
 #   bash benchmarks/ablation_v2_device.sh analyze
 # or, started while that run trains, each checkpoint analyzed as soon as it exists:
 #   bash benchmarks/ablation_v2_device.sh mech
+# A run that stopped logging (alive, GPU idle): its Python stacks at the end of its log.txt
+#   bash benchmarks/ablation_v2_device.sh stacks
 #
 # The code: every call sends the working tree, which may hold uncommitted work. With
 # CODE_TAR=<a `git archive` of the commit, carried in an ignored folder> a call runs that
@@ -149,6 +151,15 @@ EOS
       setsid nohup bash $ABL/mech.sh > $ABL/mech.log 2>&1 < /dev/null &
     echo $! > $ABL/mech.pid
     sleep 5; cat $ABL/mech.log
+    ;;
+  stacks)
+    # every training process's Python stacks (ocpmx train prints them on SIGUSR1 and goes on),
+    # then the end of each run's log.txt, where they land: for a run that stopped logging
+    pids=$(pgrep -f "[o]cpmx.cli train")
+    [ -n "$pids" ] || { echo "no training process"; exit 2; }
+    for pid in $pids; do kill -USR1 $pid; done
+    sleep ${STACKS_WAIT_S:-3}
+    for l in $ABL/*/seed*/log.txt; do [ -f "$l" ] && { echo "== $l"; tail -n ${STACKS_LINES:-80} "$l"; }; done
     ;;
   poll)
     # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring

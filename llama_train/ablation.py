@@ -118,6 +118,24 @@ def run_status(d: Path) -> str | None:
     return json.loads(f.read_text())["status"] if f.is_file() else None
 
 
+# a run whose metrics hold its last step's training row and evaluation, but no status.json: the
+# driver never saw its process exit (results/ablation_v2, hold 6: the process had not exited
+# three minutes after its final evaluation when the machine went back). Its endpoints exist;
+# its final checkpoint and exit code are unknown, and the tables say so.
+EXIT_NOT_SEEN = "finished (exit not seen)"
+FINISHED = ("done", "diverged", EXIT_NOT_SEEN)
+
+
+def _status_from_metrics(d: Path, train: list[dict], val: list[dict]) -> str:
+    """EXIT_NOT_SEEN when the metrics reach config.json's last step (trained and evaluated),
+    else "incomplete"."""
+    cfg = d / "config.json"
+    last = json.loads(cfg.read_text()).get("max_steps") if cfg.is_file() else None
+    if last and train[-1]["step"] == last - 1 and any(r["step"] == last - 1 for r in val):
+        return EXIT_NOT_SEEN
+    return "incomplete"
+
+
 def gpu_slots(gpus: list[str], per_gpu: int) -> list[str]:
     """One entry per concurrent run, round-robin over the GPUs, so that runs started together
     (the arms in plan order) spread over all GPUs instead of filling the first one."""
@@ -243,7 +261,7 @@ def load_runs(out) -> dict[str, dict[int, dict]]:
         train, val = read_metrics(m)
         if not train:
             continue
-        status = run_status(m.parent) or "incomplete"
+        status = run_status(m.parent) or _status_from_metrics(m.parent, train, val)
         legacy = bool(val) and not any("val_loss_recipe" in r for r in val)
         epoch = None  # the data stream's epoch at the last checkpoint: 1 or more = repeated data
         latest = m.parent / "checkpoints" / "latest"
@@ -511,7 +529,7 @@ def stated_verdict(e: dict, by_name: dict, n_planned: int = len(V2_SEEDS)) -> st
 
 
 def _complete(runs, arm):
-    return {s: r for s, r in runs.get(arm, {}).items() if r["status"] in ("done", "diverged")}
+    return {s: r for s, r in runs.get(arm, {}).items() if r["status"] in FINISHED}
 
 
 def summarize_v2(out, target_fraction: float = V2_TARGET_FRACTION, reference: str = "bf16",
@@ -557,6 +575,7 @@ def summarize_v2(out, target_fraction: float = V2_TARGET_FRACTION, reference: st
             "extra_tokens_ci": t_interval([e for e in extra.values() if e is not None]),
             "not_reached": sorted(s for s, t in ttt.items() if t is None),
             "skipped_steps": {s: r["skipped"] for s, r in done.items() if r["skipped"]},
+            "exit_not_seen": sorted(s for s, r in done.items() if r["status"] == EXIT_NOT_SEEN),
             "data_repeated": sorted(s for s, r in done.items() if (r["data_epoch"] or 0) >= 1)}
     results = []
     for name, arm, minus in endpoints:
@@ -630,6 +649,9 @@ def v2_markdown(t: dict) -> str:
             flags.append(f"target not reached: seeds {a['not_reached']}")
         if a["skipped_steps"]:
             flags.append(f"skipped steps {a['skipped_steps']}")
+        if a.get("exit_not_seen"):
+            flags.append(f"exit not seen (metrics complete, final checkpoint unknown): seeds "
+                         f"{a['exit_not_seen']}")
         if a["data_repeated"]:
             flags.append(f"data repeated (stream past epoch 0): seeds {a['data_repeated']}")
         if a["legacy_eval"]:
@@ -637,7 +659,7 @@ def v2_markdown(t: dict) -> str:
         extra = _ci(a["extra_tokens_ci"], "+.1f", 100.0)
         lines.append(f"| {arm} | {len(a['seeds'])} | {_pm(*a['val_loss'], '.4f')} | "
                      f"{_pm(*a['val_loss_recipe'], '.4f')} | "
-                     f"{extra if extra == '—' else extra.replace(' [', ' % [')} | "
+                     f"{extra if extra == '—' else extra.replace(' ', ' % ', 1)} | "
                      f"{'; '.join(flags) or '—'} |")
     if t.get("scale"):
         lines += ["", f"Against `{t['against']}` (another stage; PLAN.md Stage 2 reports the "

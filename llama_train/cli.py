@@ -305,9 +305,10 @@ def train_config(args):
 def cmd_train(args) -> int:
     cfg = train_config(args)
     require("torch", "tokenizers", "safetensors")  # before any import of them
-    from .metrics import setup_logging
+    from .metrics import setup_logging, stacks_on_signal
     from .train import TrainingDiverged, train
     setup_logging()
+    stacks_on_signal()
     try:
         result = train(cfg, resume=args.resume, overwrite=args.overwrite)
     except TrainingDiverged as e:

@@ -523,17 +523,27 @@ def plot_mechanism(result: dict, png) -> None:
 def merge_results(parts, out) -> dict:
     """One report from analyses of the same run's checkpoints made separately (each
     ``analyze_run`` output directory in ``parts``, e.g. one per checkpoint as each became
-    available); writes OUT/mechanism.json, .md and .png like ``analyze_run``."""
-    result, setting0 = None, None
+    available); writes OUT/mechanism.json, .md and .png like ``analyze_run``.
+
+    "The same run" is checked by its path on the machine (``run``) and by the analysis
+    settings; a part may still come from another training of the same arm, seed and options
+    (a rerun in another hold of the machine, as in results/ablation_v2: GPU training is not
+    bit-reproducible there). So every checkpoint keeps its ``source``: the part's folder, its
+    run and its device; the report names it under the checkpoint, and ``device`` lists every
+    device when they differ."""
+    result, setting0, devices = None, None, []
     for p in parts:
         f = Path(p) / "mechanism.json"
         if not f.is_file():
             raise ValueError(f"{p}: no mechanism.json (an `ablate analyze --plan v2 --out` folder)")
         r = json.loads(f.read_text())
         if result is None:
-            result = {"run": r["run"], "checkpoints": {}, "device": r.get("device")}
+            result = {"run": r["run"], "checkpoints": {}}
         if r["run"] != result["run"]:
             raise ValueError(f"{p}: run {r['run']!r}, not {result['run']!r}")
+        for c in r["checkpoints"].values():  # a merged report's parts keep their own source
+            c.setdefault("source", {"part": str(p), "run": r["run"], "device": r.get("device")})
+            devices += [c["source"]["device"]] if c["source"]["device"] not in devices else []
         for c in r["checkpoints"].values():  # one analysis, however it was split
             setting = {k: c.get(k) for k in ("steps", "window", "max_lag", "batch_sequences",
                                              "advance")}
@@ -548,6 +558,7 @@ def merge_results(parts, out) -> dict:
     if result is None:
         raise ValueError("no parts to merge")
     result["checkpoints"] = dict(sorted(result["checkpoints"].items(), key=lambda kv: int(kv[0])))
+    result["device"] = " / ".join(str(d) for d in devices)
     return _write_report(result, out)
 
 
@@ -568,8 +579,11 @@ def markdown(r: dict) -> str:
     for s, c in r["checkpoints"].items():
         lines += [f"## Checkpoint after step {s} ({c['fraction_of_run']:.0%} of the run, "
                   f"{c['tokens']:,} tokens): {c['steps']} steps of {c['batch_sequences']} "
-                  f"sequences, W = {c['window']}", "",
-                  "| treatment | cos1 | acc W | acc all (G's own) | rel. error | cos(E, G) | "
+                  f"sequences, W = {c['window']}", ""]
+        if "source" in c:
+            src = c["source"]
+            lines += [f"From `{src['part']}` (run `{src['run']}`, {src['device']}).", ""]
+        lines += ["| treatment | cos1 | acc W | acc all (G's own) | rel. error | cos(E, G) | "
                   "Adam rel. error | Adam ⊥ error | Adam cos |", "|---|---|---|---|---|---|---|---|---|"]
         for q, t in c["treatments"].items():
             m = t["scopes"]["model"]

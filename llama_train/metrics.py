@@ -49,6 +49,19 @@ def setup_logging(level: int = logging.INFO) -> None:
     log.setLevel(level)
 
 
+def stacks_on_signal() -> bool:
+    """``kill -USR1 <pid>`` prints every thread's Python stack on stderr (a training process's
+    log) without stopping it: how to see where a run that stopped logging waits (hold 6 of
+    results/ablation_v2: a process alive minutes after its final evaluation). False where the
+    platform has no SIGUSR1."""
+    import faulthandler
+    import signal
+    if not hasattr(signal, "SIGUSR1"):
+        return False
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+    return True
+
+
 def _complete_rows(path: Path) -> list[str]:
     """The lines of a metrics.jsonl that are whole JSON objects: a line torn by a killed
     process (no newline at its end, or not parseable) is left out."""

@@ -237,6 +237,40 @@ def test_summarize_v2_endpoints(tmp_path):
     assert cli.main(["ablate", "summarize", "--plan", "v2", "--out", str(tmp_path)]) == 0
 
 
+def test_a_run_whose_exit_was_not_seen(tmp_path):
+    """No status.json (the machine went back before the process exited): the run counts when its
+    metrics hold the training row and the evaluation of config.json's last step, and its row
+    says so; one step short, or no config.json, it stays incomplete."""
+    tokens = list(range(1000, 10_001, 1000))
+    f = lambda t: 3.0 + 50.0 / math.sqrt(t)  # noqa: E731
+    for s in (0, 1):  # MXFP4 in Wgrad: 20% more tokens for the same loss
+        _write(tmp_path, "bf16", s, [(t, f(t)) for t in tokens])
+        _write(tmp_path, "mxfp4_wgrad", s, [(t, f(t / 1.2)) for t in tokens])
+    d = A.run_dir(tmp_path, "mxfp4_wgrad", 1)
+    (d / "status.json").unlink()
+    assert A.load_runs(tmp_path)["mxfp4_wgrad"][1]["status"] == "incomplete"  # no config.json
+    (d / "config.json").write_text(json.dumps({"max_steps": len(tokens)}))
+    assert A.load_runs(tmp_path)["mxfp4_wgrad"][1]["status"] == A.EXIT_NOT_SEEN
+    t = A.summarize_v2(tmp_path)
+    arm = t["arms"]["mxfp4_wgrad"]
+    assert arm["seeds"] == [0, 1] and arm["incomplete"] == [] and arm["exit_not_seen"] == [1]
+    w = {x["endpoint"]: x for x in t["endpoints"]}["wgrad_cost"]
+    assert w["val_loss"]["mean"] == pytest.approx(f(10_000 / 1.2) - f(10_000), abs=1e-12)
+    assert w["seeds"] == [0, 1]
+    assert "exit not seen (metrics complete, final checkpoint unknown): seeds [1]" in (
+        tmp_path / "v2_table.md").read_text()
+    # the last step trained but not evaluated: incomplete, out of the table
+    m = d / "metrics.jsonl"
+    m.write_text("".join(m.read_text().splitlines(keepends=True)[:-1]))
+    assert A.load_runs(tmp_path)["mxfp4_wgrad"][1]["status"] == "incomplete"
+    arm = A.summarize_v2(tmp_path)["arms"]["mxfp4_wgrad"]
+    assert arm["seeds"] == [0] and arm["incomplete"] == [1] and arm["exit_not_seen"] == []
+    # extra tokens are percentages with one seed (no interval) as with several
+    row = [l for l in (tmp_path / "v2_table.md").read_text().splitlines()
+           if l.startswith("| mxfp4_wgrad |")][0]
+    assert f"| {100 * arm['extra_tokens'][0]:+.1f} % (n = 1) |" in row
+
+
 def test_summarize_against_another_stage(tmp_path):
     """``against`` (Stage 2 against the 30m block): each endpoint's mean there and the ratio
     here / there, in the table and its markdown; through the CLI too; a missing folder and the
@@ -642,6 +676,21 @@ def test_mechanism_analyze_run_writes_the_report(bf16_run, tmp_path):
     assert md.index("after step 0 ") < md.index("after step 12 ")
     two = png_size(tmp_path / "all" / "mechanism.png")
     assert two[1] == one[1] and abs(two[0] - 2 * one[0]) <= 2
+    # each checkpoint names where it came from (a part may be another training of the same
+    # arm and seed, on another device): in the json, under its heading, and every device
+    assert merged["checkpoints"]["12"]["source"] == {"part": str(later), "run": r["run"],
+                                                     "device": r["device"]}
+    assert merged["checkpoints"]["0"]["source"]["part"] == str(tmp_path)
+    assert merged["device"] == r["device"]
+    assert md.count(f"From `{later}`") == 1 and md.count(f"From `{tmp_path}` ") == 1
+    (later / "mechanism.json").write_text(json.dumps(dict(other, device="GPU B")))
+    mixed = M.merge_results([tmp_path, later], tmp_path / "mixed")
+    assert mixed["device"] == f"{r['device']} / GPU B"
+    assert mixed["checkpoints"]["12"]["source"]["device"] == "GPU B"
+    # a merged report merges again with its sources kept
+    again = M.merge_results([tmp_path / "mixed"], tmp_path / "again")
+    assert again["checkpoints"] == mixed["checkpoints"] and again["device"] == mixed["device"]
+    (later / "mechanism.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="already in an earlier part"):
         M.merge_results([tmp_path, tmp_path], tmp_path / "x")
     (later / "mechanism.json").write_text(json.dumps(

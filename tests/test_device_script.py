@@ -133,3 +133,31 @@ def test_start_passes_the_gpus_and_runs_per_gpu(tmp_path):
     log = (tmp_path / "abl" / "driver.log").read_text()
     assert "ablate run --plan v2-125m" in log and "--arms bf16,mxfp4_wgrad" in log
     assert "--per-gpu 2 --gpus 0,1" in log
+
+
+def test_stacks_shows_where_a_training_process_waits(tmp_path):
+    """``stacks``: every ``ocpmx.cli train`` process gets SIGUSR1 and, through
+    ``metrics.stacks_on_signal`` (what ``ocpmx train`` registers), writes its Python stacks into
+    its run's log.txt and goes on; the mode shows the end of each log. Without a training
+    process it says so."""
+    import sys
+    env = _env(tmp_path)
+    out = _script("stacks", env, tmp_path)
+    assert out.returncode == 2 and "no training process" in out.stdout
+    run = tmp_path / "abl" / "bf16" / "seed0"
+    run.mkdir(parents=True)
+    code = ("import time; from ocpmx.llama_train.metrics import stacks_on_signal; "
+            "stacks_on_signal(); print('ready', flush=True)\n"
+            "def waits_here():\n    time.sleep(60)\nwaits_here()")
+    with open(run / "log.txt", "w") as log:  # its command line names ocpmx.cli train
+        p = subprocess.Popen([sys.executable, "-c", code, "ocpmx.cli", "train", "--out",
+                              str(run)], stdout=log, stderr=log)
+    try:
+        _wait_for(run / "log.txt", "ready")
+        out = _script("stacks", dict(env, STACKS_WAIT_S="1"), tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"== {run / 'log.txt'}" in out.stdout and "waits_here" in out.stdout
+        assert p.poll() is None  # still running
+    finally:
+        p.kill()
+        p.wait()
