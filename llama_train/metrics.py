@@ -53,12 +53,15 @@ def stacks_on_signal() -> bool:
     """``kill -USR1 <pid>`` prints every thread's Python stack on stderr (a training process's
     log) without stopping it: how to see where a run that stopped logging waits (hold 6 of
     results/ablation_v2: a process alive minutes after its final evaluation). False where the
-    platform has no SIGUSR1."""
+    platform has no SIGUSR1 or stderr is no file (captured in a test, say): nothing registered."""
     import faulthandler
     import signal
     if not hasattr(signal, "SIGUSR1"):
         return False
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation: no fileno
+        return False
     return True
 
 

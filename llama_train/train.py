@@ -233,7 +233,8 @@ def deterministic_mode(on: bool):
     fastest, which can change the bits with the load on a shared GPU). Restored afterwards,
     except ``CUBLAS_WORKSPACE_CONFIG``, which stays set. Two trainings of one seed without it
     differed from their first backward on the H100 (results/ablation_v2/README.md, "Two
-    trainings of one seed"); whether this makes them equal there is not yet checked."""
+    trainings of one seed"); with it, two 40-step trainings of one seed (bf16, mxfp4_wgrad)
+    were bit-identical on an H200 (results/determinism_h200/)."""
     if not on:
         yield
         return

@@ -161,3 +161,13 @@ def test_stacks_shows_where_a_training_process_waits(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_stacks_on_signal_without_a_file_stderr(monkeypatch):
+    """A stderr with no file descriptor (a captured one): nothing registered, no error, so
+    ``ocpmx train`` runs as before (its bad-input errors stay one line)."""
+    import io
+    import sys
+    from ocpmx.llama_train.metrics import stacks_on_signal
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert stacks_on_signal() is False
