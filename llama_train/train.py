@@ -234,10 +234,20 @@ def deterministic_mode(on: bool):
     except ``CUBLAS_WORKSPACE_CONFIG``, which stays set. Two trainings of one seed without it
     differed from their first backward on the H100 (results/ablation_v2/README.md, "Two
     trainings of one seed"); with it, two 40-step trainings of one seed (bf16, mxfp4_wgrad)
-    were bit-identical on an H200 (results/determinism_h200/)."""
+    were bit-identical on an H200 (results/determinism_h200/).
+
+    Not covered: the order in which a CPU's threads combine partial results. Compiled CPU
+    trainings with two threads each, four at once on two cores, differed in one pair of two in
+    each of two tries (either pair, with or without this mode); with one thread
+    (OMP_NUM_THREADS=1) all four agreed in three tries. So on a CPU with more than one thread
+    this warns and leaves the thread count as it is."""
     if not on:
         yield
         return
+    if not torch.cuda.is_available() and torch.get_num_threads() > 1:
+        log.warning(f"--deterministic on a CPU with {torch.get_num_threads()} threads: threads "
+                    "may combine partial results in a different order from run to run (seen "
+                    "with compiled runs sharing the cores); OMP_NUM_THREADS=1 for the same bits")
     import torch._inductor.config as inductor_config
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled(), inductor_config.deterministic)

@@ -743,7 +743,8 @@ def test_operand_fractions_in_chunks(axis, treatment):
         assert mechanism._fractions(block, 0, g, None, seed, j, elements=40) == (1, 1)
 
 
-def test_deterministic_mode_is_on_inside_training_and_restored(corpus, tmp_path, monkeypatch):
+def test_deterministic_mode_is_on_inside_training_and_restored(corpus, tmp_path, monkeypatch,
+                                                              caplog):
     """``--deterministic``: torch's deterministic algorithms and Inductor's deterministic mode
     hold while the run trains (an MX run on CPU: every op it uses has a deterministic kernel,
     or this would raise), are restored after, and the run gives the bits of the same run
@@ -761,7 +762,15 @@ def test_deterministic_mode_is_on_inside_training_and_restored(corpus, tmp_path,
     monkeypatch.setattr(T.F, "cross_entropy", spy)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     assert not torch.are_deterministic_algorithms_enabled()
-    T.train(cfg(corpus, tmp_path / "d", recipe="mxfp4_all_h16", deterministic=True))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a CPU's threads are not covered: it says so
+    try:
+        with caplog.at_level("WARNING", logger="ocpmx.llama_train"):
+            T.train(cfg(corpus, tmp_path / "d", recipe="mxfp4_all_h16", deterministic=True))
+    finally:
+        torch.set_num_threads(threads)
+    warned = [r.getMessage() for r in caplog.records if "--deterministic on a CPU" in r.getMessage()]
+    assert len(warned) == 1 and "OMP_NUM_THREADS=1" in warned[0]
     assert seen and all(s == (True, True) for s in seen)
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert not torch.are_deterministic_algorithms_enabled() and not inductor_config.deterministic
