@@ -541,10 +541,11 @@ def merge_results(parts, out) -> dict:
             result = {"run": r["run"], "checkpoints": {}}
         if r["run"] != result["run"]:
             raise ValueError(f"{p}: run {r['run']!r}, not {result['run']!r}")
-        for c in r["checkpoints"].values():  # a merged report's parts keep their own source
-            c.setdefault("source", {"part": str(p), "run": r["run"], "device": r.get("device")})
-            devices += [c["source"]["device"]] if c["source"]["device"] not in devices else []
         for c in r["checkpoints"].values():  # one analysis, however it was split
+            # a merged report's parts keep their own source
+            c.setdefault("source", {"part": str(p), "run": r["run"], "device": r.get("device")})
+            if c["source"]["device"] not in devices:
+                devices.append(c["source"]["device"])
             setting = {k: c.get(k) for k in ("steps", "window", "max_lag", "batch_sequences",
                                              "advance")}
             setting["treatments"] = sorted(c["treatments"])
