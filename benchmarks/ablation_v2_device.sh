@@ -20,6 +20,9 @@
 #   bash benchmarks/ablation_v2_device.sh mech
 # A run that stopped logging (alive, GPU idle): its Python stacks at the end of its log.txt
 #   bash benchmarks/ablation_v2_device.sh stacks
+# Pause, resume or end some runs of the batch (e.g. a 30m run beside a 125m one that would not
+# finish inside the hold otherwise; poll prints each run's wall-clock ETA to judge that):
+#   SIG=STOP RUNS="mxfp4_all/seed1" bash benchmarks/ablation_v2_device.sh signal
 #
 # The code: every call sends the working tree, which may hold uncommitted work. With
 # CODE_TAR=<a `git archive` of the commit, carried in an ignored folder> a call runs that
@@ -43,6 +46,24 @@ else
 fi
 export PYTHONUNBUFFERED=1
 echo "code: $PYTHONPATH/ocpmx${CODE_TAR:+ (from $CODE_TAR)}"
+train_pids() {
+  # "PID RUN_DIR" for every `ocpmx train` process here, found by its argv (python3 -m ocpmx.cli
+  # train ... --out RUN_DIR), never by a pattern over whole command lines: such a pattern also
+  # matches the shell of the device call that names it. (Fourteenth session: `kill -STOP
+  # $(pgrep -f ...)` stopped that shell, the call outran its limit, and the machine was replaced
+  # with every run on it lost.)
+  local c argv i out is_train
+  for c in /proc/[0-9]*/cmdline; do
+    mapfile -d '' -t argv < "$c" 2>/dev/null || continue
+    is_train=; out=
+    for ((i = 0; i + 1 < ${#argv[@]}; i++)); do
+      [ "${argv[$i]}" = ocpmx.cli ] && [ "${argv[$((i + 1))]}" = train ] && is_train=1
+      [ "${argv[$i]}" = --out ] && out=${argv[$((i + 1))]}
+    done
+    [ -n "$is_train" ] && [ -n "$out" ] && { c=${c#/proc/}; echo "${c%/cmdline} $out"; }
+  done
+  return 0
+}
 case "$1" in
   receive)
     # a part holds shards (.json.gz or .json.xz), the tokenizer and MANIFEST.json
@@ -155,11 +176,27 @@ EOS
   stacks)
     # every training process's Python stacks (ocpmx train prints them on SIGUSR1 and goes on),
     # then the end of each run's log.txt, where they land: for a run that stopped logging
-    pids=$(pgrep -f "[o]cpmx.cli train")
+    pids=$(train_pids | cut -d' ' -f1)
     [ -n "$pids" ] || { echo "no training process"; exit 2; }
     for pid in $pids; do kill -USR1 $pid; done
     sleep ${STACKS_WAIT_S:-3}
     for l in $ABL/*/seed*/log.txt; do [ -f "$l" ] && { echo "== $l"; tail -n ${STACKS_LINES:-80} "$l"; }; done
+    ;;
+  signal)
+    # SIG=STOP|CONT|TERM|... RUNS="arm/seedN ..." (or RUNS=all): that signal to those runs of
+    # this batch ($ABL), found by train_pids. STOP pauses a run where it is (its GPU memory
+    # stays held), CONT resumes it, TERM ends it (no status.json: the run counts as incomplete).
+    : "${SIG:?SIG=STOP|CONT|TERM (and RUNS)}" "${RUNS:?RUNS=\"arm/seedN ...\" or all}"
+    found=0
+    while read -r pid out; do
+      for r in $RUNS; do
+        if [ "$r" = all ] && [[ $out == $ABL/*/seed* ]] || [ "$out" = "$ABL/$r" ]; then
+          kill -s "$SIG" "$pid" && echo "SIG$SIG -> $pid (${out#$ABL/})" && found=$((found + 1))
+          break
+        fi
+      done
+    done < <(train_pids)
+    [ $found -gt 0 ] || { echo "no training process of $RUNS in $ABL"; exit 2; }
     ;;
   poll)
     # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring
@@ -184,9 +221,19 @@ last = tr[-1] if tr else {}
 print("/".join(sys.argv[1].split("/")[-3:-1]), "step", last.get("step"), "loss", round(last.get("loss", float("nan")), 4),
       "tok/s", last.get("tokens_per_s"), "| val_loss", ev[-1]["val_loss"] if ev else None,
       "val_loss_recipe", ev[-1].get("val_loss_recipe") if ev else None)
+import os, time
+from ocpmx.llama_train.ablation import wall_eta
+log = os.path.join(os.path.dirname(sys.argv[1]), "log.txt")
+eta = wall_eta(open(log, errors="replace").read().splitlines()) if os.path.exists(log) else None
+if eta and not os.path.exists(os.path.join(os.path.dirname(sys.argv[1]), "status.json")):
+    rate, left, t = eta
+    now = time.localtime()
+    age = (now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec - t) % 86400
+    print(f"  {rate:.2f} steps/s of wall time over the last 5 min (evaluations included): "
+          f"~{left:.0f} s to its last step; its last log line {age} s ago")
 EOF
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv 2>/dev/null; true
     ;;
-  *) echo "usage: $0 receive | start | analyze | mech | poll [seconds]"; exit 1 ;;
+  *) echo "usage: $0 receive | start | analyze | mech | stacks | signal | poll [seconds]"; exit 1 ;;
 esac

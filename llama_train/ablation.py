@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -134,6 +135,39 @@ def _status_from_metrics(d: Path, train: list[dict], val: list[dict]) -> str:
     if last and train[-1]["step"] == last - 1 and any(r["step"] == last - 1 for r in val):
         return EXIT_NOT_SEEN
     return "incomplete"
+
+
+# a progress or evaluation line of ``ocpmx train``'s log: "HH:MM:SS step N/M ..."
+_LOG_STEP = re.compile(r"^(\d\d):(\d\d):(\d\d) step (\d+)/(\d+)\b")
+
+
+def wall_eta(log_lines, window_s: float = 300.0):
+    """How long a run still needs, from its log.txt alone: its wall-clock rate over the last
+    ``window_s`` seconds of logged steps, evaluations, compiles and any sharing of the GPU
+    included (the tokens/s of metrics.jsonl counts training steps only: the 125m
+    ``mxfp4_wgrad`` seed-0 log spans 20 min for 16 min of steps, results/ablation_v2 hold 6).
+
+    Returns (steps per second, seconds left to the last step, time of the last line in seconds
+    of its day), or None with fewer than two step lines. Times wrap past midnight."""
+    points, day, prev = [], 0, None
+    for line in log_lines:
+        m = _LOG_STEP.match(line)
+        if not m:
+            continue
+        t = int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])
+        if prev is not None and t + day < prev - 43200:  # the clock passed midnight
+            day += 86400
+        prev = t + day
+        points.append((prev, int(m[4]), int(m[5])))
+    if len(points) < 2:
+        return None
+    t_end, step, total = points[-1]
+    recent = [p for p in points[:-1] if p[0] >= t_end - window_s] or [points[-2]]
+    t0, s0, _ = recent[0]
+    if t_end <= t0 or step <= s0:
+        return None
+    rate = (step - s0) / (t_end - t0)
+    return rate, (total - step) / rate, t_end % 86400
 
 
 def gpu_slots(gpus: list[str], per_gpu: int) -> list[str]:

@@ -237,6 +237,28 @@ def test_summarize_v2_endpoints(tmp_path):
     assert cli.main(["ablate", "summarize", "--plan", "v2", "--out", str(tmp_path)]) == 0
 
 
+def test_wall_eta_counts_evaluations_and_passes_midnight():
+    """``wall_eta`` (the device script's poll): the rate over the last window of log lines,
+    evaluation pauses included, not the training steps' own rate; the clock may pass midnight;
+    fewer than two step lines give None."""
+    lines = ["23:58:00 no checkpoint in /x: starting from step 0", "23:58:00 step 0/1000  loss 9"]
+    t = 23 * 3600 + 58 * 60
+    for step in range(10, 501, 10):  # 10 steps in 5 s, then a 5 s evaluation every 50 steps
+        t += 5
+        lines.append(f"{t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} step {step}/1000  "
+                     f"loss 3.0  lr 1e-3  tokens/s 131,072  ETA 0:04:10")
+        if step % 50 == 0:
+            t += 5
+            lines.append(f"{t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} "
+                         f"step {step}/1000  validation loss 3.1")
+    assert t > 86400  # past midnight
+    rate, left, last = A.wall_eta(lines, window_s=90.0)
+    assert rate == pytest.approx(100 / 60)  # 50 steps take 30 s of wall time, not 25
+    assert left == pytest.approx(500 * 60 / 100)
+    assert last == t % 86400
+    assert A.wall_eta(lines[:2]) is None and A.wall_eta([]) is None
+
+
 def test_a_run_whose_exit_was_not_seen(tmp_path):
     """No status.json (the machine went back before the process exited): the run counts when its
     metrics hold the training row and the evaluation of config.json's last step, and its row

@@ -1,6 +1,7 @@
 """benchmarks/ablation_v2_device.sh, the driver of the ablation's device holds, exercised here
 with a stand-in ``python3`` (no GPU, no training): the analysis watcher (``mech``) and the
 commit's code archive (``CODE_TAR``)."""
+import json
 import os
 import shutil
 import subprocess
@@ -171,3 +172,80 @@ def test_stacks_on_signal_without_a_file_stderr(monkeypatch):
     from ocpmx.llama_train.metrics import stacks_on_signal
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert stacks_on_signal() is False
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_signal_reaches_only_the_runs_named(tmp_path):
+    """``signal``: SIG=STOP / CONT / TERM to the training processes of the runs named, found by
+    their argv. A shell whose command line merely names the run (as the device call's own shell
+    does) is never signalled: a pattern over command lines stopped that shell once and lost a
+    hold. Another run of the batch stays as it was; an unknown run is an error."""
+    import sys
+    env = _env(tmp_path)
+    abl = tmp_path / "abl"
+    runs = {r: abl / r for r in ("mxfp4_all/seed1", "mxfp4_all/seed2")}
+    procs = {}
+    for r, d in runs.items():
+        d.mkdir(parents=True)
+        procs[r] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                     "ocpmx.cli", "train", "--out", str(d)])
+    shell = subprocess.Popen(["bash", "-c", f"sleep 60; echo ocpmx.cli train --out "
+                                            f"{runs['mxfp4_all/seed1']}"])
+    try:
+        time.sleep(0.5)
+        a, b = procs["mxfp4_all/seed1"].pid, procs["mxfp4_all/seed2"].pid
+        out = _script("signal", dict(env, SIG="STOP", RUNS="mxfp4_all/seed1"), tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"SIGSTOP -> {a} (mxfp4_all/seed1)" in out.stdout
+        time.sleep(0.3)
+        assert _state(a) == "T" and _state(b) != "T" and _state(shell.pid) != "T"
+        out = _script("signal", dict(env, SIG="CONT", RUNS="mxfp4_all/seed1"), tmp_path)
+        assert out.returncode == 0 and f"SIGCONT -> {a}" in out.stdout
+        time.sleep(0.3)
+        assert _state(a) != "T"
+        out = _script("signal", dict(env, SIG="TERM", RUNS="all"), tmp_path)
+        assert out.returncode == 0 and out.stdout.count("SIGTERM") == 2, out.stdout
+        assert procs["mxfp4_all/seed1"].wait(10) != 0 and procs["mxfp4_all/seed2"].wait(10) != 0
+        assert shell.poll() is None  # the shell that names a run: untouched
+        out = _script("signal", dict(env, SIG="TERM", RUNS="bf16/seed0"), tmp_path)
+        assert out.returncode == 2 and "no training process of bf16/seed0" in out.stdout
+        out = _script("signal", env, tmp_path)
+        assert out.returncode != 0 and "SIG=STOP|CONT|TERM" in out.stderr
+    finally:
+        for p in (*procs.values(), shell):
+            p.kill()
+            p.wait()
+
+
+def test_poll_prints_each_running_runs_wall_clock_eta(tmp_path):
+    """``poll`` on a batch with a run still going (no status.json): beside its last metrics, its
+    wall-clock rate and the seconds to its last step from its log.txt (``wall_eta``), so that a
+    hold's plan can be judged while the runs train. A finished run gets no ETA."""
+    import sys
+    repo = SCRIPT.parents[1]
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "python3").symlink_to(sys.executable)  # the real one: poll reads the metrics
+    env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
+               XL_DATA=str(tmp_path / "xl"), OUT=str(tmp_path / "out"))
+    (tmp_path / "out").mkdir()
+    for seed, done in ((0, False), (1, True)):
+        d = tmp_path / "abl" / "bf16" / f"seed{seed}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(json.dumps(
+            {"step": 99, "loss": 3.5, "tokens_per_s": 1000.0}) + "\n")
+        (d / "log.txt").write_text("10:00:00 step 0/300  loss 9\n10:01:40 step 100/300  loss 3.5\n")
+        if done:
+            (d / "status.json").write_text('{"status": "done"}')
+    # from the repository's root, as on the device (the script links it as /tmp/p/ocpmx)
+    out = subprocess.run(["bash", str(SCRIPT), "poll", "0"], env=env, cwd=repo,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("steps/s of wall time") == 1, out.stdout
+    assert "1.00 steps/s of wall time" in out.stdout and "~200 s to its last step" in out.stdout
+    assert (tmp_path / "out" / "abl.tgz").stat().st_size > 0
