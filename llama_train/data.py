@@ -21,6 +21,7 @@ import gzip
 import io
 import hashlib
 import json
+import os
 import random
 from pathlib import Path
 
@@ -106,23 +107,36 @@ def _cache_paths(data_dir, split: str) -> tuple[Path, Path]:
     return d / f"c4-{split}.tokens.npy", d / f"c4-{split}.tokens.json"
 
 
-def tokenize_split(data_dir, tokenizer, split: str = "train", batch: int = 4096) -> dict:
+def _tokenize_shard(path, tokenizer, eos: int, dtype, batch: int) -> list:
+    """One shard's documents as token arrays, each with ``eos`` appended, in document order."""
+    texts = [t for _, t in iter_documents(path)]
+    return [np.asarray(enc.ids + [eos], dtype=dtype)
+            for i in range(0, len(texts), batch) for enc in tokenizer.encode_batch(texts[i:i + batch])]
+
+
+def tokenize_split(data_dir, tokenizer, split: str = "train", batch: int = 1024,
+                   workers: int | None = None) -> dict:
     """Tokenize every shard of a split once (``encode_batch``, all cores) into the cache files.
     Token ids are uint16 when the vocabulary fits, else uint32. Written to temporary names and
-    renamed, so a cut-off run leaves no half cache."""
+    renamed, so a cut-off run leaves no half cache.
+
+    ``workers`` shards are tokenized at once (threads: ``encode_batch`` releases the GIL and
+    shares one pool of all cores), so that a shard's longest documents, which one core encodes
+    alone, overlap with other shards' work instead of leaving the other cores idle (on the device,
+    one shard after another took 123 s on 64 cores). Default: a quarter of the cores, at most
+    8. The cache is the same, byte for byte, for any ``workers``: shards keep their order."""
+    from concurrent.futures import ThreadPoolExecutor
     eos = eos_id(tokenizer)
     dtype = np.uint16 if tokenizer.get_vocab_size() <= 65536 else np.uint32
+    paths = shards(data_dir, split)
+    workers = workers or max(1, min(8, (os.cpu_count() or 1) // 4))
     parts, offsets, names = [], [0], []
-    for path in shards(data_dir, split):
-        texts = [t for _, t in iter_documents(path)]
-        n = 0
-        for i in range(0, len(texts), batch):
-            for enc in tokenizer.encode_batch(texts[i:i + batch]):
-                ids = np.asarray(enc.ids + [eos], dtype=dtype)
-                parts.append(ids)
-                n += len(ids)
-        offsets.append(offsets[-1] + n)
-        names.append(path.name)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        done = pool.map(lambda p: _tokenize_shard(p, tokenizer, eos, dtype, batch), paths)
+        for path, arrays in zip(paths, done):
+            parts.extend(arrays)
+            offsets.append(offsets[-1] + sum(len(a) for a in arrays))
+            names.append(path.name)
     tokens = np.concatenate(parts) if parts else np.zeros(0, dtype)
     npy, meta_path = _cache_paths(data_dir, split)
     meta = {"shards": names, "offsets": offsets, "tokens": int(len(tokens)),

@@ -2,6 +2,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,6 +96,26 @@ def test_pretokenized_cache_gives_the_same_stream(corpus, tmp_path):
     tokenize_split(d, tok, "validation")
     assert TokenStream(d, tok, 32, seed=0, split="validation", shuffle=False).cached
     assert torch.equal(validation_set(d, tok, 32, 4), v)
+
+
+def test_tokenize_cache_is_the_same_for_any_number_of_workers(corpus, tmp_path):
+    """``tokenize_split`` with several shards at once (threads) writes the cache byte for byte as
+    one shard after another does, and both equal each document encoded alone, in shard order,
+    with the end-of-text id after each: shards keep their order whatever finishes first."""
+    import shutil
+    from ocpmx.llama_train.data import eos_id, iter_documents, shards
+    d = tmp_path / "c"
+    shutil.copytree(corpus, d)
+    tok = load_tokenizer(d / "tokenizer.json")
+    assert len(shards(d, "train")) >= 3
+    want = np.concatenate([np.asarray(tok.encode(t).ids + [eos_id(tok)], dtype=np.uint16)
+                           for p in shards(d, "train") for _, t in iter_documents(p)])
+    got = {}
+    for workers, batch in ((1, 1024), (3, 7)):
+        meta = tokenize_split(d, tok, "train", batch=batch, workers=workers)
+        got[workers] = ((d / "c4-train.tokens.npy").read_bytes(), meta)
+        assert np.array_equal(np.load(d / "c4-train.tokens.npy"), want)
+    assert got[1] == got[3]
 
 
 @pytest.mark.parametrize("fmt", ["full", "sharded"])
