@@ -30,6 +30,7 @@
 # whatever later calls send (start and mech use it; the tree's copy serves otherwise).
 DATA=${XL_DATA:-/tmp/xl}
 ABL=${ABL_OUT:-/tmp/abl${PLAN:+-$PLAN}}  # one folder per plan: a stage never reads another's runs
+ABL=${ABL%/}  # as the runs' --out spell it (signal compares them)
 export DATA
 mkdir -p $DATA $ABL
 if [ -n "$CODE_TAR" ]; then
@@ -46,21 +47,24 @@ else
 fi
 export PYTHONUNBUFFERED=1
 echo "code: $PYTHONPATH/ocpmx${CODE_TAR:+ (from $CODE_TAR)}"
-train_pids() {
-  # "PID RUN_DIR" for every `ocpmx train` process here, found by its argv (python3 -m ocpmx.cli
-  # train ... --out RUN_DIR), never by a pattern over whole command lines: such a pattern also
+ocpmx_pids() {
+  # "PID OUT" for every `python3 -m ocpmx.cli WORDS...` process here (OUT: its --out, or "-"),
+  # found by its argv, never by a pattern over whole command lines: such a pattern also
   # matches the shell of the device call that names it. (Fourteenth session: `kill -STOP
   # $(pgrep -f ...)` stopped that shell, the call outran its limit, and the machine was replaced
   # with every run on it lost.)
-  local c argv i out is_train
+  local c argv i j out hit
   for c in /proc/[0-9]*/cmdline; do
-    mapfile -d '' -t argv < "$c" 2>/dev/null || continue
-    is_train=; out=
-    for ((i = 0; i + 1 < ${#argv[@]}; i++)); do
-      [ "${argv[$i]}" = ocpmx.cli ] && [ "${argv[$((i + 1))]}" = train ] && is_train=1
+    mapfile -d '' -t argv 2>/dev/null < "$c" || continue
+    hit=; out=-
+    for ((i = 0; i < ${#argv[@]}; i++)); do
+      if [ "${argv[$i]}" = ocpmx.cli ]; then
+        hit=1
+        for ((j = 1; j <= $#; j++)); do [ "${argv[$((i + j))]}" = "${!j}" ] || hit=; done
+      fi
       [ "${argv[$i]}" = --out ] && out=${argv[$((i + 1))]}
     done
-    [ -n "$is_train" ] && [ -n "$out" ] && { c=${c#/proc/}; echo "${c%/cmdline} $out"; }
+    [ -n "$hit" ] && { c=${c#/proc/}; echo "${c%/cmdline} $out"; }
   done
   return 0
 }
@@ -176,7 +180,7 @@ EOS
   stacks)
     # every training process's Python stacks (ocpmx train prints them on SIGUSR1 and goes on),
     # then the end of each run's log.txt, where they land: for a run that stopped logging
-    pids=$(train_pids | cut -d' ' -f1)
+    pids=$(ocpmx_pids train | cut -d' ' -f1)
     [ -n "$pids" ] || { echo "no training process"; exit 2; }
     for pid in $pids; do kill -USR1 $pid; done
     sleep ${STACKS_WAIT_S:-3}
@@ -184,19 +188,25 @@ EOS
     ;;
   signal)
     # SIG=STOP|CONT|TERM|... RUNS="arm/seedN ..." (or RUNS=all): that signal to those runs of
-    # this batch ($ABL), found by train_pids. STOP pauses a run where it is (its GPU memory
+    # this batch ($ABL), found by ocpmx_pids. STOP pauses a run where it is (its GPU memory
     # stays held), CONT resumes it, TERM ends it (no status.json: the run counts as incomplete).
+    # Exit 2 (after signalling the others) when a run named has no training process here.
     : "${SIG:?SIG=STOP|CONT|TERM (and RUNS)}" "${RUNS:?RUNS=\"arm/seedN ...\" or all}"
-    found=0
-    while read -r pid out; do
-      for r in $RUNS; do
-        if [ "$r" = all ] && [[ $out == $ABL/*/seed* ]] || [ "$out" = "$ABL/$r" ]; then
-          kill -s "$SIG" "$pid" && echo "SIG$SIG -> $pid (${out#$ABL/})" && found=$((found + 1))
-          break
+    SIG=${SIG#SIG}
+    kill -l "$SIG" > /dev/null 2>&1 || { echo "SIG=$SIG: not a signal name"; exit 2; }
+    procs=$(ocpmx_pids train)
+    missing=
+    for r in $RUNS; do
+      n=0
+      while read -r pid out; do
+        [ -n "$pid" ] || continue
+        if { [ "$r" = all ] && [[ $out == $ABL/*/seed* ]]; } || [ "$out" = "$ABL/$r" ]; then
+          kill -s "$SIG" "$pid" && echo "SIG$SIG -> $pid (${out#$ABL/})" && n=$((n + 1))
         fi
-      done
-    done < <(train_pids)
-    [ $found -gt 0 ] || { echo "no training process of $RUNS in $ABL"; exit 2; }
+      done <<< "$procs"
+      [ $n -gt 0 ] || missing="$missing $r"
+    done
+    [ -z "$missing" ] || { echo "no training process of$missing in $ABL"; exit 2; }
     ;;
   poll)
     # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring
@@ -204,7 +214,7 @@ EOS
     end=$((SECONDS + ${2:-500}))
     running() { [ -f $ABL/driver.pid ] && kill -0 "$(cat $ABL/driver.pid)" 2>/dev/null; }
     mech_running() { [ -f $ABL/mech.pid ] && kill -0 "$(cat $ABL/mech.pid)" 2>/dev/null; }
-    busy() { running || mech_running || pgrep -f "ablate analyze" > /dev/null; }
+    busy() { running || mech_running || [ -n "$(ocpmx_pids ablate analyze)" ]; }
     while [ $SECONDS -lt $end ] && busy; do sleep 15; done
     [ -f $ABL/analyze.log ] && tail -n 5 $ABL/analyze.log
     [ -f $ABL/mech.log ] && cat $ABL/mech.log

@@ -162,9 +162,11 @@ def wall_eta(log_lines, window_s: float = 300.0):
     if len(points) < 2:
         return None
     t_end, step, total = points[-1]
-    recent = [p for p in points[:-1] if p[0] >= t_end - window_s] or [points[-2]]
-    t0, s0, _ = recent[0]
-    if t_end <= t0 or step <= s0:
+    earlier = [p for p in points if p[1] < step]  # an evaluation line repeats its step
+    if not earlier:
+        return None
+    t0, s0, _ = next((p for p in earlier if p[0] >= t_end - window_s), earlier[-1])
+    if t_end <= t0:
         return None
     rate = (step - s0) / (t_end - t0)
     return rate, (total - step) / rate, t_end % 86400

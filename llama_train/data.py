@@ -124,12 +124,14 @@ def tokenize_split(data_dir, tokenizer, split: str = "train", batch: int = 1024,
     shares one pool of all cores), so that a shard's longest documents, which one core encodes
     alone, overlap with other shards' work instead of leaving the other cores idle (on the device,
     one shard after another took 123 s on 64 cores). Default: a quarter of the cores, at most
-    8. The cache is the same, byte for byte, for any ``workers``: shards keep their order."""
+    8. The cache is the same, byte for byte, for any ``workers`` and ``batch`` (documents per
+    ``encode_batch`` call): shards keep their order."""
     from concurrent.futures import ThreadPoolExecutor
     eos = eos_id(tokenizer)
     dtype = np.uint16 if tokenizer.get_vocab_size() <= 65536 else np.uint32
     paths = shards(data_dir, split)
-    workers = workers or max(1, min(8, (os.cpu_count() or 1) // 4))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = workers or max(1, min(8, (cores or 1) // 4))
     parts, offsets, names = [], [0], []
     with ThreadPoolExecutor(max_workers=workers) as pool:
         done = pool.map(lambda p: _tokenize_shard(p, tokenizer, eos, dtype, batch), paths)

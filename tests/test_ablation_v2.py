@@ -241,8 +241,8 @@ def test_wall_eta_counts_evaluations_and_passes_midnight():
     """``wall_eta`` (the device script's poll): the rate over the last window of log lines,
     evaluation pauses included, not the training steps' own rate; the clock may pass midnight;
     fewer than two step lines give None."""
-    lines = ["23:58:00 no checkpoint in /x: starting from step 0", "23:58:00 step 0/1000  loss 9"]
-    t = 23 * 3600 + 58 * 60
+    lines = ["23:56:00 no checkpoint in /x: starting from step 0", "23:56:00 step 0/1000  loss 9"]
+    t = 23 * 3600 + 58 * 60  # the first 10 steps took 2 minutes (the compile): out of the window
     for step in range(10, 501, 10):  # 10 steps in 5 s, then a 5 s evaluation every 50 steps
         t += 5
         lines.append(f"{t // 3600 % 24:02d}:{t // 60 % 60:02d}:{t % 60:02d} step {step}/1000  "
@@ -256,6 +256,9 @@ def test_wall_eta_counts_evaluations_and_passes_midnight():
     assert rate == pytest.approx(100 / 60)  # 50 steps take 30 s of wall time, not 25
     assert left == pytest.approx(500 * 60 / 100)
     assert last == t % 86400
+    # a window shorter than the last evaluation: the rate from the step line before it
+    assert A.wall_eta(lines, window_s=2.0)[0] == pytest.approx(10 / 10)
+    assert A.wall_eta(lines, window_s=1e9)[0] == pytest.approx(500 / (t - 23 * 3600 - 56 * 60))
     assert A.wall_eta(lines[:2]) is None and A.wall_eta([]) is None
 
 

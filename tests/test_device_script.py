@@ -196,10 +196,14 @@ def test_signal_reaches_only_the_runs_named(tmp_path):
                                      "ocpmx.cli", "train", "--out", str(d)])
     shell = subprocess.Popen(["bash", "-c", f"sleep 60; echo ocpmx.cli train --out "
                                             f"{runs['mxfp4_all/seed1']}"])
+    elsewhere = tmp_path / "other" / "bf16" / "seed0"  # another batch's run: not in RUNS=all
+    elsewhere.mkdir(parents=True)
+    procs["other"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                       "ocpmx.cli", "train", "--out", str(elsewhere)])
     try:
         time.sleep(0.5)
         a, b = procs["mxfp4_all/seed1"].pid, procs["mxfp4_all/seed2"].pid
-        out = _script("signal", dict(env, SIG="STOP", RUNS="mxfp4_all/seed1"), tmp_path)
+        out = _script("signal", dict(env, SIG="SIGSTOP", RUNS="mxfp4_all/seed1"), tmp_path)
         assert out.returncode == 0, out.stdout + out.stderr
         assert f"SIGSTOP -> {a} (mxfp4_all/seed1)" in out.stdout
         time.sleep(0.3)
@@ -208,14 +212,22 @@ def test_signal_reaches_only_the_runs_named(tmp_path):
         assert out.returncode == 0 and f"SIGCONT -> {a}" in out.stdout
         time.sleep(0.3)
         assert _state(a) != "T"
+        # one run named does not exist: the others get the signal, the exit says which is missing
+        out = _script("signal", dict(env, SIG="CONT", RUNS="mxfp4_all/seed2 mxfp4_all/seed9"),
+                      tmp_path)
+        assert out.returncode == 2 and f"SIGCONT -> {b}" in out.stdout
+        assert "no training process of mxfp4_all/seed9 in" in out.stdout
         out = _script("signal", dict(env, SIG="TERM", RUNS="all"), tmp_path)
         assert out.returncode == 0 and out.stdout.count("SIGTERM") == 2, out.stdout
         assert procs["mxfp4_all/seed1"].wait(10) != 0 and procs["mxfp4_all/seed2"].wait(10) != 0
         assert shell.poll() is None  # the shell that names a run: untouched
+        assert procs["other"].poll() is None  # outside this batch's folder: untouched
         out = _script("signal", dict(env, SIG="TERM", RUNS="bf16/seed0"), tmp_path)
         assert out.returncode == 2 and "no training process of bf16/seed0" in out.stdout
         out = _script("signal", env, tmp_path)
         assert out.returncode != 0 and "SIG=STOP|CONT|TERM" in out.stderr
+        out = _script("signal", dict(env, SIG="PAUSE", RUNS="all"), tmp_path)
+        assert out.returncode == 2 and "SIG=PAUSE: not a signal name" in out.stdout
     finally:
         for p in (*procs.values(), shell):
             p.kill()

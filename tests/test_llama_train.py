@@ -98,7 +98,7 @@ def test_pretokenized_cache_gives_the_same_stream(corpus, tmp_path):
     assert torch.equal(validation_set(d, tok, 32, 4), v)
 
 
-def test_tokenize_cache_is_the_same_for_any_number_of_workers(corpus, tmp_path):
+def test_tokenize_cache_is_the_same_for_any_number_of_workers(corpus, tmp_path, monkeypatch):
     """``tokenize_split`` with several shards at once (threads) writes the cache byte for byte as
     one shard after another does, and both equal each document encoded alone, in shard order,
     with the end-of-text id after each: shards keep their order whatever finishes first."""
@@ -110,6 +110,15 @@ def test_tokenize_cache_is_the_same_for_any_number_of_workers(corpus, tmp_path):
     assert len(shards(d, "train")) >= 3
     want = np.concatenate([np.asarray(tok.encode(t).ids + [eos_id(tok)], dtype=np.uint16)
                            for p in shards(d, "train") for _, t in iter_documents(p)])
+    import time
+    from ocpmx.llama_train import data as D
+    tokenize_shard = D._tokenize_shard
+
+    def first_shard_last(path, *args):  # shards finish out of order
+        if path == shards(d, "train")[0]:
+            time.sleep(0.5)
+        return tokenize_shard(path, *args)
+    monkeypatch.setattr(D, "_tokenize_shard", first_shard_last)
     got = {}
     for workers, batch in ((1, 1024), (3, 7)):
         meta = tokenize_split(d, tok, "train", batch=batch, workers=workers)
