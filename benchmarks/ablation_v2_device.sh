@@ -5,7 +5,7 @@
 # bring back), so a hold runs only what it can finish.
 #
 # Here (once per session; data/xl built by `ocpmx data build-corpus --source debian-xl`):
-#   python benchmarks/ablation_v2_pack.py data/xl /tmp/xfer      # parts of <= 46 MiB
+#   python benchmarks/ablation_v2_pack.py data/xl /tmp/xfer --xz  # parts that fit a call beside the tree
 # Then one device call per part, with `.xfer` (an ignored folder holding that part) carried:
 #   bash benchmarks/ablation_v2_device.sh receive
 # Then, in the call that brings the last part:

@@ -1,11 +1,15 @@
 """Pack the v2 corpus for a GPU machine reached only through calls of at most 64 MiB each
 (results/ablation_v2/PLAN.md, Compute; benchmarks/ablation_v2_device.sh receives the parts).
 
-    python benchmarks/ablation_v2_pack.py data/xl /tmp/xfer [--train-shards 24] [--part-mib 46]
+    python benchmarks/ablation_v2_pack.py data/xl /tmp/xfer [--train-shards 24] [--part-mib MIB]
 
 Writes /tmp/xfer/part-00, part-01, ...: the first ``--train-shards`` training shards in file
 order (PLAN.md: 24 shards hold ~264 M tokens, more than one 250 M-token run reads), every
 validation shard, tokenizer.json, MANIFEST.json and CORPUS.json, each part at most ``--part-mib`` MiB.
+By default that is what a call leaves beside this repository's working tree (tracked files and
+untracked ones git does not ignore: they travel with every call) and the code archive the last
+part carries: 64 MiB - the tree - ``RESERVE_MIB``. (The fourteenth session found the 40 MiB parts
+of an earlier pack over the limit once results had grown the tree to 28 MiB.)
 ``--xz`` recompresses the shards with LZMA (smaller parts, slower here). Every part also holds
 PARTS.json: each shard's name and the SHA-256 of its text, which the device checks before
 tokenizing.
@@ -18,8 +22,31 @@ import hashlib
 import json
 import lzma
 import shutil
+import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+CALL_MIB = 64  # what one device call may send: the working tree and the carried folders
+RESERVE_MIB = 5  # the code archive (`git archive`, ~2 MiB) and the tree's growth meanwhile
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tree_bytes(root: Path = REPO) -> int:
+    """Bytes of what a device call sends from ``root`` besides its carried folders: tracked
+    files and untracked ones git does not ignore."""
+    out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard"], capture_output=True, check=True).stdout
+    files = {root / p for p in out.decode().split("\0") if p}
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def auto_part_mib(tree: int) -> float:
+    """The largest part that fits a call beside a tree of ``tree`` bytes and the reserve."""
+    mib = CALL_MIB - RESERVE_MIB - tree / 2**20
+    if mib < 8:
+        raise SystemExit(f"the working tree is {tree / 2**20:.1f} MiB: parts beside it would be "
+                         f"under 8 MiB; pass --part-mib, or send less with each call")
+    return mib
 
 
 def _text_sha(path: Path) -> str:
@@ -44,7 +71,9 @@ def main(argv=None) -> int:
     ap.add_argument("data")
     ap.add_argument("out")
     ap.add_argument("--train-shards", type=int, default=24)
-    ap.add_argument("--part-mib", type=float, default=46.0)
+    ap.add_argument("--part-mib", type=float, default=None,
+                    help="largest part in MiB (default: 64 - this working tree - "
+                         f"{RESERVE_MIB}, what a device call leaves)")
     ap.add_argument("--xz", action="store_true")
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args(argv)
@@ -72,6 +101,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"{data} holds no tokenizer.json")
     small = [data / n for n in ("tokenizer.json", "MANIFEST.json", "CORPUS.json")
              if (data / n).is_file()]
+    if a.part_mib is None:
+        a.part_mib = auto_part_mib(tree_bytes())
+        print(f"parts of at most {a.part_mib:.1f} MiB (64 MiB less this working tree and "
+              f"{RESERVE_MIB} MiB)")
     limit = int(a.part_mib * 2**20)
     parts: list[list[Path]] = [[*small]]
     for f in sorted(files, key=lambda p: p.stat().st_size, reverse=True):

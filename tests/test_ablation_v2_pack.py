@@ -69,3 +69,24 @@ def test_too_few_shards_is_an_error(tmp_path):
     _corpus(data, n_train=2)
     with pytest.raises(SystemExit, match="2 training shards"):
         _pack().main([str(data), str(tmp_path / "o"), "--train-shards", "24"])
+
+
+def test_default_part_size_leaves_room_for_the_working_tree(tmp_path):
+    """The default part size: 64 MiB less what a device call sends anyway (tracked files and
+    untracked ones git does not ignore, never ignored ones) and the reserve; a tree too large for
+    useful parts is an error that says so."""
+    import subprocess
+    pack = _pack()
+    repo = tmp_path / "r"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("ignored/\n")
+    (repo / "tracked.bin").write_bytes(b"x" * 3000)
+    subprocess.run(["git", "-C", str(repo), "add", "tracked.bin", ".gitignore"], check=True)
+    (repo / "untracked.bin").write_bytes(b"y" * 500)
+    (repo / "ignored").mkdir()
+    (repo / "ignored" / "big.bin").write_bytes(b"z" * 100_000)
+    assert pack.tree_bytes(repo) == 3000 + 500 + len("ignored/\n")
+    assert pack.auto_part_mib(20 * 2**20) == pack.CALL_MIB - pack.RESERVE_MIB - 20
+    with pytest.raises(SystemExit, match="the working tree is 55.0 MiB"):
+        pack.auto_part_mib(55 * 2**20)
