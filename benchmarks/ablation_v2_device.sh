@@ -223,16 +223,14 @@ EOS
     for m in $ABL/*/seed*/metrics.jsonl; do
       [ -f "$m" ] || continue
       python3 - "$m" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-tr = [r for r in rows if "loss" in r and "step" in r]
-ev = [r for r in rows if "val_loss" in r]
+import os, sys, time
+from ocpmx.llama_train.ablation import wall_eta
+from ocpmx.llama_train.metrics import read_metrics
+tr, ev = read_metrics(sys.argv[1])
 last = tr[-1] if tr else {}
 print("/".join(sys.argv[1].split("/")[-3:-1]), "step", last.get("step"), "loss", round(last.get("loss", float("nan")), 4),
       "tok/s", last.get("tokens_per_s"), "| val_loss", ev[-1]["val_loss"] if ev else None,
       "val_loss_recipe", ev[-1].get("val_loss_recipe") if ev else None)
-import os, time
-from ocpmx.llama_train.ablation import wall_eta
 log = os.path.join(os.path.dirname(sys.argv[1]), "log.txt")
 eta = wall_eta(open(log, errors="replace").read().splitlines()) if os.path.exists(log) else None
 if eta and not os.path.exists(os.path.join(os.path.dirname(sys.argv[1]), "status.json")):

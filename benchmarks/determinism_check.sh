@@ -32,23 +32,17 @@ wait
   # the device's copy of the tree may carry stale git metadata: the caller names the commit
   echo "commit ${OCPMX_COMMIT:-unknown (set OCPMX_COMMIT)}"; } > $OUTDIR/device.txt
 python3 - $RUNS $OUTDIR <<'EOF'
-import json, sys
+import sys
 from pathlib import Path
+from ocpmx.llama_train.metrics import read_metrics
 runs, out = Path(sys.argv[1]), Path(sys.argv[2])
-def rows(name):
-    p = runs / name / "metrics.jsonl"
-    if not p.is_file():
-        return None, None
-    r = [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
-    return [x for x in r if "loss" in x], [x for x in r if "val_loss" in x]
 lines, res = [], {}
 for name in ("det_a", "det_b", "plain_a", "plain_b"):
-    tr, ev = rows(name)
-    if tr is None:
+    if not (runs / name / "metrics.jsonl").is_file():
         lines.append(f"{name}: no metrics; its log ends:\n" + "".join(
             (runs / f"{name}.log").read_text().splitlines(keepends=True)[-15:]))
         continue
-    res[name] = (tr, ev)
+    res[name] = tr, ev = read_metrics(runs / name / "metrics.jsonl")
     tps = sorted(x["tokens_per_s"] for x in tr[1:])
     lines.append(f"{name}: {len(tr)} steps, median {tps[len(tps) // 2]:,.0f} tokens/s, "
                  f"final val_loss {ev[-1]['val_loss']!r}")

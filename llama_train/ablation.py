@@ -159,7 +159,7 @@ def wall_eta(log_lines, window_s: float = 300.0):
             day += 86400
         prev = t + day
         points.append((prev, int(m[4]), int(m[5])))
-    if len(points) < 2:
+    if not points:
         return None
     t_end, step, total = points[-1]
     earlier = [p for p in points if p[1] < step]  # an evaluation line repeats its step

@@ -55,7 +55,6 @@ def stacks_on_signal() -> bool:
     results/ablation_v2: a process alive minutes after its final evaluation). False where the
     platform has no SIGUSR1 or stderr is no file (captured in a test, say): nothing registered."""
     import faulthandler
-    import signal
     if not hasattr(signal, "SIGUSR1"):
         return False
     try:
