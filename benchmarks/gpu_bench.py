@@ -357,13 +357,20 @@ COLUMN_TILES = [ColumnTile(64, 2), ColumnTile(32, 1, 4, True, True),
                 ColumnTile(32, 1, 4, False, True), ColumnTile(64, 2, 4, False, True),
                 ColumnTile(64, 4, 4, False, True), ColumnTile(64, 2, 2, False, True),
                 ColumnTile(128, 4, 2, False, True), ColumnTile(32, 2, 8, False, True),
-                ColumnTile(64, 2, 4, False, False), ColumnTile(128, 4, 4, False, True)]
+                ColumnTile(64, 2, 4, False, False), ColumnTile(128, 4, 4, False, True),
+                # a column pair per thread (4-byte loads, 128 bytes of a row per warp
+                # instruction): no spill compiled for sm_90, ~24 SASS instructions per element
+                # (kernel_sass.py --columns)
+                ColumnTile(64, 1, vec=2), ColumnTile(128, 2, vec=2), ColumnTile(256, 4, vec=2),
+                ColumnTile(128, 2, 1, True, True, vec=2),
+                # four columns per thread (8-byte loads): spills a little compiled for sm_90
+                ColumnTile(256, 2, vec=4)]
 
 
 def section_columns(rows):
     """Issue 18: blocks of 32 along tokens (Wgrad's operands, axis 0 of bf16 8192 x 14336 ->
     MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
-    along K, one-element loads or vectorized, launch order), against a copy and against the
+    along K, loads of a column or a column pair per thread or vectorized, launch order), against a copy and against the
     transpose + row kernel path (the default until a column tile beats it). Same bits every
     way (tests/test_native_quantize.py)."""
     m, k = TOKENS, 14336

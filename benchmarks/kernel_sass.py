@@ -1,17 +1,24 @@
-"""Instruction counts of the 32-block quantize row kernel in sm_90a SASS, without a GPU.
+"""Instruction counts of the 32-block quantize kernels in sm_90a SASS, without a GPU.
 
   python benchmarks/kernel_sass.py [--fmt e2m1] [--rotations 0 16 32] [--qdq]
+  python benchmarks/kernel_sass.py --columns [--rotations 0 16] [--json]   # the column kernel
 
 Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
 and counts the SASS instructions: all of them, and those a program runs when it holds no NaN
 or Inf (its NaN/Inf fix-ups are branched over). Each thread holds one 32-element block, so a
 count / 32 is the cost per element. The second figure is the one behind the issue-bound
 analysis in results/native_gpu/README.md.
+
+``--columns``: the one-pass column kernel (``quantize_cols32_kernel``, bf16 8192 x 14336 along
+axis 0, the benchmark's case) for each tile of ``gpu_bench.COLUMN_TILES``: instructions per
+element, registers, register spills (STL/LDL), shared memory and warp shuffles (the layout
+conversions), and the widths of its global loads and stores.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -24,10 +31,10 @@ from triton.compiler import ASTSource
 import torch
 
 from ocpmx.native import kernels, launch, ops
-from ocpmx.native.launch import rows32_constexprs
+from ocpmx.native.launch import cols32_constexprs, rows32_constexprs
 
 launch.hopper = lambda device: True  # this tool compiles for sm_90: the Hopper launch options
-from ocpmx.native.tuning import GPU, RowTile, Tuning
+from ocpmx.native.tuning import GPU, ColumnTile, RowTile, Tuning
 from ocpmx.spec import Rotation
 
 
@@ -51,6 +58,47 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTil
                           options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
+def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: int = 8192,
+                   inner: int = 14336):
+    """The column kernel with the constexprs ``native.quantize`` passes on an NVIDIA GPU for a
+    bf16 [k, inner] tensor quantized along axis 0 (the 'even' scale rule)."""
+    n = ops.numerics(fmt_name, "even", rounding, Rotation(rot) if rot else None)
+    consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner,
+                                     Tuning(cols32=tile), False)
+    warps = consts.pop("num_warps")
+    fn = kernels.quantize.quantize_cols32_kernel
+    sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
+           "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
+           "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
+           "n_rows": "i32", **{c: "constexpr" for c in consts}}
+    # the pointers, K and inner as a launch specializes them (all divisible by 16)
+    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 4, 5)})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+
+
+def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> dict:
+    """What the column kernel compiles to for one tile (see the module doc)."""
+    ck = compile_cols32(fmt_name, rot, rounding, tile)
+    cubin = ck.asm["cubin"]
+    ops_ = [op for _, _, op, _ in all_instructions(cubin)]
+    count = collections.Counter(op.split(".")[0] for op in ops_)
+    per_thread = tile.columns * tile.blocks_along(8192 // 32) * 32 / (tile.warps * 32)
+    return dict(tile=str(tile), rotation=rot, rounding=rounding, registers=registers(cubin),
+                per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
+                **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
+                loads=sorted({op for op in ops_ if op.startswith("LDG")}),
+                stores=sorted({op for op in ops_ if op.startswith("STG")}))
+
+
+def all_instructions(cubin: bytes) -> list[tuple[int, str, str, str]]:
+    """(address, predicate, opcode, operands) of every SASS instruction but NOPs (a kernel
+    with loops or past 64 KiB of code too)."""
+    return [(int(a, 16), p.strip(), op, rest) for a, p, op, rest in re.findall(
+        r"/\*([0-9a-f]{4,6})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);", disassemble(cubin))
+        if op != "NOP"]
+
+
 def disassemble(cubin: bytes) -> str:
     """cuobjdump -res-usage -sass of a cubin (the tool ships in the Triton wheel)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -68,11 +116,7 @@ def registers(cubin: bytes) -> int:
 
 def sass_instructions(cubin: bytes) -> list[tuple[int, str, str, str]]:
     """(address, predicate, opcode, operands) of each SASS instruction, up to EXIT's padding."""
-    sass = disassemble(cubin)
-    out = []
-    for addr, pred, op, rest in re.findall(
-            r"/\*([0-9a-f]{4})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);", sass):
-        out.append((int(addr, 16), pred.strip(), op, rest))
+    out = all_instructions(cubin)
     last = max(i for i, ins in enumerate(out) if ins[2] == "EXIT")
     return out[:last + 1]
 
@@ -100,9 +144,28 @@ def main():
     ap.add_argument("--fmt", default="e2m1")
     ap.add_argument("--rotations", nargs="+", type=int, default=[0, 16, 32])
     ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
-    ap.add_argument("--tile", nargs=2, type=int, metavar=("BLOCKS", "WARPS"),
-                    help="blocks per tile and warps (default: the kernel's GPU default)")
+    ap.add_argument("--tile", nargs="+", type=int,
+                    help="rows: BLOCKS WARPS (default: the kernel's GPU default); --columns: "
+                         "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC] (ColumnTile's fields)")
+    ap.add_argument("--columns", action="store_true",
+                    help="the column kernel, for each of gpu_bench.COLUMN_TILES (or --tile)")
+    ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
+    ap.add_argument("--json", action="store_true", help="with --columns: one JSON list")
     args = ap.parse_args()
+    if args.columns:
+        if args.tile:
+            c = args.tile + [1, 1, 0, 1][len(args.tile) - 2:]
+            tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5])]
+        else:
+            from gpu_bench import COLUMN_TILES
+            tiles = COLUMN_TILES
+        facts = [column_facts(args.fmt, rot, rnd, t) for rot in args.rotations
+                 for rnd in args.rounding for t in tiles]
+        if args.json:
+            print(json.dumps(facts))
+        for f in facts if not args.json else ():
+            print(" ".join(f"{k} {v}" for k, v in f.items()))
+        return
     tile = RowTile(*args.tile) if args.tile else (GPU.rows32_qdq if args.qdq else GPU.rows32)
     print(f"tile: {tile.blocks} blocks, {tile.warps} warps, register cap {tile.maxnreg}")
     for rot in args.rotations:

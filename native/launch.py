@@ -200,7 +200,7 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
                 QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold.key if fold else NO_FOLD_KEY), BN=tile.columns, KB=kb,
-                HIDE=tile.hide, KB_FAST=tile.kb_fast, BIG=numel >= BIG_NUMEL,
+                HIDE=tile.hide, VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=numel >= BIG_NUMEL,
                 EVEN=inner % tile.columns == 0, num_warps=tile.warps), tile.columns, kb
 
 

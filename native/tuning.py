@@ -29,14 +29,21 @@ class RowTile:
 class ColumnTile:
     """The 32-block column kernel: ``kblocks`` blocks of 32 elements along the quantized axis
     (fewer where the axis's block count is not a multiple) times ``columns`` positions of the
-    other axes per program, on ``warps`` warps; ``hide``: one-element loads, a column per
-    thread (else vectorized loads and a layout conversion); ``kb_fast``: programs along the
+    other axes per program, on ``warps`` warps; ``hide``: each thread takes ``vec`` adjacent
+    columns whole (loads ``vec`` elements wide: 2 bytes each at 1, 4 at 2; no data crosses
+    threads), else vectorized loads and a layout conversion; ``kb_fast``: programs along the
     quantized axis launched first (their outputs are neighbours)."""
     columns: int
     warps: int
     kblocks: int = 1
     hide: bool = True
     kb_fast: bool = False
+    vec: int = 1
+
+    def __post_init__(self):
+        if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:
+            raise ValueError(f"ColumnTile vec must be a power of two dividing columns "
+                             f"({self.columns}), got {self.vec}")
 
     def blocks_along(self, n_blocks: int) -> int:
         """Blocks along the quantized axis per program: ``kblocks`` halved until it divides

@@ -377,6 +377,8 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
                                                 ("kernel", (32, 1), 480),
                                                 ("kernel", (32, 1, 4, False, True), 480),
                                                 ("kernel", (16, 1, 8, True, False), 480),
+                                                ("kernel", (64, 1, 1, True, False, 2), 480),
+                                                ("kernel", (32, 1, 2, True, True, 4), 480),
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -385,7 +387,8 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     larger tile) in blocks along axis 0, a last column tile cut short (masked), as a 3-D
     tensor too; codes, scales and quantize-dequantize, RNE and stochastic rounding, with and
     without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
-    to 1 where 10 and 5 blocks do not divide), vectorized loads, either launch order."""
+    to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
+    thread (``vec``), either launch order."""
     tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile),
                            rows32=native.default_tuning().rows32,
                            rows32_qdq=native.default_tuning().rows32_qdq)
@@ -411,3 +414,41 @@ def test_columns_every_bf16_value(device, columns, tile, count):
                                                              scale_rule="even"))
                 assert np.array_equal(bf16_bits(got),
                                       want.astype(ml_dtypes.bfloat16).view(np.int16))
+
+
+def test_column_pair_tile_compiles_for_sm90_without_spills():
+    """The column tile that loads a column pair per thread (``ColumnTile(vec=2)``), compiled
+    for sm_90a without the chip (the installed Triton and its ptxas, ``kernel_sass.py
+    --columns``), with and without H16: 4-byte loads (LDG.E: 128 contiguous bytes of a row per
+    warp instruction, against 64 with a column per thread), each block's 16 code bytes in one
+    16-byte store, no register spilled, no warp shuffle moving data (the vectorized tiles'
+    layout conversions compile to hundreds), and about the row kernel's instruction count per
+    element (20.5 with H16, NaN/Inf fix-ups included). A regression here is lost speed along
+    tokens (Wgrad's operands), found on a CPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "1", "1",
+                        "0", "2", "--rotations", "0", "16", "--json"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    facts = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [f["rotation"] for f in facts] == [0, 16]
+    for f in facts:
+        assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
+        assert f["STL"] == 0 and f["LDL"] == 0 and f["SHFL"] <= 2, f
+        assert f["per_element"] < 28, f
+
+
+def test_column_tile_vec_is_checked():
+    """A column tile's ``vec`` (columns per thread's load) must be a power of two dividing its
+    columns: anything else is named, not launched."""
+    assert native.ColumnTile(64, 2, vec=4).vec == 4
+    for bad in (dict(columns=64, vec=3), dict(columns=2, vec=4), dict(columns=64, vec=0)):
+        with pytest.raises(ValueError, match="vec must be a power of two dividing columns"):
+            native.ColumnTile(warps=1, **bad)

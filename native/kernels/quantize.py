@@ -663,7 +663,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            HW_CVT: tl.constexpr,
                            # the tile, and what the shape implies
                            BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
-                           KB_FAST: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
+                           VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
+                           EVEN: tl.constexpr):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -680,9 +681,10 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     of one output row from a multiple of KB on, so with KB a multiple of FOLD_GROUP (the
     launcher picks KB so) they are whole fold groups, each group's blocks in order.
 
-    ``HIDE``: hide the columns' contiguity from the compiler, so that loads are one element
-    wide and thread t of a warp takes column t's elements (no data crosses threads); else
-    loads are vectorized along the columns and Triton converts the layout.
+    ``HIDE``: show the compiler only VEC contiguous columns, so that loads are VEC elements
+    wide and each thread takes VEC adjacent columns' elements (no data crosses threads; VEC 2:
+    4-byte loads, a warp reading 128 contiguous bytes of a row per instruction, against 64 at
+    VEC 1); else loads are vectorized along the columns and Triton converts the layout.
 
     Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
     group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
@@ -701,7 +703,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         kt = tl.program_id(1)
     o = tl.program_id(2)
     if HIDE:
-        n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), 1)
+        n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
     else:
         n = pid_n * BN + tl.arange(0, BN)
     k = kt * (32 * KB) + tl.arange(0, 32 * KB)
