@@ -236,7 +236,7 @@ def _nvidia_facts(kernel) -> dict:
     sass = _cuobjdump(kernel.asm["cubin"], "-sass")
     res = _cuobjdump(kernel.asm["cubin"], "-res-usage")
     usage = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", res)}
-    ops = [op for op in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+    ops = [op for op in re.findall(r"/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
            if op != "NOP"]
     # spills: the local-memory stores and loads ptxas adds (STL / LDL in the SASS)
     spills = {k: v for k, v in [("STL", sum(op.startswith("STL") for op in ops)),

@@ -20,6 +20,8 @@
 #   bash benchmarks/ablation_v2_device.sh mech
 # A run that stopped logging (alive, GPU idle): its Python stacks at the end of its log.txt
 #   bash benchmarks/ablation_v2_device.sh stacks
+# A GPU benchmark on a GPU the batch has left idle (refused on one a run holds):
+#   GPU=0 SECTIONS=columns bash benchmarks/ablation_v2_device.sh bench
 # Pause, resume or end some runs of the batch (e.g. a 30m run beside a 125m one that would not
 # finish inside the hold otherwise; poll prints each run's wall-clock ETA to judge that):
 #   SIG=STOP RUNS="mxfp4_all/seed1" bash benchmarks/ablation_v2_device.sh signal
@@ -207,6 +209,25 @@ EOS
       [ $n -gt 0 ] || missing="$missing $r"
     done
     [ -z "$missing" ] || { echo "no training process of$missing in $ABL"; exit 2; }
+    ;;
+  bench)
+    # a GPU benchmark (benchmarks/gpu_bench.py --sections ${SECTIONS:-columns}) on GPU $GPU, one
+    # that a batch has left idle while its runs on the other GPUs go on (hold 8's GPU 0 idled
+    # ~5 minutes): its report to $OUT/bench_<sections>/bench.md / .json (written after each
+    # section), BENCH_S seconds at most.
+    # Refused while a training process of this machine has that GPU (or every GPU: no
+    # CUDA_VISIBLE_DEVICES): its timings would be shared.
+    : "${GPU:?GPU=the index of a GPU no run holds}"
+    busy=
+    while read -r pid out; do
+      [ -n "$pid" ] || continue
+      g=$(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
+      case ",$g," in ",,"|*",$GPU,"*) busy="$busy $pid (${out})" ;; esac
+    done <<< "$(ocpmx_pids train)"
+    [ -z "$busy" ] || { echo "GPU $GPU is training:$busy"; exit 2; }
+    sections=${SECTIONS:-columns}
+    CUDA_VISIBLE_DEVICES=$GPU timeout ${BENCH_S:-300} python3 "$PYTHONPATH/ocpmx/benchmarks/gpu_bench.py" \
+      --out "${OUT:-/tmp}/bench_${sections// /_}" --sections $sections
     ;;
   poll)
     # wait up to $2 seconds for the batch (and an analysis started here) to end, then bring

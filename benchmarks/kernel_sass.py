@@ -154,6 +154,8 @@ def main():
     args = ap.parse_args()
     if args.columns:
         if args.tile:
+            if not 2 <= len(args.tile) <= 6:
+                ap.error("--columns --tile takes COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC]")
             c = args.tile + [1, 1, 0, 1][len(args.tile) - 2:]
             tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5])]
         else:
@@ -166,6 +168,8 @@ def main():
         for f in facts if not args.json else ():
             print(" ".join(f"{k} {v}" for k, v in f.items()))
         return
+    if args.tile and len(args.tile) != 2:
+        ap.error("--tile takes BLOCKS WARPS for the row kernel")
     tile = RowTile(*args.tile) if args.tile else (GPU.rows32_qdq if args.qdq else GPU.rows32)
     print(f"tile: {tile.blocks} blocks, {tile.warps} warps, register cap {tile.maxnreg}")
     for rot in args.rotations:

@@ -29,10 +29,12 @@ class RowTile:
 class ColumnTile:
     """The 32-block column kernel: ``kblocks`` blocks of 32 elements along the quantized axis
     (fewer where the axis's block count is not a multiple) times ``columns`` positions of the
-    other axes per program, on ``warps`` warps; ``hide``: each thread takes ``vec`` adjacent
-    columns whole (loads ``vec`` elements wide: 2 bytes each at 1, 4 at 2; no data crosses
-    threads), else vectorized loads and a layout conversion; ``kb_fast``: programs along the
-    quantized axis launched first (their outputs are neighbours)."""
+    other axes per program, on ``warps`` warps; ``hide``: the compiler sees only ``vec``
+    contiguous columns, so loads are at most ``vec`` elements wide (bf16: 2 bytes at 1, 4 at
+    2; wider only where alignment is provable: ``inner`` a multiple of 16) and, with
+    ``columns / vec`` >= 32 ``warps``, each thread holds ``vec`` columns whole (no data
+    crosses threads); else vectorized loads and a layout conversion; ``kb_fast``: programs
+    along the quantized axis launched first (their outputs are neighbours)."""
     columns: int
     warps: int
     kblocks: int = 1

@@ -261,3 +261,38 @@ def test_poll_prints_each_running_runs_wall_clock_eta(tmp_path):
     assert out.stdout.count("steps/s of wall time") == 1, out.stdout
     assert "1.00 steps/s of wall time" in out.stdout and "~200 s to its last step" in out.stdout
     assert (tmp_path / "out" / "abl.tgz").stat().st_size > 0
+
+
+def test_bench_runs_only_on_a_gpu_no_run_holds(tmp_path):
+    """``bench``: gpu_bench on GPU $GPU (CUDA_VISIBLE_DEVICES), written under $OUT, while runs
+    train on other GPUs; refused on a GPU a training process holds, and on every GPU while one
+    runs without CUDA_VISIBLE_DEVICES (it may use any)."""
+    import sys
+    env = dict(_env(tmp_path), OUT=str(tmp_path / "out"))
+    run = tmp_path / "abl" / "bf16" / "seed1"
+    run.mkdir(parents=True)
+    base = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    train = [sys.executable, "-c", "import time; time.sleep(60)", "ocpmx.cli", "train",
+             "--out", str(run)]
+    on_gpu1 = subprocess.Popen(train, env=dict(base, CUDA_VISIBLE_DEVICES="1"))
+    anywhere = None
+    try:
+        time.sleep(0.5)
+        out = _script("bench", dict(env, GPU="1"), tmp_path)
+        assert out.returncode == 2 and f"GPU 1 is training: {on_gpu1.pid} ({run})" in out.stdout
+        assert "args:" not in out.stdout
+        out = _script("bench", dict(env, GPU="0", SECTIONS="columns quantize"), tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "gpus: 0" in out.stdout and "benchmarks/gpu_bench.py" in out.stdout
+        assert f"--out {tmp_path / 'out'}/bench_columns_quantize --sections columns quantize" \
+            in out.stdout
+        anywhere = subprocess.Popen(train, env=base)
+        time.sleep(0.5)
+        out = _script("bench", dict(env, GPU="0"), tmp_path)
+        assert out.returncode == 2 and f"GPU 0 is training: {anywhere.pid}" in out.stdout
+        assert _script("bench", {k: v for k, v in env.items()}, tmp_path).returncode != 0  # GPU=
+    finally:
+        for p in (on_gpu1, anywhere):
+            if p is not None:
+                p.kill()
+                p.wait()

@@ -681,10 +681,12 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     of one output row from a multiple of KB on, so with KB a multiple of FOLD_GROUP (the
     launcher picks KB so) they are whole fold groups, each group's blocks in order.
 
-    ``HIDE``: show the compiler only VEC contiguous columns, so that loads are VEC elements
-    wide and each thread takes VEC adjacent columns' elements (no data crosses threads; VEC 2:
-    4-byte loads, a warp reading 128 contiguous bytes of a row per instruction, against 64 at
-    VEC 1); else loads are vectorized along the columns and Triton converts the layout.
+    ``HIDE``: show the compiler only VEC contiguous columns, so that loads are at most VEC
+    elements wide and, with BN / VEC >= 32 num_warps, each thread takes VEC adjacent columns'
+    elements (no data crosses threads; bf16 at VEC 2: 4-byte loads, a warp reading 128
+    contiguous bytes of a row per instruction, against 64 at VEC 1); else loads are vectorized
+    along the columns and Triton converts the layout. (The hint only narrows what Triton may
+    vectorize; alignment it cannot prove keeps loads narrower, never wrong.)
 
     Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
     group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
