@@ -180,10 +180,12 @@ EOS
     sleep 5; cat $ABL/mech.log
     ;;
   stacks)
-    # every training process's Python stacks (ocpmx train prints them on SIGUSR1 and goes on),
-    # then the end of each run's log.txt, where they land: for a run that stopped logging
-    pids=$(ocpmx_pids train | cut -d' ' -f1)
-    [ -n "$pids" ] || { echo "no training process"; exit 2; }
+    # the Python stacks of every training process of this batch ($ABL; ocpmx train prints them
+    # on SIGUSR1 and goes on), then the end of each run's log.txt, where they land: for a run
+    # that stopped logging
+    pids=$(ocpmx_pids train | while read -r pid out; do
+      [[ $out == $ABL/* ]] && echo "$pid"; done)
+    [ -n "$pids" ] || { echo "no training process in $ABL"; exit 2; }
     for pid in $pids; do kill -USR1 $pid; done
     sleep ${STACKS_WAIT_S:-3}
     for l in $ABL/*/seed*/log.txt; do [ -f "$l" ] && { echo "== $l"; tail -n ${STACKS_LINES:-80} "$l"; }; done
@@ -216,11 +218,13 @@ EOS
     # ~5 minutes): its report to $OUT/bench_<sections>/bench.md / .json (written after each
     # section), BENCH_S seconds at most.
     # Refused while a training process of this machine has that GPU (or every GPU: no
-    # CUDA_VISIBLE_DEVICES): its timings would be shared.
+    # CUDA_VISIBLE_DEVICES): its timings would be shared. (TRAIN_ROOT: only runs whose --out
+    # lies below it count; default all of them.)
     : "${GPU:?GPU=the index of a GPU no run holds}"
     busy=
     while read -r pid out; do
       [ -n "$pid" ] || continue
+      [[ $out == ${TRAIN_ROOT:-/}* ]] || continue
       g=$(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')
       case ",$g," in ",,"|*",$GPU,"*) busy="$busy $pid (${out})" ;; esac
     done <<< "$(ocpmx_pids train)"

@@ -370,9 +370,10 @@ COLUMN_TILES = [ColumnTile(64, 2), ColumnTile(32, 1, 4, True, True),
 def section_columns(rows):
     """Issue 18: blocks of 32 along tokens (Wgrad's operands, axis 0 of bf16 8192 x 14336 ->
     MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
-    along K, loads of a column or a column pair per thread or vectorized, launch order), against a copy and against the
-    transpose + row kernel path (the default until a column tile beats it). Same bits every
-    way (tests/test_native_quantize.py)."""
+    along K, loads of ``vec`` columns per thread or vectorized, launch order), against a copy
+    and against the transpose + row kernel path (the default until a column tile beats it);
+    then quantize-dequantize along tokens through the transpose and the vec tiles. Same bits
+    every way (tests/test_native_quantize.py)."""
     m, k = TOKENS, 14336
     src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
@@ -394,6 +395,21 @@ def section_columns(rows):
             gbs = nbytes / ms / 1e6
             rows.append(dict(case=f"columns {name} e2m1 rot={rot} {rnd}", ms=ms, gbs=gbs,
                              of_copy=gbs / copy_gbs))
+    # quantize-dequantize along tokens (what a bf16 Wgrad GEMM is fed: 2 bytes read and 2
+    # written per element, a copy's traffic), through the transpose and the vec tiles
+    qdq_ways = ways[:1] + [(str(t), tuning) for t, (_, tuning) in zip(COLUMN_TILES, ways[1:])
+                           if t.vec > 1]
+    for rot in (None, "hadamard16"):
+        for name, tuning in qdq_ways:
+            try:
+                ms = bench(lambda: native.quantize_dequantize(src(), "e2m1", axis=0,
+                                                              rotation=rot, scale_rule="even",
+                                                              tuning=tuning))
+            except Exception as e:  # a tile that does not compile: say so, go on
+                rows.append(dict(case=f"columns qdq {name} rot={rot}: {type(e).__name__}"))
+                continue
+            rows.append(dict(case=f"columns qdq {name} e2m1 -> bf16 rot={rot}", ms=ms,
+                             gbs=2 * m * k * 2 / ms / 1e6, of_copy=copy_ms / ms))
 
 
 def host_us(fn, calls: int = 500, repeats: int = 5) -> float:

@@ -137,14 +137,23 @@ def test_start_passes_the_gpus_and_runs_per_gpu(tmp_path):
 
 
 def test_stacks_shows_where_a_training_process_waits(tmp_path):
-    """``stacks``: every ``ocpmx.cli train`` process gets SIGUSR1 and, through
+    """``stacks``: every ``ocpmx.cli train`` process of the batch gets SIGUSR1 and, through
     ``metrics.stacks_on_signal`` (what ``ocpmx train`` registers), writes its Python stacks into
     its run's log.txt and goes on; the mode shows the end of each log. Without a training
-    process it says so."""
+    process in the batch it says so, whatever trains elsewhere (another batch, another test)."""
     import sys
     env = _env(tmp_path)
-    out = _script("stacks", env, tmp_path)
-    assert out.returncode == 2 and "no training process" in out.stdout
+    elsewhere = tmp_path / "other" / "bf16" / "seed0"
+    elsewhere.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ocpmx.cli",
+                              "train", "--out", str(elsewhere)])
+    try:
+        time.sleep(0.5)
+        out = _script("stacks", env, tmp_path)
+        assert out.returncode == 2 and "no training process in" in out.stdout
+    finally:
+        other.kill()
+        other.wait()
     run = tmp_path / "abl" / "bf16" / "seed0"
     run.mkdir(parents=True)
     code = ("import time; from ocpmx.llama_train.metrics import stacks_on_signal; "
@@ -268,7 +277,8 @@ def test_bench_runs_only_on_a_gpu_no_run_holds(tmp_path):
     train on other GPUs; refused on a GPU a training process holds, and on every GPU while one
     runs without CUDA_VISIBLE_DEVICES (it may use any)."""
     import sys
-    env = dict(_env(tmp_path), OUT=str(tmp_path / "out"))
+    # TRAIN_ROOT: only this test's runs count (other tests may train beside it)
+    env = dict(_env(tmp_path), OUT=str(tmp_path / "out"), TRAIN_ROOT=str(tmp_path))
     run = tmp_path / "abl" / "bf16" / "seed1"
     run.mkdir(parents=True)
     base = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -290,6 +300,9 @@ def test_bench_runs_only_on_a_gpu_no_run_holds(tmp_path):
         time.sleep(0.5)
         out = _script("bench", dict(env, GPU="0"), tmp_path)
         assert out.returncode == 2 and f"GPU 0 is training: {anywhere.pid}" in out.stdout
+        out = _script("bench", dict(env, GPU="0", TRAIN_ROOT=str(tmp_path / "nowhere")),
+                      tmp_path)
+        assert out.returncode == 0 and "gpus: 0" in out.stdout  # runs outside TRAIN_ROOT
         assert _script("bench", {k: v for k, v in env.items()}, tmp_path).returncode != 0  # GPU=
     finally:
         for p in (on_gpu1, anywhere):
