@@ -397,8 +397,7 @@ def section_columns(rows):
                              of_copy=gbs / copy_gbs))
     # quantize-dequantize along tokens (what a bf16 Wgrad GEMM is fed: 2 bytes read and 2
     # written per element, a copy's traffic), through the transpose and the vec tiles
-    qdq_ways = ways[:1] + [(str(t), tuning) for t, (_, tuning) in zip(COLUMN_TILES, ways[1:])
-                           if t.vec > 1]
+    qdq_ways = ways[:1] + [w for t, w in zip(COLUMN_TILES, ways[1:]) if t.vec > 1]
     for rot in (None, "hadamard16"):
         for name, tuning in qdq_ways:
             try:

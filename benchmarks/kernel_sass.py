@@ -80,22 +80,22 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
 def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> dict:
     """What the column kernel compiles to for one tile (see the module doc)."""
     ck = compile_cols32(fmt_name, rot, rounding, tile)
-    cubin = ck.asm["cubin"]
-    ops_ = [op for _, _, op, _ in all_instructions(cubin)]
+    sass = disassemble(ck.asm["cubin"])
+    ops_ = [op for _, _, op, _ in all_instructions(sass)]
     count = collections.Counter(op.split(".")[0] for op in ops_)
     per_thread = tile.columns * tile.blocks_along(8192 // 32) * 32 / (tile.warps * 32)
-    return dict(tile=str(tile), rotation=rot, rounding=rounding, registers=registers(cubin),
+    return dict(tile=str(tile), rotation=rot, rounding=rounding, registers=registers(sass),
                 per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
                 **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
                 loads=sorted({op for op in ops_ if op.startswith("LDG")}),
                 stores=sorted({op for op in ops_ if op.startswith("STG")}))
 
 
-def all_instructions(cubin: bytes) -> list[tuple[int, str, str, str]]:
-    """(address, predicate, opcode, operands) of every SASS instruction but NOPs (a kernel
-    with loops or past 64 KiB of code too)."""
+def all_instructions(sass: str) -> list[tuple[int, str, str, str]]:
+    """(address, predicate, opcode, operands) of every SASS instruction of a disassembly
+    (``disassemble``) but NOPs (a kernel with loops or past 64 KiB of code too)."""
     return [(int(a, 16), p.strip(), op, rest) for a, p, op, rest in re.findall(
-        r"/\*([0-9a-f]{4,6})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);", disassemble(cubin))
+        r"/\*([0-9a-f]{4,6})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);", sass)
         if op != "NOP"]
 
 
@@ -109,14 +109,15 @@ def disassemble(cubin: bytes) -> str:
                               text=True, check=True).stdout
 
 
-def registers(cubin: bytes) -> int:
-    """Registers per thread (they bound how many warps an SM holds)."""
-    return int(re.search(r"REG:(\d+)", disassemble(cubin)).group(1))
+def registers(sass: str) -> int:
+    """Registers per thread of a disassembly (they bound how many warps an SM holds)."""
+    return int(re.search(r"REG:(\d+)", sass).group(1))
 
 
-def sass_instructions(cubin: bytes) -> list[tuple[int, str, str, str]]:
-    """(address, predicate, opcode, operands) of each SASS instruction, up to EXIT's padding."""
-    out = all_instructions(cubin)
+def sass_instructions(sass: str) -> list[tuple[int, str, str, str]]:
+    """(address, predicate, opcode, operands) of each SASS instruction of a disassembly, up to
+    EXIT's padding."""
+    out = all_instructions(sass)
     last = max(i for i, ins in enumerate(out) if ins[2] == "EXIT")
     return out[:last + 1]
 
@@ -175,9 +176,10 @@ def main():
     for rot in args.rotations:
         for signs in ((False, True) if rot else (False,)):
             ck = compile_rows32(args.fmt, rot, signs, args.qdq, tile)
-            ins = sass_instructions(ck.asm["cubin"])
+            sass = disassemble(ck.asm["cubin"])
+            ins = sass_instructions(sass)
             ops = common_path(ins)
-            regs = registers(ck.asm["cubin"])
+            regs = registers(sass)
             top = ", ".join(f"{k} {v}" for k, v in collections.Counter(ops).most_common(8))
             print(f"{args.fmt} rotation {rot:2d}{' random signs' if signs else '             '}"
                   f"{' qdq' if args.qdq else ''}: {len(ins)} instructions "
