@@ -8,8 +8,10 @@ order (PLAN.md: 24 shards hold ~264 M tokens, more than one 250 M-token run read
 validation shard, tokenizer.json, MANIFEST.json and CORPUS.json, each part at most ``--part-mib`` MiB.
 By default that is what a call leaves beside this repository's working tree (tracked files and
 untracked ones git does not ignore: they travel with every call) and the code archive the last
-part carries: 64 MiB - the tree - ``RESERVE_MIB``. (The fourteenth session found the 40 MiB parts
-of an earlier pack over the limit once results had grown the tree to 28 MiB.)
+part carries: 64 MiB - the tree - ``RESERVE_MIB``, every file counted in whole 4 KiB blocks, as
+the device counts a call (the sixteenth session: a 30.6 MiB tree and a 32.9 MiB part, 63.5 MiB
+in bytes, were refused; in 4 KiB blocks they are 65.7 MiB). (The fourteenth session found the
+40 MiB parts of an earlier pack over the limit once results had grown the tree to 28 MiB.)
 ``--xz`` recompresses the shards with LZMA (smaller parts, slower here). Every part also holds
 PARTS.json: each shard's name and the SHA-256 of its text, which the device checks before
 tokenizing.
@@ -28,16 +30,22 @@ from pathlib import Path
 
 CALL_MIB = 64  # what one device call may send: the working tree and the carried folders
 RESERVE_MIB = 5  # the code archive (`git archive`, ~2 MiB) and the tree's growth meanwhile
+BLOCK = 4096  # a file's size as a call counts it: whole blocks of this many bytes
 REPO = Path(__file__).resolve().parents[1]
+
+
+def disk_bytes(size: int) -> int:
+    """``size`` bytes rounded up to whole ``BLOCK``s (an empty file takes none)."""
+    return -(-size // BLOCK) * BLOCK
 
 
 def tree_bytes(root: Path = REPO) -> int:
     """Bytes of what a device call sends from ``root`` besides its carried folders: tracked
-    files and untracked ones git does not ignore."""
+    files and untracked ones git does not ignore, each in whole ``BLOCK``s."""
     out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
                           "--exclude-standard"], capture_output=True, check=True).stdout
     files = {root / p for p in out.decode().split("\0") if p}
-    return sum(f.stat().st_size for f in files if f.is_file())
+    return sum(disk_bytes(f.stat().st_size) for f in files if f.is_file())
 
 
 def auto_part_mib(tree: int) -> float:
@@ -106,14 +114,15 @@ def main(argv=None) -> int:
         print(f"parts of at most {a.part_mib:.1f} MiB (64 MiB less this working tree and "
               f"{RESERVE_MIB} MiB)")
     limit = int(a.part_mib * 2**20)
+    limit -= BLOCK  # PARTS.json, in every part
     parts: list[list[Path]] = [[*small]]
     for f in sorted(files, key=lambda p: p.stat().st_size, reverse=True):
-        s = f.stat().st_size
+        s = disk_bytes(f.stat().st_size)
         if s > limit:
             raise SystemExit(f"{f.name} is {s / 2**20:.1f} MiB, over --part-mib {a.part_mib}")
         # first fit: the largest files first, each into the first part with room
         for i, part in enumerate(parts):
-            used = sum(p.stat().st_size for p in part)
+            used = sum(disk_bytes(p.stat().st_size) for p in part)
             if used + s <= limit:
                 part.append(f)
                 break

@@ -370,8 +370,9 @@ COLUMN_TILES = [ColumnTile(64, 2), ColumnTile(32, 1, 4, True, True),
 def section_columns(rows):
     """Issue 18: blocks of 32 along tokens (Wgrad's operands, axis 0 of bf16 8192 x 14336 ->
     MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
-    along K, loads of ``vec`` columns per thread or vectorized, launch order), against a copy
-    and against the transpose + row kernel path (the default until a column tile beats it);
+    along K, loads of ``vec`` columns per thread or vectorized, launch order), against a copy,
+    the transpose + row kernel path and the default of this GPU (``default_tuning``: on an
+    H100 the column kernel for quantize, the transpose for quantize-dequantize);
     then quantize-dequantize along tokens through the transpose and the vec tiles. Same bits
     every way (tests/test_native_quantize.py)."""
     m, k = TOKENS, 14336
@@ -383,8 +384,10 @@ def section_columns(rows):
     nbytes = m * k * 2 + m * k // 2 + m * k // 32
     ways = [("transpose", dataclasses.replace(GPU, columns="transpose"))] + [
         (str(t), dataclasses.replace(GPU, columns="kernel", cols32=t)) for t in COLUMN_TILES]
+    # what a call without tuning= runs on this GPU (``default_tuning``: per GPU model)
+    default = ("default", native.default_tuning(src().device))
     for rot, rnd in ((None, "rne"), ("hadamard16", "rne"), ("hadamard16", "stochastic")):
-        for name, tuning in ways:
+        for name, tuning in [default] + ways:
             try:
                 ms = bench(lambda: native.quantize(src(), "e2m1", axis=0, rotation=rot,
                                                    rounding=rnd, scale_rule="even",
@@ -397,7 +400,7 @@ def section_columns(rows):
                              of_copy=gbs / copy_gbs))
     # quantize-dequantize along tokens (what a bf16 Wgrad GEMM is fed: 2 bytes read and 2
     # written per element, a copy's traffic), through the transpose and the vec tiles
-    qdq_ways = ways[:1] + [w for t, w in zip(COLUMN_TILES, ways[1:]) if t.vec > 1]
+    qdq_ways = [default] + ways[:1] + [w for t, w in zip(COLUMN_TILES, ways[1:]) if t.vec > 1]
     for rot in (None, "hadamard16"):
         for name, tuning in qdq_ways:
             try:

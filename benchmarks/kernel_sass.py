@@ -63,8 +63,7 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
     """The column kernel with the constexprs ``native.quantize`` passes on an NVIDIA GPU for a
     bf16 [k, inner] tensor quantized along axis 0 (the 'even' scale rule)."""
     n = ops.numerics(fmt_name, "even", rounding, Rotation(rot) if rot else None)
-    consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner,
-                                     Tuning(cols32=tile), False)
+    consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False)
     warps = consts.pop("num_warps")
     fn = kernels.quantize.quantize_cols32_kernel
     sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",

@@ -20,7 +20,7 @@ from . import fastlaunch
 from ._lazy import kernels
 from .dispatch import gfx950, hopper, interpreting
 from .tensor import pack_factor
-from .tuning import Tuning
+from .tuning import ColumnTile, Tuning
 
 # tensors at least this large index with 64-bit offsets (a margin below 2^31 for the tiles)
 BIG_NUMEL = 2**31 - 2**20
@@ -168,14 +168,15 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
            n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
            keys: torch.Tensor | None = None, fold: FoldOutput | None = None) -> None:
     """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
-    kernel; along another (Wgrad contracts over tokens) per ``tuning.columns`` the one-pass
-    column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
+    kernel; along another (Wgrad contracts over tokens) per ``tuning.column_path(qdq)`` the
+    one-pass column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
     bits the same, every way (stochastic rounding counts K-major indices). ``qdq``: ``data`` is
     the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused. ``fold``:
     ``data`` gets E4M3 codes, one byte per element, either kernel folding in its own pass."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    if inner != 1 and tuning.columns == "kernel" and \
-            cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tuning, qdq, fold):
+    path, tile = tuning.column_path(qdq)
+    if inner != 1 and path == "kernel" and \
+            cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tile, qdq, fold):
         return
     if inner != 1:
         x = move_axis_last(x, axis, tuning)
@@ -187,13 +188,12 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
 
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,
-                      tuning: Tuning, qdq: bool,
+                      tile: ColumnTile, qdq: bool,
                       fold: FoldOutput | None = None) -> tuple[dict, int, int]:
     """(constexprs and launch options, columns per program, blocks along K per program) of the
     32-block column kernel. A fold takes whole groups along K per program: its blocks along K
     per program are the least common multiple of the tile's and the group's size (both divide
     K / 32, so it does too)."""
-    tile = tuning.cols32
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
@@ -213,13 +213,13 @@ def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool)
 
 
 def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, seed_arg,
-           sign_arg, tuning: Tuning, qdq: bool, fold: FoldOutput | None = None) -> bool:
-    """The column kernel over a contiguous ``x`` (blocks along ``axis``; ``fold``: as
-    ``rows32``'s); False where its grid does not fit (nothing launched)."""
+           sign_arg, tile: ColumnTile, qdq: bool, fold: FoldOutput | None = None) -> bool:
+    """The column kernel over a contiguous ``x`` with ``tile`` (blocks along ``axis``;
+    ``fold``: as ``rows32``'s); False where its grid does not fit (nothing launched)."""
     k = x.shape[axis]
     outer = x.numel() // (k * inner)
-    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tuning, qdq, fold)
-    grid = cols32_grid(k, inner, outer, bn, kb, tuning.cols32.kb_fast)
+    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold)
+    grid = cols32_grid(k, inner, outer, bn, kb, tile.kb_fast)
     if grid is None:
         return False
     outs = (*fold.args(), x.numel() // 32, fold.rows) if fold else \

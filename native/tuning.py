@@ -75,9 +75,12 @@ class Tuning:
     """Tiles of every native kernel.
 
     rows32 / rows32_qdq  the 32-block row kernel, quantize and quantize-dequantize
-    columns              blocks of 32 along a non-last axis: 'transpose' (a tiled transpose,
-                         then the row kernel) or 'kernel' (the one-pass column kernel)
+    columns              blocks of 32 along a non-last axis (quantize, and the fold into E4M3):
+                         'transpose' (a tiled transpose, then the row kernel) or 'kernel' (the
+                         one-pass column kernel)
     cols32               the 32-block column kernel's tile
+    columns_qdq / cols32_qdq   the same for quantize-dequantize (None: as ``columns`` /
+                         ``cols32``)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
@@ -86,6 +89,8 @@ class Tuning:
     rows32_qdq: RowTile = RowTile(32, 1)
     columns: str = "transpose"
     cols32: ColumnTile = ColumnTile(64, 2)
+    columns_qdq: str | None = None
+    cols32_qdq: ColumnTile | None = None
     last_axis: StridedTile = StridedTile(16, 256, 4)
     other_axis: StridedTile = StridedTile(64, 64, 4)
     dequantize: StridedTile = StridedTile(16, 256, 4)
@@ -95,6 +100,16 @@ class Tuning:
     def __post_init__(self):
         if self.columns not in ("transpose", "kernel"):
             raise ValueError(f"columns must be 'transpose' or 'kernel', got {self.columns!r}")
+        if self.columns_qdq not in (None, "transpose", "kernel"):
+            raise ValueError(f"columns_qdq must be None, 'transpose' or 'kernel', "
+                             f"got {self.columns_qdq!r}")
+
+    def column_path(self, qdq: bool = False) -> tuple[str, ColumnTile]:
+        """('transpose' or 'kernel', the column tile) for blocks along a non-last axis: of
+        quantize-dequantize if ``qdq``, else of quantize (and the fold)."""
+        if not qdq:
+            return self.columns, self.cols32
+        return self.columns_qdq or self.columns, self.cols32_qdq or self.cols32
 
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
@@ -103,6 +118,14 @@ class Tuning:
 # on an H100 the one-pass column kernel ran at 14% of copy (its 2-byte loads, one column per
 # thread, do not stream), the transpose + row kernel at about 35%: 'transpose' stays.
 GPU = Tuning(notes="H200-tuned defaults")
+# On an H100 (results/native_gpu/bench_columns_h100.md, sixteenth session, two GPUs of one host
+# within 0.3%): the column kernel with a column pair per thread (4-byte loads, no shuffles),
+# programs along K first, quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy
+# (no rotation / H16 / H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30.
+# Quantize-dequantize keeps the transpose: with H16 it is ahead (0.48 against this tile's 0.32
+# and the best vec tile's 0.44). Not measured on an H200: the GPU defaults stay there.
+H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
+              columns_qdq="transpose", notes="H200-tuned defaults, H100 column kernel")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),
@@ -128,4 +151,9 @@ def default_tuning(device=None) -> Tuning:
 
 @functools.lru_cache(maxsize=64)
 def _device_tuning(device) -> Tuning:
-    return BLACKWELL if blackwell(torch.device(device)) else GPU
+    device = torch.device(device)
+    if blackwell(device):
+        return BLACKWELL
+    if device.type == "cuda" and torch.cuda.get_device_name(device).startswith("NVIDIA H100"):
+        return H100
+    return GPU

@@ -49,7 +49,8 @@ def test_parts_hold_every_shard_once_under_the_limit(tmp_path, xz):
     seen = []
     for p in parts:
         files = [f for f in p.iterdir() if f.name != "PARTS.json"]
-        assert sum(f.stat().st_size for f in files) <= part_mib * 2**20
+        # the whole part, PARTS.json too, in the device's 4 KiB blocks
+        assert sum(_pack().disk_bytes(f.stat().st_size) for f in p.iterdir()) <= part_mib * 2**20
         seen += [f.name for f in files]
     meta = json.loads((parts[0] / "PARTS.json").read_text())
     want = [f"c4-train.{i:05d}-of-00006.json" for i in range(4)] + ["c4-validation.00000-of-00001.json"]
@@ -73,8 +74,9 @@ def test_too_few_shards_is_an_error(tmp_path):
 
 def test_default_part_size_leaves_room_for_the_working_tree(tmp_path):
     """The default part size: 64 MiB less what a device call sends anyway (tracked files and
-    untracked ones git does not ignore, never ignored ones) and the reserve; a tree too large for
-    useful parts is an error that says so."""
+    untracked ones git does not ignore, never ignored ones, each in whole 4 KiB blocks, as the
+    device counts them) and the reserve; a tree too large for useful parts is an error that
+    says so."""
     import subprocess
     pack = _pack()
     repo = tmp_path / "r"
@@ -86,7 +88,10 @@ def test_default_part_size_leaves_room_for_the_working_tree(tmp_path):
     (repo / "untracked.bin").write_bytes(b"y" * 500)
     (repo / "ignored").mkdir()
     (repo / "ignored" / "big.bin").write_bytes(b"z" * 100_000)
-    assert pack.tree_bytes(repo) == 3000 + 500 + len("ignored/\n")
+    (repo / "block.bin").write_bytes(b"w" * 4097)
+    subprocess.run(["git", "-C", str(repo), "add", "block.bin"], check=True)
+    (repo / "empty.bin").write_bytes(b"")
+    assert pack.tree_bytes(repo) == 4096 + 4096 + 4096 + 8192  # 3000, 500, .gitignore, 4097
     assert pack.auto_part_mib(20 * 2**20) == pack.CALL_MIB - pack.RESERVE_MIB - 20
     with pytest.raises(SystemExit, match="the working tree is 55.0 MiB"):
         pack.auto_part_mib(55 * 2**20)

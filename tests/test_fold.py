@@ -893,7 +893,9 @@ def test_quantize_folded_along_columns_in_one_pass(device, name, rotation, round
     from ocpmx.native import launch
     rng = np.random.default_rng(7)
     base = native.default_tuning()  # (its row tile: few programs under the interpreter)
-    kernel = dataclasses.replace(base, columns="kernel", cols32=native.ColumnTile(16, 1, 4))
+    tiles = [native.ColumnTile(16, 1, 4)]
+    if device != "cpu":  # on a GPU also the H100 default's tile (a column pair per thread)
+        tiles.append(native.tuning.H100.cols32)
     transpose = dataclasses.replace(base, columns="transpose")
     transposed = []
     move_axis_last = launch.move_axis_last
@@ -914,23 +916,25 @@ def test_quantize_folded_along_columns_in_one_pass(device, name, rotation, round
             xs = xk.reshape(2, 24, k).transpose(0, 2, 1)  # (2, K, 24)
         x = torch.from_numpy(np.ascontiguousarray(xs, np.float32)).to(dtype).to(device)
         kw = dict(axis=axis, pow2=pow2, rounding=rounding, rotation=rotation, seed=11)
-        got = native_fold.quantize_folded(x, name, group, tuning=kernel, **kw)
-        assert not transposed, "the column kernel did not fold: the input was transposed"
         wants = {"transpose": native_fold.quantize_folded(x, name, group, tuning=transpose, **kw),
                  "emulator": native_fold.quantize_folded(x, name, group, backend="emulator", **kw)}
         assert transposed  # the reference went the other way
         transposed.clear()
-        for ref, want in wants.items():
-            for field in ("codes", "exponents", "scales", "stats"):
-                assert torch.equal(getattr(got, field), getattr(want, field)), \
-                    (ref, axis, dtype, field)
-            if pow2:
-                assert torch.equal(got.pow2.view(torch.int32), want.pow2.view(torch.int32)), \
-                    (ref, axis, dtype)
-            else:
-                assert got.pow2 is None and want.pow2 is None
-        # the far block was rounded; the NaN block flags the operand wide
-        assert int(got.inexact.item()) > 0 and int(got.wide.item()) == 1
+        for tile in tiles:
+            kernel = dataclasses.replace(base, columns="kernel", cols32=tile)
+            got = native_fold.quantize_folded(x, name, group, tuning=kernel, **kw)
+            assert not transposed, "the column kernel did not fold: the input was transposed"
+            for ref, want in wants.items():
+                for field in ("codes", "exponents", "scales", "stats"):
+                    assert torch.equal(getattr(got, field), getattr(want, field)), \
+                        (ref, tile, axis, dtype, field)
+                if pow2:
+                    assert torch.equal(got.pow2.view(torch.int32),
+                                       want.pow2.view(torch.int32)), (ref, tile, axis, dtype)
+                else:
+                    assert got.pow2 is None and want.pow2 is None
+            # the far block was rounded; the NaN block flags the operand wide
+            assert int(got.inexact.item()) > 0 and int(got.wide.item()) == 1
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())

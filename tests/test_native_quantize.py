@@ -379,6 +379,7 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
                                                 ("kernel", (16, 1, 8, True, False), 480),
                                                 ("kernel", (64, 1, 1, True, False, 2), 480),
                                                 ("kernel", (32, 1, 2, True, True, 4), 480),
+                                                ("kernel", (128, 2, 1, True, True, 2), 480),
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -388,7 +389,8 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     tensor too; codes, scales and quantize-dequantize, RNE and stochastic rounding, with and
     without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
     to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
-    thread (``vec``), either launch order."""
+    thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default
+    (``tuning.H100``)."""
     tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile),
                            rows32=native.default_tuning().rows32,
                            rows32_qdq=native.default_tuning().rows32_qdq)
@@ -444,6 +446,62 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
         assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
         assert f["STL"] == 0 and f["LDL"] == 0 and f["SHFL"] <= 2, f
         assert f["per_element"] < 28, f
+
+
+def test_column_path_per_operation(monkeypatch):
+    """``Tuning.column_path``: quantize (and the fold) take ``columns`` / ``cols32``;
+    quantize-dequantize takes ``columns_qdq`` / ``cols32_qdq``, each None meaning "as
+    quantize". The launch follows it: under the H100 tuning's split (kernel for quantize,
+    transpose for quantize-dequantize) a quantize along axis 0 never transposes and a
+    quantize-dequantize does, both with the emulator's bits. A bad ``columns_qdq`` is named."""
+    import dataclasses
+    from ocpmx.native import launch, tuning as T
+    a, b = native.ColumnTile(32, 1), native.ColumnTile(16, 1, 2)
+    assert native.Tuning(columns="kernel", cols32=a).column_path(True) == ("kernel", a)
+    split = native.Tuning(columns="kernel", cols32=a, columns_qdq="transpose")
+    assert split.column_path() == ("kernel", a) and split.column_path(True) == ("transpose", a)
+    other = native.Tuning(columns="transpose", cols32=a, columns_qdq="kernel", cols32_qdq=b)
+    assert other.column_path() == ("transpose", a) and other.column_path(True) == ("kernel", b)
+    assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 1, True, True, 2))
+    assert T.H100.column_path(True)[0] == "transpose"
+    with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose' or 'kernel'"):
+        native.Tuning(columns_qdq="rows")
+    base = native.default_tuning()  # the interpreter's row tiles (few programs)
+    tuning = dataclasses.replace(base, columns="kernel", cols32=native.ColumnTile(64, 2, 1, True, True, 2),
+                                 columns_qdq="transpose")
+    moved = []
+    move_axis_last = launch.move_axis_last
+    monkeypatch.setattr(launch, "move_axis_last",
+                        lambda *a, **kw: moved.append(1) or move_axis_last(*a, **kw))
+    x = np.random.default_rng(3).standard_normal((64, 48)).astype(np.float32)
+    xt = torch.from_numpy(x)
+    assert_same(native.quantize(xt, "e2m1", axis=0, rotation="hadamard16", tuning=tuning),
+                emulator.quantize(x, "e2m1", axis=0, rotation="hadamard16"))
+    assert not moved, "quantize along axis 0 went through the transpose"
+    got = native.quantize_dequantize(xt, "e2m1", axis=0, rotation="hadamard16", tuning=tuning)
+    assert moved, "quantize-dequantize did not take the transpose path"
+    want = emulator.dequantize(emulator.quantize(x, "e2m1", axis=0, rotation="hadamard16"))
+    assert np.array_equal(bf16_bits(got), want.astype(ml_dtypes.bfloat16).view(np.int16))
+
+
+def test_default_tuning_per_gpu(monkeypatch):
+    """The default tiles per GPU: an H100 (any of its boards) gets ``tuning.H100`` (the column
+    kernel for quantize along tokens, measured faster there), a Blackwell GPU ``BLACKWELL``,
+    any other GPU (H200 among them: not measured with these tiles) the GPU defaults."""
+    from ocpmx.native import tuning as T
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200", 2: "NVIDIA H100 NVL", 3: "NVIDIA B200"}
+    monkeypatch.setattr(T, "interpreting", lambda: False)
+    monkeypatch.setattr(T, "blackwell", lambda d: d.index == 3)
+    monkeypatch.setattr(T.torch.cuda, "get_device_name", lambda d: names[d.index])
+    T._device_tuning.cache_clear()
+    try:
+        assert T.default_tuning("cuda:0") is T.H100
+        assert T.default_tuning("cuda:1") is T.GPU
+        assert T.default_tuning("cuda:2") is T.H100
+        assert T.default_tuning("cuda:3") is T.BLACKWELL
+        assert T.default_tuning() is T.GPU
+    finally:
+        T._device_tuning.cache_clear()
 
 
 def test_column_tile_vec_is_checked():
