@@ -6,13 +6,15 @@
 #
 # Here (once per session; data/xl built by `ocpmx data build-corpus --source debian-xl`):
 #   python benchmarks/ablation_v2_pack.py data/xl /tmp/xfer --xz  # parts that fit a call beside the tree
+# (pack again once the tree has grown: a call counts the tree and the part in 4 KiB blocks)
 # Then one device call per part, with `.xfer` (an ignored folder holding that part) carried:
 #   bash benchmarks/ablation_v2_device.sh receive
 # Then, in the call that brings the last part:
 #   ARMS=bf16,mxfp4_wgrad,mxfp4_wgrad_h16 SEEDS=0 PER_GPU=3 bash benchmarks/ablation_v2_device.sh start
 # (PLAN=v2-125m for the 125m stage: the same corpus and options, the 125m model)
 # and in calls back to back (each returns $OUT/abl.tgz: every run's metrics, config and log,
-# no checkpoints):
+# no checkpoints; a warm machine goes back after ~30 s without a call, its runs with it, so keep
+# a call in flight from the start to the last poll):
 #   bash benchmarks/ablation_v2_device.sh poll 560
 # Once a bf16 run with kept checkpoints has finished (RUN=bf16/seed2 by default):
 #   bash benchmarks/ablation_v2_device.sh analyze
