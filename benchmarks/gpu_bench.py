@@ -353,18 +353,22 @@ def section_fold(rows):
                          us=host_us(fn)))
 
 
-COLUMN_TILES = [ColumnTile(64, 2), ColumnTile(32, 1, 4, True, True),
-                ColumnTile(32, 1, 4, False, True), ColumnTile(64, 2, 4, False, True),
-                ColumnTile(64, 4, 4, False, True), ColumnTile(64, 2, 2, False, True),
-                ColumnTile(128, 4, 2, False, True), ColumnTile(32, 2, 8, False, True),
-                ColumnTile(64, 2, 4, False, False), ColumnTile(128, 4, 4, False, True),
-                # a column pair per thread (4-byte loads, 128 bytes of a row per warp
-                # instruction): no spill compiled for sm_90, ~24 SASS instructions per element
-                # (kernel_sass.py --columns)
-                ColumnTile(64, 1, vec=2), ColumnTile(128, 2, vec=2), ColumnTile(256, 4, vec=2),
-                ColumnTile(128, 2, 1, True, True, vec=2),
-                # four columns per thread (8-byte loads): spills a little compiled for sm_90
-                ColumnTile(256, 2, vec=4)]
+COLUMN_TILES = [
+    # a column per thread (2-byte loads): 0.15 of copy on H100; the cols32 default
+    ColumnTile(64, 2),
+    # vectorized loads and a layout conversion (hundreds of warp shuffles): the best of them
+    # (0.45 on H100 without a rotation) and one more; the others spilled and ran at 0.02-0.13
+    # (results/native_gpu/archive/bench_columns_h100_2026-11-25.md)
+    ColumnTile(64, 4, 4, False, True), ColumnTile(32, 2, 8, False, True),
+    # a column pair per thread (4-byte loads, 128 bytes of a row per warp instruction): no
+    # spill compiled for sm_90, ~24 SASS instructions per element (kernel_sass.py --columns);
+    # (128, 2, kb_fast) is the H100 default (0.50-0.55 of copy); the kb_fast variants of 64,
+    # 256 and 512 columns compile without spills too (not timed yet)
+    ColumnTile(64, 1, vec=2), ColumnTile(128, 2, vec=2), ColumnTile(256, 4, vec=2),
+    ColumnTile(128, 2, 1, True, True, vec=2), ColumnTile(64, 1, 1, True, True, vec=2),
+    ColumnTile(256, 4, 1, True, True, vec=2), ColumnTile(512, 8, 1, True, True, vec=2),
+    # four columns per thread (8-byte loads): spills a little compiled for sm_90
+    ColumnTile(256, 2, vec=4)]
 
 
 def section_columns(rows):
