@@ -367,6 +367,10 @@ COLUMN_TILES = [
     ColumnTile(64, 1, vec=2), ColumnTile(128, 2, vec=2), ColumnTile(256, 4, vec=2),
     ColumnTile(128, 2, 1, True, True, vec=2), ColumnTile(64, 1, 1, True, True, vec=2),
     ColumnTile(256, 4, 1, True, True, vec=2), ColumnTile(512, 8, 1, True, True, vec=2),
+    # the H100 default's tile at 154 registers (12 warps an SM) capped at 128 (16 warps; 18
+    # words spilled, compiled for sm_90): occupancy against spills
+    ColumnTile(128, 2, 1, True, True, vec=2, maxnreg=128),
+    ColumnTile(256, 4, 1, True, True, vec=2, maxnreg=128),
     # four columns per thread (8-byte loads): spills a little compiled for sm_90
     ColumnTile(256, 2, vec=4)]
 

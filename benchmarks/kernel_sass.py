@@ -61,10 +61,12 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTil
 def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: int = 8192,
                    inner: int = 14336):
     """The column kernel with the constexprs ``native.quantize`` passes on an NVIDIA GPU for a
-    bf16 [k, inner] tensor quantized along axis 0 (the 'even' scale rule)."""
+    bf16 [k, inner] tensor quantized along axis 0 (the 'even' scale rule), on Hopper (the
+    tile's register cap applied)."""
     n = ops.numerics(fmt_name, "even", rounding, Rotation(rot) if rot else None)
-    consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False)
-    warps = consts.pop("num_warps")
+    consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False,
+                                     on_hopper=True)
+    warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
     fn = kernels.quantize.quantize_cols32_kernel
     sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
            "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
@@ -73,7 +75,8 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
     # the pointers, K and inner as a launch specializes them (all divisible by 16)
     src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()},
                     attrs={(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 4, 5)})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
 def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> dict:
@@ -146,7 +149,8 @@ def main():
     ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
     ap.add_argument("--tile", nargs="+", type=int,
                     help="rows: BLOCKS WARPS (default: the kernel's GPU default); --columns: "
-                         "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC] (ColumnTile's fields)")
+                         "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC MAXNREG] (ColumnTile's fields; "
+                         "MAXNREG 0: no cap)")
     ap.add_argument("--columns", action="store_true",
                     help="the column kernel, for each of gpu_bench.COLUMN_TILES (or --tile)")
     ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
@@ -154,10 +158,11 @@ def main():
     args = ap.parse_args()
     if args.columns:
         if args.tile:
-            if not 2 <= len(args.tile) <= 6:
-                ap.error("--columns --tile takes COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC]")
-            c = args.tile + [1, 1, 0, 1][len(args.tile) - 2:]
-            tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5])]
+            if not 2 <= len(args.tile) <= 7:
+                ap.error("--columns --tile takes COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC "
+                         "MAXNREG]")
+            c = args.tile + [1, 1, 0, 1, 0][len(args.tile) - 2:]
+            tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5], c[6] or None)]
         else:
             from gpu_bench import COLUMN_TILES
             tiles = COLUMN_TILES

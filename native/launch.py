@@ -188,16 +188,18 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
 
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,
-                      tile: ColumnTile, qdq: bool,
-                      fold: FoldOutput | None = None) -> tuple[dict, int, int]:
+                      tile: ColumnTile, qdq: bool, fold: FoldOutput | None = None,
+                      on_hopper: bool = False) -> tuple[dict, int, int]:
     """(constexprs and launch options, columns per program, blocks along K per program) of the
     32-block column kernel. A fold takes whole groups along K per program: its blocks along K
     per program are the least common multiple of the tile's and the group's size (both divide
-    K / 32, so it does too)."""
+    K / 32, so it does too). The tile's register cap applies on Hopper (``on_hopper``) and not
+    to a fold (as the row kernel's)."""
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
-    return dict(**n.constexprs(in_dtype), QDQ=qdq,
+    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not fold else {}
+    return dict(**opts, **n.constexprs(in_dtype), QDQ=qdq,
                 QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold.key if fold else NO_FOLD_KEY), BN=tile.columns, KB=kb,
                 HIDE=tile.hide, VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=numel >= BIG_NUMEL,
@@ -218,7 +220,8 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
     ``fold``: as ``rows32``'s); False where its grid does not fit (nothing launched)."""
     k = x.shape[axis]
     outer = x.numel() // (k * inner)
-    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold)
+    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold,
+                                       hopper(x.device))
     grid = cols32_grid(k, inner, outer, bn, kb, tile.kb_fast)
     if grid is None:
         return False

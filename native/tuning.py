@@ -34,13 +34,15 @@ class ColumnTile:
     2; wider only where alignment is provable: ``inner`` a multiple of 16) and, with
     ``columns / vec`` >= 32 ``warps``, each thread holds ``vec`` columns whole (no data
     crosses threads); else vectorized loads and a layout conversion; ``kb_fast``: programs
-    along the quantized axis launched first (their outputs are neighbours)."""
+    along the quantized axis launched first (their outputs are neighbours); ``maxnreg`` caps
+    the registers per thread on Hopper, as ``RowTile``'s (None: no cap; a fold takes none)."""
     columns: int
     warps: int
     kblocks: int = 1
     hide: bool = True
     kb_fast: bool = False
     vec: int = 1
+    maxnreg: int | None = None
 
     def __post_init__(self):
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:

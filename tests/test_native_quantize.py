@@ -380,6 +380,7 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
                                                 ("kernel", (64, 1, 1, True, False, 2), 480),
                                                 ("kernel", (32, 1, 2, True, True, 4), 480),
                                                 ("kernel", (128, 2, 1, True, True, 2), 480),
+                                                ("kernel", (128, 2, 1, True, True, 2, 128), 480),
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -390,7 +391,7 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
     to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
     thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default
-    (``tuning.H100``)."""
+    (``tuning.H100``), and with a register cap of 128 (applied on Hopper only)."""
     tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile),
                            rows32=native.default_tuning().rows32,
                            rows32_qdq=native.default_tuning().rows32_qdq)
@@ -502,6 +503,24 @@ def test_default_tuning_per_gpu(monkeypatch):
         assert T.default_tuning() is T.GPU
     finally:
         T._device_tuning.cache_clear()
+
+
+def test_column_tile_register_cap_applies_on_hopper_only():
+    """A column tile's ``maxnreg`` reaches the launch options on Hopper, never elsewhere (other
+    chips and the interpreter take no such option) and never for a fold (as the row kernel's
+    cap: a fold's extra state spills under it); None adds nothing."""
+    from ocpmx.native import launch, ops
+    n = ops.numerics("e2m1", "even", "rne", None)
+    capped, plain = native.ColumnTile(128, 2, vec=2, maxnreg=128), native.ColumnTile(128, 2, vec=2)
+    args = (n, torch.bfloat16, 256, 512, 256 * 512)
+    assert launch.cols32_constexprs(*args, capped, False, on_hopper=True)[0]["maxnreg"] == 128
+    assert "maxnreg" not in launch.cols32_constexprs(*args, capped, False)[0]
+    assert "maxnreg" not in launch.cols32_constexprs(*args, plain, False, on_hopper=True)[0]
+    t = torch.zeros(1, dtype=torch.int32)
+    fold = launch.FoldOutput(group=4, exponents=t, pow2=None, stats=t, total=t, rows=1,
+                             d_max=14, hw_cvt=False)
+    consts = launch.cols32_constexprs(*args, capped, False, fold, on_hopper=True)[0]
+    assert consts["FOLD_GROUP"] == 4 and "maxnreg" not in consts
 
 
 def test_column_tile_vec_is_checked():
