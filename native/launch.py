@@ -168,13 +168,13 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
            n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
            keys: torch.Tensor | None = None, fold: FoldOutput | None = None) -> None:
     """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
-    kernel; along another (Wgrad contracts over tokens) per ``tuning.column_path(qdq)`` the
-    one-pass column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
+    kernel; along another (Wgrad contracts over tokens) per ``tuning.column_path`` of the
+    operation the one-pass column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
     bits the same, every way (stochastic rounding counts K-major indices). ``qdq``: ``data`` is
     the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused. ``fold``:
     ``data`` gets E4M3 codes, one byte per element, either kernel folding in its own pass."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    path, tile = tuning.column_path(qdq)
+    path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize")
     if inner != 1 and path == "kernel" and \
             cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tile, qdq, fold):
         return

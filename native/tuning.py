@@ -77,12 +77,11 @@ class Tuning:
     """Tiles of every native kernel.
 
     rows32 / rows32_qdq  the 32-block row kernel, quantize and quantize-dequantize
-    columns              blocks of 32 along a non-last axis (quantize, and the fold into E4M3):
-                         'transpose' (a tiled transpose, then the row kernel) or 'kernel' (the
-                         one-pass column kernel)
+    columns              blocks of 32 along a non-last axis (quantize): 'transpose' (a tiled
+                         transpose, then the row kernel) or 'kernel' (the one-pass column kernel)
     cols32               the 32-block column kernel's tile
-    columns_qdq / cols32_qdq   the same for quantize-dequantize (None: as ``columns`` /
-                         ``cols32``)
+    columns_qdq / cols32_qdq    the same for quantize-dequantize, and
+    columns_fold / cols32_fold  for the fold into E4M3 (None: as ``columns`` / ``cols32``)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
@@ -93,6 +92,8 @@ class Tuning:
     cols32: ColumnTile = ColumnTile(64, 2)
     columns_qdq: str | None = None
     cols32_qdq: ColumnTile | None = None
+    columns_fold: str | None = None
+    cols32_fold: ColumnTile | None = None
     last_axis: StridedTile = StridedTile(16, 256, 4)
     other_axis: StridedTile = StridedTile(64, 64, 4)
     dequantize: StridedTile = StridedTile(16, 256, 4)
@@ -102,16 +103,20 @@ class Tuning:
     def __post_init__(self):
         if self.columns not in ("transpose", "kernel"):
             raise ValueError(f"columns must be 'transpose' or 'kernel', got {self.columns!r}")
-        if self.columns_qdq not in (None, "transpose", "kernel"):
-            raise ValueError(f"columns_qdq must be None, 'transpose' or 'kernel', "
-                             f"got {self.columns_qdq!r}")
+        for name in ("columns_qdq", "columns_fold"):
+            if getattr(self, name) not in (None, "transpose", "kernel"):
+                raise ValueError(f"{name} must be None, 'transpose' or 'kernel', "
+                                 f"got {getattr(self, name)!r}")
 
-    def column_path(self, qdq: bool = False) -> tuple[str, ColumnTile]:
-        """('transpose' or 'kernel', the column tile) for blocks along a non-last axis: of
-        quantize-dequantize if ``qdq``, else of quantize (and the fold)."""
-        if not qdq:
+    def column_path(self, op: str = "quantize") -> tuple[str, ColumnTile]:
+        """('transpose' or 'kernel', the column tile) for blocks along a non-last axis of
+        ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3)."""
+        if op == "quantize":
             return self.columns, self.cols32
-        return self.columns_qdq or self.columns, self.cols32_qdq or self.cols32
+        if op not in ("qdq", "fold"):
+            raise ValueError(f"op must be 'quantize', 'qdq' or 'fold', got {op!r}")
+        path, tile = getattr(self, f"columns_{op}"), getattr(self, f"cols32_{op}")
+        return path or self.columns, tile or self.cols32
 
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
@@ -125,9 +130,12 @@ GPU = Tuning(notes="H200-tuned defaults")
 # programs along K first, quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy
 # (no rotation / H16 / H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30.
 # Quantize-dequantize keeps the transpose: with H16 it is ahead (0.48 against this tile's 0.32
-# and the best vec tile's 0.44). Not measured on an H200: the GPU defaults stay there.
+# and the best vec tile's 0.44). The fold keeps it too: a program folds whole groups along K
+# (32 blocks per column at method 'fp8''s groups), far past this tile's registers. Not measured
+# on an H200: the GPU defaults stay there.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
-              columns_qdq="transpose", notes="H200-tuned defaults, H100 column kernel")
+              columns_qdq="transpose", columns_fold="transpose",
+              notes="H200-tuned defaults, H100 column kernel for quantize")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),

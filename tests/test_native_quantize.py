@@ -450,26 +450,37 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
 
 
 def test_column_path_per_operation(monkeypatch):
-    """``Tuning.column_path``: quantize (and the fold) take ``columns`` / ``cols32``;
-    quantize-dequantize takes ``columns_qdq`` / ``cols32_qdq``, each None meaning "as
-    quantize". The launch follows it: under the H100 tuning's split (kernel for quantize,
-    transpose for quantize-dequantize) a quantize along axis 0 never transposes and a
-    quantize-dequantize does, both with the emulator's bits. A bad ``columns_qdq`` is named."""
+    """``Tuning.column_path``: quantize takes ``columns`` / ``cols32``; quantize-dequantize
+    ``columns_qdq`` / ``cols32_qdq`` and the fold ``columns_fold`` / ``cols32_fold``, each None
+    meaning "as quantize". The launch follows it: under the H100 tuning's split (the kernel for
+    quantize, the transpose for quantize-dequantize and the fold) a quantize along axis 0 never
+    transposes, a quantize-dequantize and a fold do, all with the emulator's bits. Bad values
+    are named."""
     import dataclasses
+    from ocpmx.native import fold as native_fold
     from ocpmx.native import launch, tuning as T
-    a, b = native.ColumnTile(32, 1), native.ColumnTile(16, 1, 2)
-    assert native.Tuning(columns="kernel", cols32=a).column_path(True) == ("kernel", a)
-    split = native.Tuning(columns="kernel", cols32=a, columns_qdq="transpose")
-    assert split.column_path() == ("kernel", a) and split.column_path(True) == ("transpose", a)
-    other = native.Tuning(columns="transpose", cols32=a, columns_qdq="kernel", cols32_qdq=b)
-    assert other.column_path() == ("transpose", a) and other.column_path(True) == ("kernel", b)
+    a, b, c = native.ColumnTile(32, 1), native.ColumnTile(16, 1, 2), native.ColumnTile(64, 2)
+    same = native.Tuning(columns="kernel", cols32=a)
+    assert same.column_path("qdq") == same.column_path("fold") == ("kernel", a)
+    split = native.Tuning(columns="kernel", cols32=a, columns_qdq="transpose",
+                          columns_fold="transpose")
+    assert split.column_path() == ("kernel", a)
+    assert split.column_path("qdq") == split.column_path("fold") == ("transpose", a)
+    other = native.Tuning(columns="transpose", cols32=a, columns_qdq="kernel", cols32_qdq=b,
+                          columns_fold="kernel", cols32_fold=c)
+    assert other.column_path() == ("transpose", a)
+    assert other.column_path("qdq") == ("kernel", b) and other.column_path("fold") == ("kernel", c)
     assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 1, True, True, 2))
-    assert T.H100.column_path(True)[0] == "transpose"
-    with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose' or 'kernel'"):
-        native.Tuning(columns_qdq="rows")
+    assert T.H100.column_path("qdq")[0] == T.H100.column_path("fold")[0] == "transpose"
+    for bad in ("columns_qdq", "columns_fold"):
+        with pytest.raises(ValueError, match=f"{bad} must be None, 'transpose' or 'kernel'"):
+            native.Tuning(**{bad: "rows"})
+    with pytest.raises(ValueError, match="op must be 'quantize', 'qdq' or 'fold'"):
+        same.column_path("dequantize")
     base = native.default_tuning()  # the interpreter's row tiles (few programs)
-    tuning = dataclasses.replace(base, columns="kernel", cols32=native.ColumnTile(64, 2, 1, True, True, 2),
-                                 columns_qdq="transpose")
+    tuning = dataclasses.replace(base, columns="kernel",
+                                 cols32=native.ColumnTile(64, 2, 1, True, True, 2),
+                                 columns_qdq="transpose", columns_fold="transpose")
     moved = []
     move_axis_last = launch.move_axis_last
     monkeypatch.setattr(launch, "move_axis_last",
@@ -483,6 +494,12 @@ def test_column_path_per_operation(monkeypatch):
     assert moved, "quantize-dequantize did not take the transpose path"
     want = emulator.dequantize(emulator.quantize(x, "e2m1", axis=0, rotation="hadamard16"))
     assert np.array_equal(bf16_bits(got), want.astype(ml_dtypes.bfloat16).view(np.int16))
+    moved.clear()
+    folded = native_fold.quantize_folded(xt, "e2m1", 2, axis=0, tuning=tuning)
+    assert moved, "the fold did not take the transpose path"
+    want = native_fold.quantize_folded(xt, "e2m1", 2, axis=0, backend="emulator")
+    for field in ("codes", "exponents", "scales", "stats"):
+        assert torch.equal(getattr(folded, field), getattr(want, field)), field
 
 
 def test_default_tuning_per_gpu(monkeypatch):
