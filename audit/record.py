@@ -174,7 +174,7 @@ def config_label(c) -> str:
 @contextlib.contextmanager
 def recording(arch):
     """Inside: launches of ``ocpmx.native`` are recorded for ``arch`` (see the module doc)."""
-    from ..native import dispatch, gemm, launch
+    from ..native import dispatch, gemm, launch, tuning
 
     rec = Recorder(arch)
     real_pick = dispatch.pick_backend
@@ -204,6 +204,8 @@ def recording(arch):
                     if getattr(m, k, None) is getattr(dispatch, k)]
     saved = [(m, k, getattr(m, k)) for m, k, _ in patches]
     env = os.environ.get("TRITON_INTERPRET")
+    # the per-device default tiles are cached: an answer for another arch must not carry over
+    tuning._device_tuning.cache_clear()
     try:
         os.environ["TRITON_INTERPRET"] = "0"
         for m, k, v in patches:
@@ -212,6 +214,7 @@ def recording(arch):
     finally:
         for m, k, v in saved:
             setattr(m, k, v)
+        tuning._device_tuning.cache_clear()
         if env is None:
             os.environ.pop("TRITON_INTERPRET", None)
         else:

@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         print(f"parts of at most {a.part_mib:.1f} MiB (64 MiB less this working tree and "
               f"{RESERVE_MIB} MiB)")
     limit = int(a.part_mib * 2**20)
-    limit -= BLOCK  # PARTS.json, in every part
+    limit -= disk_bytes(len(json.dumps(meta, indent=1).encode()))  # PARTS.json, in every part
     parts: list[list[Path]] = [[*small]]
     for f in sorted(files, key=lambda p: p.stat().st_size, reverse=True):
         s = disk_bytes(f.stat().st_size)
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         for f in part:
             shutil.copy2(f, d / f.name)
         (d / "PARTS.json").write_text(json.dumps(meta, indent=1))
-        mib = sum(f.stat().st_size for f in part) / 2**20
+        mib = sum(disk_bytes(f.stat().st_size) for f in part) / 2**20  # as a call counts
         print(f"{d}: {len(part)} files, {mib:.1f} MiB")
     shutil.rmtree(stage)
     return 0

@@ -106,7 +106,8 @@ def section_quantize(rows):
             if key not in best or ms < best[key][0]:
                 best[key] = (ms, tile)
     out.append(dict(case=f"fastest tiles {({k: t for k, (_, t) in best.items()})}; the rows "
-                         "below use the defaults (ocpmx.native.tuning.GPU)"))
+                         "below use this GPU's defaults (ocpmx.native.default_tuning: "
+                         f"{native.default_tuning(dst.device).notes})"))
     # the same call replayed from a CUDA graph (4 input sets, no launch gaps, no Python): if
     # this is much faster than the plain timing, the plain one measured the host, not the GPU
     for name, fn in (("copy bf16", lambda s: dst.copy_(s)),

@@ -169,16 +169,17 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
            keys: torch.Tensor | None = None, fold: FoldOutput | None = None) -> None:
     """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
     kernel; along another (Wgrad contracts over tokens) per ``tuning.column_path`` of the
-    operation the one-pass column kernel, or a tiled transpose then the row kernel. The output is K-major, and the
-    bits the same, every way (stochastic rounding counts K-major indices). ``qdq``: ``data`` is
-    the bf16 output viewed as int32 pairs (quantize-dequantize), ``scales`` unused. ``fold``:
-    ``data`` gets E4M3 codes, one byte per element, either kernel folding in its own pass."""
+    operation the one-pass column kernel, or a tiled transpose then the row kernel. The output
+    is K-major, and the bits the same, every way (stochastic rounding counts K-major indices).
+    ``qdq``: ``data`` is the bf16 output viewed as int32 pairs (quantize-dequantize),
+    ``scales`` unused. ``fold``: ``data`` gets E4M3 codes, one byte per element, either kernel
+    folding in its own pass."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize")
-    if inner != 1 and path == "kernel" and \
-            cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tile, qdq, fold):
-        return
     if inner != 1:
+        path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize")
+        if path == "kernel" and \
+                cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tile, qdq, fold):
+            return
         x = move_axis_last(x, axis, tuning)
     consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
     outs = (*fold.args(), fold.rows) if fold else (scales, scales, scales, scales, 1)
@@ -198,12 +199,21 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
-    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not fold else {}
-    return dict(**opts, **n.constexprs(in_dtype), QDQ=qdq,
-                QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
-                **fold_constexprs(fold.key if fold else NO_FOLD_KEY), BN=tile.columns, KB=kb,
-                HIDE=tile.hide, VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=numel >= BIG_NUMEL,
-                EVEN=inner % tile.columns == 0, num_warps=tile.warps), tile.columns, kb
+    return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
+                              fold.key if fold else NO_FOLD_KEY, kb, numel >= BIG_NUMEL,
+                              inner % tile.columns == 0), tile.columns, kb
+
+
+@functools.lru_cache(maxsize=1024)
+def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
+                       on_hopper: bool, fold_key: tuple, kb: int, big: bool,
+                       even: bool) -> dict:
+    folds = fold_key != NO_FOLD_KEY
+    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not folds else {}
+    return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
+                **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
+                VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, num_warps=tile.warps,
+                **opts)
 
 
 def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):

@@ -156,7 +156,13 @@ def default_tuning(device=None) -> Tuning:
     """The tiles for tensors on ``device`` (None: a device of the GPU defaults)."""
     if interpreting():
         return INTERPRETER
-    return GPU if device is None else _device_tuning(device)
+    if device is None:
+        return GPU
+    if not isinstance(device, torch.device) or device.index is None:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # the current one, named
+            device = torch.device("cuda", torch.cuda.current_device())
+    return _device_tuning(device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -164,6 +170,8 @@ def _device_tuning(device) -> Tuning:
     device = torch.device(device)
     if blackwell(device):
         return BLACKWELL
+    # by name, not compute capability: the H100 boards (SXM, PCIe, NVL) share the tuning that
+    # was measured on the SXM one; H200, H800 and GH200 keep the GPU defaults until measured
     if device.type == "cuda" and torch.cuda.get_device_name(device).startswith("NVIDIA H100"):
         return H100
     return GPU

@@ -449,7 +449,8 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
         assert f["per_element"] < 28, f
 
 
-def test_column_path_per_operation(monkeypatch):
+@pytest.mark.parametrize("device", devices())
+def test_column_path_per_operation(device, monkeypatch):
     """``Tuning.column_path``: quantize takes ``columns`` / ``cols32``; quantize-dequantize
     ``columns_qdq`` / ``cols32_qdq`` and the fold ``columns_fold`` / ``cols32_fold``, each None
     meaning "as quantize". The launch follows it: under the H100 tuning's split (the kernel for
@@ -486,7 +487,7 @@ def test_column_path_per_operation(monkeypatch):
     monkeypatch.setattr(launch, "move_axis_last",
                         lambda *a, **kw: moved.append(1) or move_axis_last(*a, **kw))
     x = np.random.default_rng(3).standard_normal((64, 48)).astype(np.float32)
-    xt = torch.from_numpy(x)
+    xt = torch.from_numpy(x).to(device)
     assert_same(native.quantize(xt, "e2m1", axis=0, rotation="hadamard16", tuning=tuning),
                 emulator.quantize(x, "e2m1", axis=0, rotation="hadamard16"))
     assert not moved, "quantize along axis 0 went through the transpose"
@@ -497,15 +498,16 @@ def test_column_path_per_operation(monkeypatch):
     moved.clear()
     folded = native_fold.quantize_folded(xt, "e2m1", 2, axis=0, tuning=tuning)
     assert moved, "the fold did not take the transpose path"
-    want = native_fold.quantize_folded(xt, "e2m1", 2, axis=0, backend="emulator")
+    want = native_fold.quantize_folded(xt.cpu(), "e2m1", 2, axis=0, backend="emulator")
     for field in ("codes", "exponents", "scales", "stats"):
-        assert torch.equal(getattr(folded, field), getattr(want, field)), field
+        assert torch.equal(getattr(folded, field).cpu(), getattr(want, field)), field
 
 
 def test_default_tuning_per_gpu(monkeypatch):
     """The default tiles per GPU: an H100 (any of its boards) gets ``tuning.H100`` (the column
     kernel for quantize along tokens, measured faster there), a Blackwell GPU ``BLACKWELL``,
-    any other GPU (H200 among them: not measured with these tiles) the GPU defaults."""
+    any other GPU (H200 among them: not measured with these tiles) the GPU defaults; a device
+    named without an index means the current one."""
     from ocpmx.native import tuning as T
     names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200", 2: "NVIDIA H100 NVL", 3: "NVIDIA B200"}
     monkeypatch.setattr(T, "interpreting", lambda: False)
@@ -518,6 +520,12 @@ def test_default_tuning_per_gpu(monkeypatch):
         assert T.default_tuning("cuda:2") is T.H100
         assert T.default_tuning("cuda:3") is T.BLACKWELL
         assert T.default_tuning() is T.GPU
+        # "cuda" without an index: the current device's, resolved on every call (cached per
+        # index, so a later set_device is followed)
+        for current, want in ((2, T.H100), (1, T.GPU), (0, T.H100)):
+            monkeypatch.setattr(T.torch.cuda, "current_device", lambda c=current: c)
+            assert T.default_tuning("cuda") is want
+            assert T.default_tuning(T.torch.device("cuda")) is want
     finally:
         T._device_tuning.cache_clear()
 
@@ -538,6 +546,30 @@ def test_column_tile_register_cap_applies_on_hopper_only():
                              d_max=14, hw_cvt=False)
     consts = launch.cols32_constexprs(*args, capped, False, fold, on_hopper=True)[0]
     assert consts["FOLD_GROUP"] == 4 and "maxnreg" not in consts
+
+
+def test_column_launch_passes_the_register_cap(monkeypatch):
+    """The launch wiring of the cap: a quantize along axis 0 through a capped column tile
+    launches the column kernel with ``maxnreg`` where ``launch.hopper`` says Hopper (patched
+    here; the launch itself recorded, not run), and without it for a fold or elsewhere."""
+    import dataclasses
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native import launch
+    tile = native.ColumnTile(64, 2, vec=2, maxnreg=128)
+    tuning = dataclasses.replace(native.default_tuning(), columns="kernel", cols32=tile)
+    launches = []
+    monkeypatch.setattr(launch, "run",
+                        lambda kernel, grid, *a, **kw: launches.append((kernel, kw)))
+    x = torch.zeros(64, 48, dtype=torch.bfloat16, device=devices()[0])
+    for on_hopper in (True, False):
+        monkeypatch.setattr(launch, "hopper", lambda device, h=on_hopper: h)
+        launches.clear()
+        native.quantize(x, "e2m1", axis=0, tuning=tuning)
+        native_fold.quantize_folded(x, "e2m1", 2, axis=0, tuning=tuning)
+        cols = [kw for k, kw in launches if k is launch.kernels.quantize.quantize_cols32_kernel]
+        assert len(cols) == 2, launches  # the quantize and the fold, both one column pass
+        assert cols[0].get("maxnreg") == (128 if on_hopper else None), cols[0]
+        assert cols[1]["FOLD_GROUP"] == 2 and "maxnreg" not in cols[1]
 
 
 def test_column_tile_vec_is_checked():
