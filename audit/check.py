@@ -231,13 +231,24 @@ def _scratch(asm: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# one SASS instruction of a cuobjdump -sass listing: /*address*/ [@predicate] OPCODE operands;
+# addresses take 4 to 6 hex digits (past 64 KiB of code: 5)
+SASS_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,6})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+def sass_instructions(sass: str) -> list[tuple[int, str, str, str]]:
+    """(address, predicate, opcode, operands) of every instruction of a SASS listing but NOPs
+    (also ``benchmarks/kernel_sass.py``'s parser)."""
+    return [(int(a, 16), p.strip(), op, rest) for a, p, op, rest in SASS_INSTRUCTION.findall(sass)
+            if op != "NOP"]
+
+
 def _nvidia_facts(kernel) -> dict:
     ptx = kernel.asm["ptx"]
     sass = _cuobjdump(kernel.asm["cubin"], "-sass")
     res = _cuobjdump(kernel.asm["cubin"], "-res-usage")
     usage = {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", res)}
-    ops = [op for op in re.findall(r"/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
-           if op != "NOP"]
+    ops = [op for _, _, op, _ in sass_instructions(sass)]
     # spills: the local-memory stores and loads ptxas adds (STL / LDL in the SASS)
     spills = {k: v for k, v in [("STL", sum(op.startswith("STL") for op in ops)),
                                 ("LDL", sum(op.startswith("LDL") for op in ops)),

@@ -30,6 +30,7 @@ from triton.compiler import ASTSource
 
 import torch
 
+from ocpmx.audit.check import sass_instructions as audit_instructions
 from ocpmx.native import kernels, launch, ops
 from ocpmx.native.launch import cols32_constexprs, rows32_constexprs
 
@@ -95,10 +96,9 @@ def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> di
 
 def all_instructions(sass: str) -> list[tuple[int, str, str, str]]:
     """(address, predicate, opcode, operands) of every SASS instruction of a disassembly
-    (``disassemble``) but NOPs (a kernel with loops or past 64 KiB of code too)."""
-    return [(int(a, 16), p.strip(), op, rest) for a, p, op, rest in re.findall(
-        r"/\*([0-9a-f]{4,6})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)([^;]*);", sass)
-        if op != "NOP"]
+    (``disassemble``) but NOPs (a kernel with loops or past 64 KiB of code too): the audit's
+    parser."""
+    return audit_instructions(sass)
 
 
 def disassemble(cubin: bytes) -> str:
