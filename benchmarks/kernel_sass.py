@@ -30,7 +30,8 @@ from triton.compiler import ASTSource
 
 import torch
 
-from ocpmx.audit.check import sass_instructions as audit_instructions
+# every SASS instruction of a disassembly but NOPs (loops, code past 64 KiB): the audit's parser
+from ocpmx.audit.check import sass_instructions as all_instructions
 from ocpmx.native import kernels, launch, ops
 from ocpmx.native.launch import cols32_constexprs, rows32_constexprs
 
@@ -46,17 +47,27 @@ def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTil
     n = ops.numerics(fmt_name, "even", "rne", rotation)
     tuning = Tuning(rows32=tile, rows32_qdq=tile)
     consts, _ = rows32_constexprs(n, torch.bfloat16, 1 << 20, tuning, qdq, torch.device("cuda"))
-    warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
-    fn = kernels.quantize.quantize_rows32_kernel
     sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",
            "sign_mask": "i32", "n_blocks": "i32", "seed": "u64", "rot_scale": "fp32",
            # the fold's outputs, unused without FOLD_GROUP (the launch passes the scales)
            "exp_ptr": "*u8", "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8",
-           "n_rows": "i32", **{k: "constexpr" for k in consts}}
-    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in range(3)})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
+           "n_rows": "i32"}
+    return compile_sm90(kernels.quantize.quantize_rows32_kernel, sig, consts, range(3))
+
+
+def compile_sm90(fn, sig: dict, consts: dict, divisible):
+    """``fn`` compiled for sm_90 as a launch would: ``sig`` its runtime arguments' types,
+    ``consts`` the launch's constexprs and options (num_warps, maxnreg), the arguments at
+    positions ``divisible`` specialized as divisible by 16."""
+    consts = dict(consts)
+    options = {"num_warps": consts.pop("num_warps")}
+    maxnreg = consts.pop("maxnreg", None)
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    src = ASTSource(fn, {**sig, **{c: "constexpr" for c in consts}},
+                    constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()},
+                    attrs={(i,): [["tt.divisibility", 16]] for i in divisible})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: int = 8192,
@@ -67,17 +78,12 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
     n = ops.numerics(fmt_name, "even", rounding, Rotation(rot) if rot else None)
     consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False,
                                      on_hopper=True)
-    warps, maxnreg = consts.pop("num_warps"), consts.pop("maxnreg", None)
-    fn = kernels.quantize.quantize_cols32_kernel
     sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
            "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
            "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
-           "n_rows": "i32", **{c: "constexpr" for c in consts}}
+           "n_rows": "i32"}
     # the pointers, K and inner as a launch specializes them (all divisible by 16)
-    src = ASTSource(fn, sig, constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()},
-                    attrs={(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 4, 5)})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {})))
+    return compile_sm90(kernels.quantize.quantize_cols32_kernel, sig, consts, (0, 1, 2, 4, 5))
 
 
 def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> dict:
@@ -92,13 +98,6 @@ def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> di
                 **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
                 loads=sorted({op for op in ops_ if op.startswith("LDG")}),
                 stores=sorted({op for op in ops_ if op.startswith("STG")}))
-
-
-def all_instructions(sass: str) -> list[tuple[int, str, str, str]]:
-    """(address, predicate, opcode, operands) of every SASS instruction of a disassembly
-    (``disassemble``) but NOPs (a kernel with loops or past 64 KiB of code too): the audit's
-    parser."""
-    return audit_instructions(sass)
 
 
 def disassemble(cubin: bytes) -> str:

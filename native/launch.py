@@ -147,13 +147,19 @@ def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning:
 @functools.lru_cache(maxsize=1024)
 def _rows32_constexprs(n: Numerics, in_dtype: torch.dtype, tile, qdq: bool, on_hopper: bool,
                        fold_key: tuple, nb: int, big: bool, even: bool) -> dict:
-    # (a fold takes no register cap: under the tile's 72 the E3M2 fold spilled when compiled
-    # for sm_90 with Triton 3.6; without it, 75-79 registers and no spill)
-    folds = fold_key != NO_FOLD_KEY
-    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not folds else {}
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
                 QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), **fold_constexprs(fold_key),
-                NB=nb, BIG=big, EVEN=even, num_warps=tile.warps, **opts)
+                NB=nb, BIG=big, EVEN=even, num_warps=tile.warps,
+                **register_cap(tile, on_hopper, fold_key))
+
+
+def register_cap(tile, on_hopper: bool, fold_key: tuple) -> dict:
+    """The launch option capping a 32-block kernel's registers: the tile's ``maxnreg`` on
+    Hopper, where it was measured, and never for a fold (under the row tile's 72 the E3M2 fold
+    spilled when compiled for sm_90 with Triton 3.6; without it, 75-79 registers and no
+    spill)."""
+    return {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and \
+        fold_key == NO_FOLD_KEY else {}
 
 
 def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
@@ -208,12 +214,10 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
 def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
                        even: bool) -> dict:
-    folds = fold_key != NO_FOLD_KEY
-    opts = {"maxnreg": tile.maxnreg} if tile.maxnreg and on_hopper and not folds else {}
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
                 VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, num_warps=tile.warps,
-                **opts)
+                **register_cap(tile, on_hopper, fold_key))
 
 
 def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):
