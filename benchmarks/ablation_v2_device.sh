@@ -222,7 +222,7 @@ EOS
     # Refused while a training process of this machine has that GPU (or every GPU: no
     # CUDA_VISIBLE_DEVICES): its timings would be shared. (TRAIN_ROOT: only runs whose --out
     # lies below it count; default all of them.)
-    : "${GPU:?GPU=the index of a GPU no run holds}"
+    [[ $GPU =~ ^[0-9]+$ ]] || { echo "bench: GPU must be the index of a GPU no run holds, got '$GPU'"; exit 2; }
     busy=
     while read -r pid out; do
       [ -n "$pid" ] || continue

@@ -303,7 +303,12 @@ def test_bench_runs_only_on_a_gpu_no_run_holds(tmp_path):
         out = _script("bench", dict(env, GPU="0", TRAIN_ROOT=str(tmp_path / "nowhere")),
                       tmp_path)
         assert out.returncode == 0 and "gpus: 0" in out.stdout  # runs outside TRAIN_ROOT
-        assert _script("bench", {k: v for k, v in env.items()}, tmp_path).returncode != 0  # GPU=
+        for bad in ({}, {"GPU": "0,1"}):  # no GPU, or not one index: one line, exit 2
+            out = _script("bench", dict(env, **bad), tmp_path)
+            lines = out.stdout.splitlines()  # (every mode first names the code it runs)
+            assert out.returncode == 2 and len(lines) == 2 and lines[0].startswith("code:"), \
+                out.stdout + out.stderr
+            assert lines[1].startswith("bench: GPU must be the index of a GPU no run holds")
     finally:
         for p in (on_gpu1, anywhere):
             if p is not None:
