@@ -363,8 +363,8 @@ COLUMN_TILES = [
     ColumnTile(64, 4, 4, False, True), ColumnTile(32, 2, 8, False, True),
     # a column pair per thread (4-byte loads, 128 bytes of a row per warp instruction): no
     # spill compiled for sm_90, ~24 SASS instructions per element (kernel_sass.py --columns);
-    # (128, 2, kb_fast) is the H100 default (0.50-0.55 of copy); the kb_fast variants of 64,
-    # 256 and 512 columns compile without spills too (not timed yet)
+    # (128, 2, kb_fast) is the H100 default (0.50-0.55 of copy), (64, 1) the H200 default for
+    # quantize (0.38-0.43) and (64, 1, kb_fast) for quantize-dequantize (0.51-0.53)
     ColumnTile(64, 1, vec=2), ColumnTile(128, 2, vec=2), ColumnTile(256, 4, vec=2),
     ColumnTile(128, 2, 1, True, True, vec=2), ColumnTile(64, 1, 1, True, True, vec=2),
     ColumnTile(256, 4, 1, True, True, vec=2), ColumnTile(512, 8, 1, True, True, vec=2),
@@ -381,7 +381,8 @@ def section_columns(rows):
     MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
     along K, loads of ``vec`` columns per thread or vectorized, launch order), against a copy,
     the transpose + row kernel path and the default of this GPU (``default_tuning``: on an
-    H100 the column kernel for quantize, the transpose for quantize-dequantize);
+    H100 the column kernel for quantize, the transpose for quantize-dequantize; on an H200
+    the column kernel for both);
     then quantize-dequantize along tokens through the transpose and the vec tiles. Same bits
     every way (tests/test_native_quantize.py)."""
     m, k = TOKENS, 14336

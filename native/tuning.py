@@ -122,8 +122,9 @@ class Tuning:
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
 # noise of it for both forms (one warp also keeps the tile's NaN/Inf vote inside the warp); the
 # packed-code form capped at 72 registers was 3% faster than ptxas's 80 (64 spills). Columns:
-# on an H100 the one-pass column kernel ran at 14% of copy (its 2-byte loads, one column per
-# thread, do not stream), the transpose + row kernel at about 35%: 'transpose' stays.
+# with one column per thread the one-pass column kernel ran at 14% of copy on an H100 (its
+# 2-byte loads do not stream), the transpose + row kernel at about 35%: 'transpose' stays for
+# GPUs not measured with the column-pair tiles (the H100 and the H200 below were).
 GPU = Tuning(notes="H200-tuned defaults")
 # On an H100 (results/native_gpu/bench_columns_h100.md, sixteenth session, two GPUs of one host
 # within 0.3%): the column kernel with a column pair per thread (4-byte loads, no shuffles),
@@ -131,11 +132,21 @@ GPU = Tuning(notes="H200-tuned defaults")
 # (no rotation / H16 / H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30.
 # Quantize-dequantize keeps the transpose: with H16 it is ahead (0.48 against this tile's 0.32
 # and the best vec tile's 0.44). The fold keeps it too: a program folds whole groups along K
-# (32 blocks per column at method 'fp8''s groups), far past this tile's registers. Not measured
-# on an H200: the GPU defaults stay there.
+# (32 blocks per column at method 'fp8''s groups), far past this tile's registers.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
               columns_qdq="transpose", columns_fold="transpose",
               notes="H200-tuned defaults, H100 column kernel for quantize")
+# On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
+# four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
+# run on another such host): a column pair per thread on one warp quantizes along tokens at
+# 0.42 / 0.43 / 0.38 of copy (no rotation / H16 / H16 + stochastic) against the transpose
+# path's 0.36 / 0.35 / 0.26, and, programs along K first, quantize-dequantizes at 0.53 / 0.51
+# against 0.45 / 0.47 (the quantize tile there: 0.46 / 0.41). The fold keeps the transpose,
+# as on the H100.
+H200 = Tuning(columns="kernel", cols32=ColumnTile(64, 1, vec=2),
+              columns_qdq="kernel", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
+              columns_fold="transpose",
+              notes="H200-tuned defaults, H200 column kernel for quantize and qdq")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),
@@ -171,7 +182,12 @@ def _device_tuning(device) -> Tuning:
     if blackwell(device):
         return BLACKWELL
     # by name, not compute capability: the H100 boards (SXM, PCIe, NVL) share the tuning that
-    # was measured on the SXM one; H200, H800 and GH200 keep the GPU defaults until measured
-    if device.type == "cuda" and torch.cuda.get_device_name(device).startswith("NVIDIA H100"):
-        return H100
+    # was measured on the SXM one, the H200 boards the H200 SXM's; H800 and GH200 keep the GPU
+    # defaults until measured
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if name.startswith("NVIDIA H100"):
+            return H100
+        if name.startswith("NVIDIA H200"):
+            return H200
     return GPU

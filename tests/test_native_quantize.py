@@ -381,6 +381,7 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
                                                 ("kernel", (32, 1, 2, True, True, 4), 480),
                                                 ("kernel", (128, 2, 1, True, True, 2), 480),
                                                 ("kernel", (128, 2, 1, True, True, 2, 128), 480),
+                                                ("H200", None, 480),
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -391,10 +392,17 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
     to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
     thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default
-    (``tuning.H100``), and with a register cap of 128 (applied on Hopper only)."""
-    tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile),
-                           rows32=native.default_tuning().rows32,
-                           rows32_qdq=native.default_tuning().rows32_qdq)
+    (``tuning.H100``), and with a register cap of 128 (applied on Hopper only); "H200" is the
+    H200 default itself (``tuning.H200``: one tile for quantize, another for
+    quantize-dequantize)."""
+    import dataclasses
+    rows = dict(rows32=native.default_tuning().rows32,
+                rows32_qdq=native.default_tuning().rows32_qdq)
+    if columns == "H200":
+        tuning = dataclasses.replace(native.tuning.H200, **rows)
+        assert tuning.column_path("qdq")[1] != tuning.column_path()[1]
+    else:
+        tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile), **rows)
     blocks = all_bf16_blocks(2)[:1920][::1920 // count]
     # column n of block row b holds blocks[48 b + n]: 48 columns, so both tiles end ragged
     rows = count // 48
@@ -474,6 +482,9 @@ def test_column_path_per_operation(device, monkeypatch):
     assert other.column_path("qdq") == ("kernel", b) and other.column_path("fold") == ("kernel", c)
     assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 1, True, True, 2))
     assert T.H100.column_path("qdq")[0] == T.H100.column_path("fold")[0] == "transpose"
+    assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
+    assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
+    assert T.H200.column_path("fold")[0] == "transpose"
     for bad in ("columns_qdq", "columns_fold"):
         with pytest.raises(ValueError, match=f"{bad} must be None, 'transpose' or 'kernel'"):
             native.Tuning(**{bad: "rows"})
@@ -506,24 +517,28 @@ def test_column_path_per_operation(device, monkeypatch):
 
 def test_default_tuning_per_gpu(monkeypatch):
     """The default tiles per GPU: an H100 (any of its boards) gets ``tuning.H100`` (the column
-    kernel for quantize along tokens, measured faster there), a Blackwell GPU ``BLACKWELL``,
-    any other GPU (H200 among them: not measured with these tiles) the GPU defaults; a device
-    named without an index means the current one."""
+    kernel for quantize along tokens, measured faster there), an H200 ``tuning.H200`` (the
+    column kernel for quantize and quantize-dequantize), a Blackwell GPU ``BLACKWELL``, any
+    other GPU (an H800: not measured) the GPU defaults; a device named without an index means
+    the current one."""
     from ocpmx.native import tuning as T
-    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200", 2: "NVIDIA H100 NVL", 3: "NVIDIA B200"}
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200", 2: "NVIDIA H100 NVL", 3: "NVIDIA B200",
+             4: "NVIDIA H800", 5: "NVIDIA H200 NVL"}
     monkeypatch.setattr(T, "interpreting", lambda: False)
     monkeypatch.setattr(T, "blackwell", lambda d: d.index == 3)
     monkeypatch.setattr(T.torch.cuda, "get_device_name", lambda d: names[d.index])
     T._device_tuning.cache_clear()
     try:
         assert T.default_tuning("cuda:0") is T.H100
-        assert T.default_tuning("cuda:1") is T.GPU
+        assert T.default_tuning("cuda:1") is T.H200
         assert T.default_tuning("cuda:2") is T.H100
         assert T.default_tuning("cuda:3") is T.BLACKWELL
+        assert T.default_tuning("cuda:4") is T.GPU
+        assert T.default_tuning("cuda:5") is T.H200
         assert T.default_tuning() is T.GPU
         # "cuda" without an index: the current device's, resolved on every call (cached per
         # index, so a later set_device is followed)
-        for current, want in ((2, T.H100), (1, T.GPU), (0, T.H100)):
+        for current, want in ((2, T.H100), (1, T.H200), (4, T.GPU), (0, T.H100)):
             monkeypatch.setattr(T.torch.cuda, "current_device", lambda c=current: c)
             assert T.default_tuning("cuda") is want
             assert T.default_tuning(T.torch.device("cuda")) is want
