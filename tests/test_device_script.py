@@ -314,3 +314,71 @@ def test_bench_runs_only_on_a_gpu_no_run_holds(tmp_path):
             if p is not None:
                 p.kill()
                 p.wait()
+
+
+def test_start_checks_the_shards_once_while_they_are_unchanged(tmp_path):
+    """``start`` checks every shard's text against PARTS.json (the real check, through the
+    actual Python); a later start trusts that check while PARTS.json and every shard file are
+    unchanged, and checks again once anything changed: a shard rewritten with the same size
+    (and its mtime set back), PARTS.json's text, a shard added or removed; an unreadable mark
+    means "check"."""
+    import gzip
+    import hashlib
+    import sys
+    env = _env(tmp_path)
+    fake = tmp_path / "bin" / "python3"  # the shard check (stdin) runs for real, the rest fakes
+    fake.write_text(f'#!/bin/bash\n[ "$1" = - ] && exec {sys.executable} "$@"\n'
+                    'echo "args: $*"\nexit 0\n')
+    data = tmp_path / "xl"
+    data.mkdir()
+    shard = data / "c4-train.00000-of-00001.json.gz"
+    mark = data / ".shards_checked.json"
+
+    def write(text: bytes, path=shard):
+        path.write_bytes(gzip.compress(text, mtime=0))  # (the same size for the same length)
+
+    def parts(**shards):
+        (data / "PARTS.json").write_text(json.dumps({"shards": {
+            n: hashlib.sha256(t).hexdigest() for n, t in shards.items()}}))
+
+    text = b'{"text": "a document"}\n'
+    write(text)
+    parts(**{shard.name: text})
+    env = dict(env, ARMS="bf16", SEEDS="0", START_WAIT_S="1")  # (0: the log may not exist yet)
+
+    def start():
+        out = _script("start", env, tmp_path)
+        return out.returncode, out.stdout
+
+    rc, out = start()
+    assert rc == 0 and "all 1 shards present and intact\n" in out, out
+    rc, out = start()
+    assert rc == 0 and "(checked earlier;" in out, out
+    # the same size, its mtime set back: the ctime still tells
+    st = shard.stat()
+    write(b'{"text": "b document"}\n')
+    assert shard.stat().st_size == st.st_size
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rc, out = start()
+    assert rc == 2 and "text SHA-256" in out and "checked earlier" not in out, out
+    assert not mark.exists()
+    write(text)
+    rc, out = start()
+    assert rc == 0 and "checked earlier" not in out, out
+    parts(**{shard.name: text, "c4-validation.00000-of-00001.json.gz": b"v"})  # PARTS changed
+    rc, out = start()
+    assert rc == 2 and "c4-validation.00000-of-00001.json.gz: missing" in out, out
+    write(b"v", data / "c4-validation.00000-of-00001.json.gz")  # the missing shard arrives
+    rc, out = start()
+    assert rc == 0 and "all 2 shards" in out and "checked earlier" not in out, out
+    write(b"x", data / "c4-train.00001-of-00001.json.gz")  # a shard the pack does not list
+    rc, out = start()
+    assert rc == 2 and "c4-train.00001-of-00001.json.gz: not in the pack" in out, out
+    (data / "c4-train.00001-of-00001.json.gz").unlink()
+    rc, out = start()
+    assert rc == 0 and "checked earlier" not in out, out
+    mark.write_text("{not json")  # unreadable: checked again, not a traceback
+    rc, out = start()
+    assert rc == 0 and "checked earlier" not in out and "Traceback" not in out, out
+    rc, out = start()
+    assert rc == 0 and "(checked earlier;" in out, out
