@@ -373,7 +373,14 @@ COLUMN_TILES = [
     ColumnTile(128, 2, 1, True, True, vec=2, maxnreg=128),
     ColumnTile(256, 4, 1, True, True, vec=2, maxnreg=128),
     # four columns per thread (8-byte loads): spills a little compiled for sm_90
-    ColumnTile(256, 2, vec=4)]
+    ColumnTile(256, 2, vec=4),
+    # the pair as 4-byte words, its even column quantized, then its odd one (``split``): 95-96
+    # registers compiled for sm_90 (RNE, no rotation or H16; 124-128 with SR) against 154-247
+    # unsplit, no spill (kernel_sass.py --columns; two pairs per thread, 256 columns on 2
+    # warps, take 255 again): the H100 and H200 defaults' tiles split, and 256 on 4 warps
+    ColumnTile(128, 2, 1, True, True, vec=2, split=True),
+    ColumnTile(64, 1, vec=2, split=True), ColumnTile(64, 1, 1, True, True, vec=2, split=True),
+    ColumnTile(256, 4, 1, True, True, vec=2, split=True)]
 
 
 def section_columns(rows):

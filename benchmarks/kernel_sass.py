@@ -78,7 +78,8 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
     n = ops.numerics(fmt_name, "even", rounding, Rotation(rot) if rot else None)
     consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False,
                                      on_hopper=True)
-    sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
+    sig = {"x_ptr": "*i32" if consts["SPLIT"] else "*i16", "data_ptr": "*u8",
+           "scale_ptr": "*u8", "sign_mask": "i32",
            "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
            "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
            "n_rows": "i32"}
@@ -148,8 +149,8 @@ def main():
     ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
     ap.add_argument("--tile", nargs="+", type=int,
                     help="rows: BLOCKS WARPS (default: the kernel's GPU default); --columns: "
-                         "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC MAXNREG] (ColumnTile's fields; "
-                         "MAXNREG 0: no cap)")
+                         "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC MAXNREG SPLIT] (ColumnTile's "
+                         "fields; MAXNREG 0: no cap)")
     ap.add_argument("--columns", action="store_true",
                     help="the column kernel, for each of gpu_bench.COLUMN_TILES (or --tile)")
     ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
@@ -157,11 +158,12 @@ def main():
     args = ap.parse_args()
     if args.columns:
         if args.tile:
-            if not 2 <= len(args.tile) <= 7:
+            if not 2 <= len(args.tile) <= 8:
                 ap.error("--columns --tile takes COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC "
-                         "MAXNREG]")
-            c = args.tile + [1, 1, 0, 1, 0][len(args.tile) - 2:]
-            tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5], c[6] or None)]
+                         "MAXNREG SPLIT]")
+            c = args.tile + [1, 1, 0, 1, 0, 0][len(args.tile) - 2:]
+            tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5], c[6] or None,
+                                bool(c[7]))]
         else:
             from gpu_bench import COLUMN_TILES
             tiles = COLUMN_TILES

@@ -201,22 +201,25 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     32-block column kernel. A fold takes whole groups along K per program: its blocks along K
     per program are the least common multiple of the tile's and the group's size (both divide
     K / 32, so it does too). The tile's register cap applies on Hopper (``on_hopper``) and not
-    to a fold (as the row kernel's)."""
+    to a fold (as the row kernel's). ``ColumnTile.split`` applies to bf16 input with an even
+    ``inner`` and no fold (elsewhere the tile runs unsplit: the same bits)."""
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
+    split = tile.split and in_dtype == torch.bfloat16 and inner % 2 == 0 and not fold
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold.key if fold else NO_FOLD_KEY, kb, numel >= BIG_NUMEL,
-                              inner % tile.columns == 0), tile.columns, kb
+                              inner % tile.columns == 0, split), tile.columns, kb
 
 
 @functools.lru_cache(maxsize=1024)
 def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
-                       even: bool) -> dict:
+                       even: bool, split: bool = False) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
-                VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, num_warps=tile.warps,
+                VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, SPLIT=split,
+                num_warps=tile.warps,
                 **register_cap(tile, on_hopper, fold_key))
 
 
@@ -241,8 +244,9 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
         return False
     outs = (*fold.args(), x.numel() // 32, fold.rows) if fold else \
         (scales, scales, scales, scales, 0, 1)
+    bits = torch.int32 if consts["SPLIT"] else torch.int16  # (SPLIT: a column pair per word)
     run(kernels.quantize.quantize_cols32_kernel, grid,
-        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg, k,
+        x.view(bits) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg, k,
         inner, seed_arg, n.rot_scale, *outs, **consts)
     return True
 

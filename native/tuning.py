@@ -35,7 +35,10 @@ class ColumnTile:
     ``columns / vec`` >= 32 ``warps``, each thread holds ``vec`` columns whole (no data
     crosses threads); else vectorized loads and a layout conversion; ``kb_fast``: programs
     along the quantized axis launched first (their outputs are neighbours); ``maxnreg`` caps
-    the registers per thread on Hopper, as ``RowTile``'s (None: no cap; a fold takes none)."""
+    the registers per thread on Hopper, as ``RowTile``'s (None: no cap; a fold takes none);
+    ``split``: bf16 loaded as 4-byte words of two neighbouring columns, a thread's even column
+    quantized and then its odd one (half the float32 values live at a time; ``columns`` even;
+    bf16 with an even number of columns and no fold only, elsewhere the tile runs unsplit)."""
     columns: int
     warps: int
     kblocks: int = 1
@@ -43,11 +46,15 @@ class ColumnTile:
     kb_fast: bool = False
     vec: int = 1
     maxnreg: int | None = None
+    split: bool = False
 
     def __post_init__(self):
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:
             raise ValueError(f"ColumnTile vec must be a power of two dividing columns "
                              f"({self.columns}), got {self.vec}")
+        if self.split and self.columns % 2:
+            raise ValueError(f"a split ColumnTile takes an even number of columns, got "
+                             f"{self.columns}")
 
     def blocks_along(self, n_blocks: int) -> int:
         """Blocks along the quantized axis per program: ``kblocks`` halved until it divides

@@ -382,6 +382,8 @@ def test_element_cast_every_bf16_input(device, fmt, rounding):
                                                 ("kernel", (128, 2, 1, True, True, 2), 480),
                                                 ("kernel", (128, 2, 1, True, True, 2, 128), 480),
                                                 ("H200", None, 480),
+                                                ("kernel", (128, 2, 1, True, True, 2, None,
+                                                            True), 480),
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -394,7 +396,9 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default
     (``tuning.H100``), and with a register cap of 128 (applied on Hopper only); "H200" is the
     H200 default itself (``tuning.H200``: one tile for quantize, another for
-    quantize-dequantize)."""
+    quantize-dequantize); ``split`` tiles load column pairs as 4-byte words and quantize the
+    even columns, then the odd ones (48 columns: a program of 128 cut short; several programs
+    along the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``)."""
     import dataclasses
     rows = dict(rows32=native.default_tuning().rows32,
                 rows32_qdq=native.default_tuning().rows32_qdq)
@@ -456,6 +460,65 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
         assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
         assert f["STL"] == 0 and f["LDL"] == 0 and f["SHFL"] <= 2, f
         assert f["per_element"] < 28, f
+
+
+def test_split_column_tile_halves_the_registers_for_sm90():
+    """``ColumnTile(split=True)``, compiled for sm_90a without the chip (``kernel_sass.py
+    --columns``): loading a thread's column pair as 4-byte words and quantizing its even
+    column, then its odd one, keeps at most ~100 registers under RNE (no rotation and H16) and
+    128 under stochastic rounding, where the same tile unsplit takes 154-247 (Triton 3.9: 8-13
+    warps an SM, against 20 split), without a spill or more instructions per element."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    facts = {}
+    for split in (0, 1):
+        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "1",
+                            "1", "1", "2", "0", str(split), "--rotations", "0", "16",
+                            "--rounding", "rne", "stochastic", "--json"], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        for f in json.loads(r.stdout.strip().splitlines()[-1]):
+            facts[split, f["rotation"], f["rounding"]] = f
+    for (split, rot, rnd), f in facts.items():
+        if not split:
+            continue
+        unsplit = facts[0, rot, rnd]
+        assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
+        assert f["STL"] == 0 and f["LDL"] == 0, f
+        assert f["registers"] <= (104 if rnd == "rne" else 128), f
+        assert f["registers"] < 0.85 * unsplit["registers"], (f, unsplit)
+        assert f["per_element"] <= unsplit["per_element"], (f, unsplit)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_split_column_tile_runs_unsplit_where_it_cannot(device):
+    """A split tile splits only bf16 with an even number of columns (``SPLIT`` in the launch),
+    and elsewhere (float32, float16, an odd number of columns) runs as the same tile unsplit:
+    the emulator's bits every way, a ragged last program included."""
+    import dataclasses
+    from ocpmx.native import launch, ops
+    tile = native.ColumnTile(32, 1, vec=2, split=True)
+    tuning = dataclasses.replace(native.default_tuning(), columns="kernel", cols32=tile)
+    n = ops.numerics("e2m1", "floor", "rne", None)
+    rng = np.random.default_rng(11)
+    for dtype, cols, split in ((torch.bfloat16, 50, True), (torch.bfloat16, 33, False),
+                               (torch.float32, 50, False), (torch.float16, 50, False)):
+        consts = launch.cols32_constexprs(n, dtype, 64, cols, 64 * cols, tile, False)[0]
+        assert consts["SPLIT"] is split, (dtype, cols)
+        x = torch.from_numpy(rng.standard_normal((64, cols)).astype(np.float32)).to(dtype)
+        xn = x.float().numpy()
+        for rot, rnd in ((None, "rne"), ("hadamard16", "stochastic")):
+            assert_same(native.quantize(x.to(device), "e2m1", axis=0, rotation=rot, rounding=rnd,
+                                        seed=2, tuning=tuning),
+                        emulator.quantize(xn, "e2m1", axis=0, rotation=rot, rounding=rnd, seed=2))
+    with pytest.raises(ValueError, match="split ColumnTile takes an even number of columns"):
+        native.ColumnTile(33, 1, split=True)
 
 
 @pytest.mark.parametrize("device", devices())

@@ -664,7 +664,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            # the tile, and what the shape implies
                            BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
                            VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
-                           EVEN: tl.constexpr):
+                           EVEN: tl.constexpr, SPLIT: tl.constexpr = False):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -688,6 +688,11 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     along the columns and Triton converts the layout. (The hint only narrows what Triton may
     vectorize; alignment it cannot prove keeps loads narrower, never wrong.)
 
+    ``SPLIT`` (bf16 input, ``x_ptr`` its int32 words, ``inner`` even): each thread loads whole
+    4-byte words, a pair of neighbouring columns each, and quantizes the pair's even columns
+    (the words' low halves) and then its odd ones (the high halves) as two tiles of BN / 2
+    columns, so that only one column's float32 values are live at a time besides the words.
+
     Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
     group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
     (``common.load_key``)."""
@@ -704,21 +709,79 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         pid_n = tl.program_id(0)
         kt = tl.program_id(1)
     o = tl.program_id(2)
-    if HIDE:
-        n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
-    else:
-        n = pid_n * BN + tl.arange(0, BN)
     k = kt * (32 * KB) + tl.arange(0, 32 * KB)
     if BIG:
         row0 = o.to(tl.int64) * K + k.to(tl.int64)
     else:
         row0 = o * K + k
+    if SPLIT:  # words of two columns: the even columns' tile, then the odd columns'
+        tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
+        WN: tl.constexpr = BN // 2
+        w = pid_n * WN + tl.arange(0, WN)
+        if HIDE:
+            w = tl.max_contiguous(w, 1)
+        wmask = (w < inner // 2)[None, :] & (k >= 0)[:, None]
+        woffs = row0[:, None] * (inner // 2) + w[None, :]
+        if EVEN:
+            words = tl.load(x_ptr + woffs)
+        else:
+            words = tl.load(x_ptr + woffs, mask=wmask, other=0)
+        cols32_part(tl.cast(words << 16, tl.float32, bitcast=True), 0, pid_n, kt, o, data_ptr,
+                    scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
+                    stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
+                    EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC,
+                    INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
+                    ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
+                    PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE,
+                    FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=WN, KB=KB,
+                    STEP=2, BIG=BIG, EVEN=EVEN)
+        cols32_part(tl.cast(words & -65536, tl.float32, bitcast=True), 1, pid_n, kt, o,
+                    data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
+                    pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS,
+                    SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
+                    NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ,
+                    MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT,
+                    SIGNS=SIGNS, PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE,
+                    FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=WN, KB=KB,
+                    STEP=2, BIG=BIG, EVEN=EVEN)
+        return
+    if HIDE:
+        n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
+    else:
+        n = pid_n * BN + tl.arange(0, BN)
     offs = row0[:, None] * inner + n[None, :]
     mask = (n < inner)[None, :] & (k >= 0)[:, None]
-    q0, q1, q2, q3 = columns_to_quarters(load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16,
-                                                       EVEN=EVEN), BN=BN, KB=KB)
+    cols32_part(load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN), 0, pid_n, kt, o,
+                data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
+                stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
+                EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
+                ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
+                PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
+                D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, STEP=1, BIG=BIG,
+                EVEN=EVEN)
+
+
+@triton.jit
+def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner, seed,
+                rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
+                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                ENVELOPE: tl.constexpr, RULE: tl.constexpr, ROUNDING: tl.constexpr,
+                ROT: tl.constexpr, SIGNS: tl.constexpr, PACK: tl.constexpr, QDQ: tl.constexpr,
+                QUARTER_IN_SCALE: tl.constexpr, FOLD_GROUP: tl.constexpr,
+                D_MAX: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr,
+                BN: tl.constexpr, KB: tl.constexpr, STEP: tl.constexpr, BIG: tl.constexpr,
+                EVEN: tl.constexpr):
+    """The column kernel after its load: a float32 tile [32 KB, BN] of the program's columns
+    ``first``, ``first`` + STEP, ... (of the BN STEP columns from pid_n BN STEP on), quantized
+    into the K-major output as the row kernel's quarters."""
+    q0, q1, q2, q3 = columns_to_quarters(t, BN=BN, KB=KB)
     b = tl.arange(0, BN * KB)
-    col = pid_n * BN + b // KB  # block b: block kt KB + b % KB of column col
+    col = (pid_n * BN + b // KB) * STEP + first  # block b: block kt KB + b % KB of column col
     valid = col < inner
     if BIG:
         blk = (o.to(tl.int64) * inner + col) * (K // 32) + kt * KB + b % KB
