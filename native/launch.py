@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -237,6 +237,8 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
     ``fold``: as ``rows32``'s); False where its grid does not fit (nothing launched)."""
     k = x.shape[axis]
     outer = x.numel() // (k * inner)
+    if tile.split and x.data_ptr() % 4:  # pairs are not whole 4-byte words: unsplit
+        tile = replace(tile, split=False)
     consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold,
                                        hopper(x.device))
     grid = cols32_grid(k, inner, outer, bn, kb, tile.kb_fast)

@@ -517,6 +517,12 @@ def test_split_column_tile_runs_unsplit_where_it_cannot(device):
             assert_same(native.quantize(x.to(device), "e2m1", axis=0, rotation=rot, rounding=rnd,
                                         seed=2, tuning=tuning),
                         emulator.quantize(xn, "e2m1", axis=0, rotation=rot, rounding=rnd, seed=2))
+    # bf16 whose pairs are not 4-byte words (a contiguous tensor at an odd element offset)
+    flat = torch.from_numpy(rng.standard_normal(64 * 50 + 1).astype(np.float32))
+    x = flat.to(torch.bfloat16).to(device)[1:].view(64, 50)
+    assert x.is_contiguous() and x.data_ptr() % 4 == 2
+    assert_same(native.quantize(x, "e2m1", axis=0, tuning=tuning),
+                emulator.quantize(x.float().cpu().numpy(), "e2m1", axis=0))
     with pytest.raises(ValueError, match="split ColumnTile takes an even number of columns"):
         native.ColumnTile(33, 1, split=True)
 
