@@ -132,7 +132,7 @@ class Tuning:
 # with one column per thread the one-pass column kernel ran at 14% of copy on an H100 (its
 # 2-byte loads do not stream), the transpose + row kernel at about 35%: 'transpose' stays for
 # GPUs not measured with the column-pair tiles (the H100 and the H200 below were).
-GPU = Tuning(notes="H200-tuned defaults")
+GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # On an H100 (results/native_gpu/bench_columns_h100.md, sixteenth session, two GPUs of one host
 # within 0.3%): the column kernel with a column pair per thread (4-byte loads, no shuffles),
 # programs along K first, quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy
@@ -142,7 +142,7 @@ GPU = Tuning(notes="H200-tuned defaults")
 # (32 blocks per column at method 'fp8''s groups), far past this tile's registers.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
               columns_qdq="transpose", columns_fold="transpose",
-              notes="H200-tuned defaults, H100 column kernel for quantize")
+              notes="GPU defaults, H100 column kernel for quantize")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at
@@ -153,7 +153,7 @@ H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
 H200 = Tuning(columns="kernel", cols32=ColumnTile(64, 1, vec=2),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
               columns_fold="transpose",
-              notes="H200-tuned defaults, H200 column kernel for quantize and qdq")
+              notes="GPU defaults, H200 column kernel for quantize and qdq")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),

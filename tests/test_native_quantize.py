@@ -592,7 +592,7 @@ def test_default_tuning_per_gpu(monkeypatch):
     the current one."""
     from ocpmx.native import tuning as T
     names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200", 2: "NVIDIA H100 NVL", 3: "NVIDIA B200",
-             4: "NVIDIA H800", 5: "NVIDIA H200 NVL"}
+             4: "NVIDIA H800", 5: "NVIDIA H200 NVL", 6: "NVIDIA GH200 480GB"}
     monkeypatch.setattr(T, "interpreting", lambda: False)
     monkeypatch.setattr(T, "blackwell", lambda d: d.index == 3)
     monkeypatch.setattr(T.torch.cuda, "get_device_name", lambda d: names[d.index])
@@ -604,6 +604,7 @@ def test_default_tuning_per_gpu(monkeypatch):
         assert T.default_tuning("cuda:3") is T.BLACKWELL
         assert T.default_tuning("cuda:4") is T.GPU
         assert T.default_tuning("cuda:5") is T.H200
+        assert T.default_tuning("cuda:6") is T.GPU  # (GH200: not measured)
         assert T.default_tuning() is T.GPU
         # "cuda" without an index: the current device's, resolved on every call (cached per
         # index, so a later set_device is followed)
