@@ -14,6 +14,7 @@ class Dist:
     rank: int = 0
     world: int = 1
     device: torch.device = torch.device("cpu")
+    owns_group: bool = False  # setup_dist created the process group (close destroys it)
 
     @property
     def main(self) -> bool:
@@ -30,6 +31,16 @@ class Dist:
         if self.world > 1:
             torch.distributed.barrier()
 
+    def close(self) -> None:
+        """After a run that ended normally on every rank: wait for all of them, then destroy
+        the process group if ``setup_dist`` created it. Left to interpreter exit, a rank that
+        finishes first tears its gloo connections down while its peer may still use them (a
+        suspected cause of a rank aborting with SIGABRT at the end of a CPU run in CI)."""
+        if self.world > 1 and self.owns_group:
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+            self.owns_group = False
+
 
 def setup_dist(device_name: str) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -39,10 +50,11 @@ def setup_dist(device_name: str) -> Dist:
             name = "cuda" if torch.cuda.is_available() else "cpu"
         return Dist(0, 1, torch.device(name))
     use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
-    if not torch.distributed.is_initialized():
+    owns = not torch.distributed.is_initialized()
+    if owns:
         torch.distributed.init_process_group("nccl" if use_cuda else "gloo")
     rank, local = torch.distributed.get_rank(), int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
         torch.cuda.set_device(local)
-        return Dist(rank, world, torch.device("cuda", local))
-    return Dist(rank, world, torch.device("cpu"))
+        return Dist(rank, world, torch.device("cuda", local), owns)
+    return Dist(rank, world, torch.device("cpu"), owns)

@@ -366,6 +366,7 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
         result["peak_memory_gb"] = peak_memory(dist)
         if dist.main:
             (out / "memory.json").write_text(json.dumps(result["peak_memory_gb"], indent=1))
+    dist.close()  # every rank got here: the process group ends together
     return result
 
 

@@ -279,12 +279,14 @@ def _torchrun(args, tmp_path, nproc=2):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    # --tee 3: each rank's lines prefixed with its rank, so a failure shows whose they are
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-           f"--master-port={port}", "-m", "ocpmx.cli", "train", *args]
+           f"--master-port={port}", "--tee", "3", "-m", "ocpmx.cli", "train", *args]
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    # a rank's own error sits above torchrun's summary: keep the lines that name one
-    errors = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error:" in ln]
-    assert done.returncode == 0, "\n".join(errors[-20:]) + "\n...\n" + done.stderr[-2000:]
+    # a rank's own last words sit above torchrun's summary (an abort's text names no "Error":
+    # keep every rank-prefixed stderr line, the last 40)
+    ranks = [ln for ln in done.stderr.splitlines() if ln.startswith("[default")]
+    assert done.returncode == 0, "\n".join(ranks[-40:]) + "\n...\n" + done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("fmt", ["full", "sharded"])
