@@ -100,8 +100,8 @@ EOF
     ;;
   start)
     # checks every shard against the pack's list (names and SHA-256 of the text; a later start
-    # in the same hold trusts that check while PARTS.json and every shard's size and mtime are
-    # unchanged: ~17 s saved per batch), tokenizes (all cores), then starts the runs in a new
+    # in the same hold trusts that check while PARTS.json and every shard file (inode, size,
+    # mtime, ctime) are unchanged: ~17 s saved per batch), tokenizes (all cores), then starts the runs in a new
     # process session: they outlive this call.
     # GPUS=0,1: the GPUs its runs take (default: every visible one), PER_GPU runs on each;
     # START_WAIT_S: seconds to wait before showing the driver's log (default 20)
@@ -141,7 +141,7 @@ for name, sha in want["shards"].items():
     h = hashlib.sha256(gzip.open(p).read()).hexdigest()
     if h != sha:
         bad.append(f"{name}: text SHA-256 {h[:12]} != {sha[:12]}")
-extra = sorted({p.name for p in d.glob("c4-*.json.gz")} - set(want["shards"]))
+extra = sorted(set(names) - set(want["shards"]))
 bad += [f"{n}: not in the pack" for n in extra]
 print("\n".join(bad) or f"all {len(want['shards'])} shards present and intact")
 if not bad:

@@ -37,7 +37,7 @@ class Dist:
         finishes first tears its gloo connections down while its peer may still use them (a
         suspected cause of a rank aborting with SIGABRT at the end of a CPU run in CI)."""
         if self.world > 1 and self.owns_group:
-            torch.distributed.barrier()
+            self.barrier()
             torch.distributed.destroy_process_group()
             self.owns_group = False
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -196,17 +196,19 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,
                       tile: ColumnTile, qdq: bool, fold: FoldOutput | None = None,
-                      on_hopper: bool = False) -> tuple[dict, int, int]:
+                      on_hopper: bool = False, aligned: bool = True) -> tuple[dict, int, int]:
     """(constexprs and launch options, columns per program, blocks along K per program) of the
     32-block column kernel. A fold takes whole groups along K per program: its blocks along K
     per program are the least common multiple of the tile's and the group's size (both divide
     K / 32, so it does too). The tile's register cap applies on Hopper (``on_hopper``) and not
     to a fold (as the row kernel's). ``ColumnTile.split`` applies to bf16 input with an even
-    ``inner`` and no fold (elsewhere the tile runs unsplit: the same bits)."""
+    ``inner``, 4-byte ``aligned`` (its pairs whole words), and no fold (elsewhere the tile runs
+    unsplit: the same bits)."""
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
-    split = tile.split and in_dtype == torch.bfloat16 and inner % 2 == 0 and not fold
+    split = tile.split and in_dtype == torch.bfloat16 and inner % 2 == 0 and aligned and \
+        not fold
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold.key if fold else NO_FOLD_KEY, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split), tile.columns, kb
@@ -237,10 +239,8 @@ def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, se
     ``fold``: as ``rows32``'s); False where its grid does not fit (nothing launched)."""
     k = x.shape[axis]
     outer = x.numel() // (k * inner)
-    if tile.split and x.data_ptr() % 4:  # pairs are not whole 4-byte words: unsplit
-        tile = replace(tile, split=False)
     consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold,
-                                       hopper(x.device))
+                                       hopper(x.device), x.data_ptr() % 4 == 0)
     grid = cols32_grid(k, inner, outer, bn, kb, tile.kb_fast)
     if grid is None:
         return False

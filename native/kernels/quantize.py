@@ -480,15 +480,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     q1 = load_f32(x_ptr, blk, 1, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q2 = load_f32(x_ptr, blk, 2, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q3 = load_f32(x_ptr, blk, 3, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
-    if ROUNDING == STOCHASTIC:  # a quarter is one group of 8: one Philox call each
-        tl.static_assert(RGROUP == 8, "a quarter of a 32-block is one stochastic-rounding group")
-        b0 = group_bits(seed, blk * 4)
-        b1 = group_bits(seed, blk * 4 + 1)
-        b2 = group_bits(seed, blk * 4 + 2)
-        b3 = group_bits(seed, blk * 4 + 3)
-    else:
-        b0, b1, b2, b3 = 0, 0, 0, 0
-    quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scale_ptr,
+    quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
                       sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
@@ -500,7 +492,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
 
 
 @triton.jit
-def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scale_ptr, sign_mask,
+def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sign_mask,
                       rot_scale,
                       IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                       EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -514,9 +506,18 @@ def quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scal
                       n_rows, FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr,
                       POW2: tl.constexpr, HW_CVT: tl.constexpr):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
-    8p .. 8p + 7 of each block in quarter p), with their stochastic-rounding bits b0..b3
-    (0 under RNE): rotation, scale, codes (or bf16 values, QDQ), stores at K-major block
-    indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN)."""
+    8p .. 8p + 7 of each block in quarter p): stochastic rounding's bits (a quarter is one
+    group of 8, one Philox call each, counted at K-major block indices, so every kernel draws
+    the same bits for an element), rotation, scale, codes (or bf16 values, QDQ), stores at
+    K-major block indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN)."""
+    if ROUNDING == STOCHASTIC:
+        tl.static_assert(RGROUP == 8, "a quarter of a 32-block is one stochastic-rounding group")
+        b0 = group_bits(seed, blk * 4)
+        b1 = group_bits(seed, blk * 4 + 1)
+        b2 = group_bits(seed, blk * 4 + 2)
+        b3 = group_bits(seed, blk * 4 + 3)
+    else:
+        b0, b1, b2, b3 = 0, 0, 0, 0
     if ROT > 0:
         r0, r1, r2, r3 = rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT=ROT,
                                          SIGNS=SIGNS, SCALE=not QUARTER_IN_SCALE)
@@ -726,24 +727,20 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
             words = tl.load(x_ptr + woffs)
         else:
             words = tl.load(x_ptr + woffs, mask=wmask, other=0)
-        cols32_part(tl.cast(words << 16, tl.float32, bitcast=True), 0, pid_n, kt, o, data_ptr,
-                    scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
-                    stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
-                    EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC,
-                    INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
-                    ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                    PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE,
-                    FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=WN, KB=KB,
-                    STEP=2, BIG=BIG, EVEN=EVEN)
-        cols32_part(tl.cast(words & -65536, tl.float32, bitcast=True), 1, pid_n, kt, o,
-                    data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
-                    pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS,
-                    SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
-                    NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ,
-                    MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT,
-                    SIGNS=SIGNS, PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE,
-                    FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=WN, KB=KB,
-                    STEP=2, BIG=BIG, EVEN=EVEN)
+        for first in tl.static_range(2):  # the words' low halves, then their high halves
+            if first == 0:
+                half = words << 16
+            else:
+                half = words & -65536
+            cols32_part(tl.cast(half, tl.float32, bitcast=True), first, pid_n, kt, o, data_ptr,
+                        scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
+                        stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS,
+                        SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
+                        NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
+                        SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING,
+                        ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
+                        QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
+                        POW2=POW2, HW_CVT=HW_CVT, BN=WN, KB=KB, STEP=2, BIG=BIG, EVEN=EVEN)
         return
     if HIDE:
         n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
@@ -787,14 +784,7 @@ def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner
         blk = (o.to(tl.int64) * inner + col) * (K // 32) + kt * KB + b % KB
     else:
         blk = (o * inner + col) * (K // 32) + kt * KB + b % KB
-    if ROUNDING == STOCHASTIC:  # a quarter is one group of 8: one Philox call each
-        b0 = group_bits(seed, blk * 4)
-        b1 = group_bits(seed, blk * 4 + 1)
-        b2 = group_bits(seed, blk * 4 + 2)
-        b3 = group_bits(seed, blk * 4 + 3)
-    else:
-        b0, b1, b2, b3 = 0, 0, 0, 0
-    quantize_quarters(q0, q1, q2, q3, b0, b1, b2, b3, blk, valid, data_ptr, scale_ptr,
+    quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
                       sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
                       MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
                       NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
