@@ -1,10 +1,10 @@
 #!/bin/bash
 # Wait up to $1 seconds for the background session (device_session.sh) to finish, then copy its
 # results to $OUT (one tarball: the 8-file limit) and print the driver log's tail.
-RUN=/tmp/ocpmx_run
+RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
 end=$((SECONDS + ${1:-500}))
 while [ $SECONDS -lt $end ] && ! grep -q "all done" $RUN/driver.log 2>/dev/null; do sleep 10; done
-tar czf $OUT/run.tgz -C /tmp ocpmx_run 2>/dev/null
+tar czf $OUT/$(basename $RUN).tgz -C $(dirname $RUN) $(basename $RUN) 2>/dev/null
 tail -n 30 $RUN/driver.log
 for f in $RUN/pytest_gpu.log $RUN/bench.log $RUN/bench_host.log $RUN/bench_columns.log $RUN/bench_fold.log $RUN/bench_gemm.log $RUN/bench_linear.log $RUN/mxlinear_host.log $RUN/fold_probe.log $RUN/fold_tile_sweep.log $RUN/cublas_blockwise.log $RUN/accum.log $RUN/speed.log $RUN/conform.log $RUN/conform_fold.log $RUN/fp8_cublas_profile.log $RUN/fp8_cublas_model.log; do
   [ -f $f ] && { echo "--- $f"; tail -n 4 $f; }

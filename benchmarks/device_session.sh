@@ -7,8 +7,9 @@
 # Steps: env tests sass bench fold gemm linear launch columns host probe sweep cublas cublas_profile cublas_model emulate accum
 # conform
 # conform_fold speed.
-# Logs and results go to /tmp/ocpmx_run/.
-RUN=/tmp/ocpmx_run
+# Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
+# another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
+RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
 mkdir -p $RUN/conform /tmp/p
 ln -sfn "$PWD" /tmp/p/ocpmx
 export PYTHONPATH=/tmp/p:$PWD/tests PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
@@ -21,8 +22,9 @@ for s in "$@"; do
       { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $RUN/env.txt 2>&1
       done_ $s $? ;;
     tests)
-      # TESTS: a subset of the files (the whole GPU run takes ~8 min, mostly compiling)
-      python3 -m pytest ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
+      # TESTS: a subset of the files (the whole GPU run takes ~8 min, mostly compiling);
+      # PYTEST_K: a -k expression
+      python3 -m pytest ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
         tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py} \
         -q -n 8 -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
       done_ $s $? ;;
