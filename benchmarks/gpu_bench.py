@@ -363,8 +363,9 @@ COLUMN_TILES = [
     ColumnTile(64, 4, 4, False, True), ColumnTile(32, 2, 8, False, True),
     # a column pair per thread (4-byte loads, 128 bytes of a row per warp instruction): no
     # spill compiled for sm_90, ~24 SASS instructions per element (kernel_sass.py --columns);
-    # (128, 2, kb_fast) is the H100 default (0.50-0.55 of copy), (64, 1) the H200 default for
-    # quantize (0.38-0.43) and (64, 1, kb_fast) for quantize-dequantize (0.51-0.53)
+    # (128, 2, kb_fast) is the H100 default for quantize (0.49-0.56 of copy), (64, 1) the H200
+    # default for quantize (0.38-0.43), (64, 1, kb_fast) both GPUs' default for
+    # quantize-dequantize (H100 0.56-0.63, H200 0.51-0.53)
     ColumnTile(64, 1, vec=2), ColumnTile(128, 2, vec=2), ColumnTile(256, 4, vec=2),
     ColumnTile(128, 2, 1, True, True, vec=2), ColumnTile(64, 1, 1, True, True, vec=2),
     ColumnTile(256, 4, 1, True, True, vec=2), ColumnTile(512, 8, 1, True, True, vec=2),
@@ -375,9 +376,16 @@ COLUMN_TILES = [
     # four columns per thread (8-byte loads): spills a little compiled for sm_90
     ColumnTile(256, 2, vec=4),
     # the pair as 4-byte words, its even column quantized, then its odd one (``split``): 95-96
-    # registers compiled for sm_90 (RNE, no rotation or H16; 124-128 with SR) against 154-247
-    # unsplit, no spill (kernel_sass.py --columns; two pairs per thread, 256 columns on 2
-    # warps, take 255 again): the H100 and H200 defaults' tiles split, and 256 on 4 warps
+    # registers compiled for sm_90 with Triton 3.9 (RNE, no rotation or H16; 124-128 with SR)
+    # against 154-247 unsplit, no spill (kernel_sass.py --columns; two pairs per thread, 256
+    # columns on 2 warps, take 255 again): the H100 and H200 defaults' tiles split, and 256 on
+    # 4 warps. Timed on an H100 (Triton 3.6, results/native_gpu/bench_columns_h100.md): slower
+    # than unsplit, quantize 0.21-0.23 / 0.19 / 0.12 of copy (no rotation / H16 / H16 + SR)
+    # against 0.48-0.51 / 0.47-0.56 / 0.48-0.49 unsplit; quantize-dequantize 0.45-0.46 (as
+    # the transpose; unsplit 0.32-0.63, the default (64, 1, kb_fast) 0.63 / 0.56 with no
+    # rotation / H16). No default takes them. Triton 3.6 (the GPU hosts') compiles the H100
+    # tile split to 166-168 registers with 290-354 warp shuffles and 1.6-2.7x the instructions
+    # per element (results/native_gpu/sass_columns_split.txt): the likely reason
     ColumnTile(128, 2, 1, True, True, vec=2, split=True),
     ColumnTile(64, 1, vec=2, split=True), ColumnTile(64, 1, 1, True, True, vec=2, split=True),
     ColumnTile(256, 4, 1, True, True, vec=2, split=True)]
@@ -388,10 +396,10 @@ def section_columns(rows):
     MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
     along K, loads of ``vec`` columns per thread or vectorized, launch order), against a copy,
     the transpose + row kernel path and the default of this GPU (``default_tuning``: on an
-    H100 the column kernel for quantize, the transpose for quantize-dequantize; on an H200
-    the column kernel for both);
-    then quantize-dequantize along tokens through the transpose and the vec tiles. Same bits
-    every way (tests/test_native_quantize.py)."""
+    H100 and an H200 the column kernel for both, each with its tiles; elsewhere the
+    transpose);
+    then quantize-dequantize along tokens through the default, the transpose and the vec
+    tiles. Same bits every way (tests/test_native_quantize.py)."""
     m, k = TOKENS, 14336
     src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)

@@ -133,16 +133,26 @@ class Tuning:
 # 2-byte loads do not stream), the transpose + row kernel at about 35%: 'transpose' stays for
 # GPUs not measured with the column-pair tiles (the H100 and the H200 below were).
 GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
-# On an H100 (results/native_gpu/bench_columns_h100.md, sixteenth session, two GPUs of one host
-# within 0.3%): the column kernel with a column pair per thread (4-byte loads, no shuffles),
-# programs along K first, quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy
-# (no rotation / H16 / H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30.
-# Quantize-dequantize keeps the transpose: with H16 it is ahead (0.48 against this tile's 0.32
-# and the best vec tile's 0.44). The fold keeps it too: a program folds whole groups along K
-# (32 blocks per column at method 'fp8''s groups), far past this tile's registers.
+# On an H100 (sixteenth session, commit bdce5fc, two GPUs of one host within 0.3%:
+# results/native_gpu/archive/bench_columns_h100_2026-11-26a.md and its _repeat): the column
+# kernel with a column pair per thread (4-byte loads, no shuffles), programs along K first,
+# quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy (no rotation / H16 /
+# H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30. Timed again
+# (results/native_gpu/bench_columns_h100.md, eighteenth session, commit 4beed8c, GPU 2 of four
+# H100s while two others trained; the rows both runs have within 2.1%, most within 1%): the
+# same 0.50 / 0.56 / 0.49. The split tiles (``ColumnTile(split=True)``) lost there, 0.21-0.23 /
+# 0.19 / 0.12, and stay non-default (compiled by the hosts' Triton 3.6, this tile split takes
+# 166-168 registers and 290-354 warp shuffles, where Triton 3.9 gives 95-127 and 2:
+# results/native_gpu/sass_columns_split.txt). Quantize-dequantize takes the column kernel with
+# the H200's tile, ``ColumnTile(64, 1, kb_fast=True, vec=2)``: 0.63 / 0.56 (no rotation / H16)
+# against the transpose path's 0.46 / 0.48 (this quantize tile: 0.42 / 0.33; the split tiles
+# 0.45-0.46, as the transpose; the sixteenth session did not time this tile for it). The fold
+# keeps the transpose: a program folds whole groups along K (32 blocks per column at method
+# 'fp8''s groups), far past these tiles' registers.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
-              columns_qdq="transpose", columns_fold="transpose",
-              notes="GPU defaults, H100 column kernel for quantize")
+              columns_qdq="kernel", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
+              columns_fold="transpose",
+              notes="GPU defaults, H100 column kernel for quantize and qdq")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at

@@ -387,7 +387,7 @@ SPLIT_ON_GPU = [(64, 1, 1, True, False, 2, None, True), (64, 1, 1, True, True, 2
                                                 ("kernel", (32, 1, 2, True, True, 4), 480),
                                                 ("kernel", (128, 2, 1, True, True, 2), 480),
                                                 ("kernel", (128, 2, 1, True, True, 2, 128), 480),
-                                                ("H200", None, 480),
+                                                ("H100", None, 480), ("H200", None, 480),
                                                 ("kernel", (128, 2, 1, True, True, 2, None,
                                                             True), 480),
                                                 *[("kernel", t, 480) for t in SPLIT_ON_GPU],
@@ -400,20 +400,22 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     tensor too; codes, scales and quantize-dequantize, RNE and stochastic rounding, with and
     without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
     to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
-    thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default
-    (``tuning.H100``), and with a register cap of 128 (applied on Hopper only); "H200" is the
-    H200 default itself (``tuning.H200``: one tile for quantize, another for
-    quantize-dequantize); ``split`` tiles load column pairs as 4-byte words and quantize the
-    even columns, then the odd ones (48 columns: a program of 128 cut short; several programs
-    along the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``)."""
+    thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default's
+    quantize tile, and with a register cap of 128 (applied on Hopper only); "H100" and "H200"
+    are the per-GPU defaults themselves (``tuning.H100``, ``tuning.H200``, with the default
+    row tiles: each one tile for quantize, another for quantize-dequantize, (64, 1, 1, True,
+    True, 2) on both); ``split`` tiles load column pairs as 4-byte words and quantize the even
+    columns, then the odd ones (48 columns: a program of 128 cut short; several programs along
+    the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``)."""
     import dataclasses
     if tile in SPLIT_ON_GPU and device == "cpu":
         pytest.skip("the other split tiles on a GPU only: under the interpreter the (128, 2) "
                     "split tile runs the same program text; their compiled code differs")
     rows = dict(rows32=native.default_tuning().rows32,
                 rows32_qdq=native.default_tuning().rows32_qdq)
-    if columns == "H200":
-        tuning = dataclasses.replace(native.tuning.H200, **rows)
+    if columns in ("H100", "H200"):
+        tuning = dataclasses.replace(getattr(native.tuning, columns), **rows)
+        assert tuning.column_path("qdq")[0] == tuning.column_path()[0] == "kernel"
         assert tuning.column_path("qdq")[1] != tuning.column_path()[1]
     else:
         tuning = native.Tuning(columns=columns, cols32=native.ColumnTile(*tile), **rows)
@@ -541,10 +543,11 @@ def test_split_column_tile_runs_unsplit_where_it_cannot(device):
 def test_column_path_per_operation(device, monkeypatch):
     """``Tuning.column_path``: quantize takes ``columns`` / ``cols32``; quantize-dequantize
     ``columns_qdq`` / ``cols32_qdq`` and the fold ``columns_fold`` / ``cols32_fold``, each None
-    meaning "as quantize". The launch follows it: under the H100 tuning's split (the kernel for
-    quantize, the transpose for quantize-dequantize and the fold) a quantize along axis 0 never
-    transposes, a quantize-dequantize and a fold do, all with the emulator's bits. Bad values
-    are named."""
+    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize and
+    quantize-dequantize (the same qdq tile), the transpose for the fold. The launch follows it:
+    under a split of the paths (the kernel for quantize, the transpose for quantize-dequantize
+    and the fold) a quantize along axis 0 never transposes, a quantize-dequantize and a fold
+    do, all with the emulator's bits. Bad values are named."""
     import dataclasses
     from ocpmx.native import fold as native_fold
     from ocpmx.native import launch, tuning as T
@@ -560,7 +563,8 @@ def test_column_path_per_operation(device, monkeypatch):
     assert other.column_path() == ("transpose", a)
     assert other.column_path("qdq") == ("kernel", b) and other.column_path("fold") == ("kernel", c)
     assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 1, True, True, 2))
-    assert T.H100.column_path("qdq")[0] == T.H100.column_path("fold")[0] == "transpose"
+    assert T.H100.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
+    assert T.H100.column_path("fold")[0] == "transpose"
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
     assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
@@ -595,9 +599,10 @@ def test_column_path_per_operation(device, monkeypatch):
 
 
 def test_default_tuning_per_gpu(monkeypatch):
-    """The default tiles per GPU: an H100 (any of its boards) gets ``tuning.H100`` (the column
-    kernel for quantize along tokens, measured faster there), an H200 ``tuning.H200`` (the
-    column kernel for quantize and quantize-dequantize), a Blackwell GPU ``BLACKWELL``, any
+    """The default tiles per GPU: an H100 (any of its boards) gets ``tuning.H100`` and an H200
+    ``tuning.H200`` (each the column kernel for quantize and quantize-dequantize along tokens,
+    measured faster there than the transpose path, with its own quantize tile and the same
+    quantize-dequantize tile; the fold on the transpose), a Blackwell GPU ``BLACKWELL``, any
     other GPU (an H800: not measured) the GPU defaults; a device named without an index means
     the current one."""
     from ocpmx.native import tuning as T
