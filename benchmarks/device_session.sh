@@ -23,10 +23,12 @@ for s in "$@"; do
       done_ $s $? ;;
     tests)
       # TESTS: a subset of the files (the whole GPU run takes ~8 min, mostly compiling);
-      # PYTEST_K: a -k expression
+      # PYTEST_K: a -k expression. Eight workers share the GPU test by test (--dist load;
+      # pyproject's loadfile kept a file on one worker: two files ran on two workers, ~23 min
+      # for 127 cases in the eighteenth session)
       python3 -m pytest ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
         tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py} \
-        -q -n 8 -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
+        -q -n 8 --dist load -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
       done_ $s $? ;;
     sass)
       { python3 benchmarks/kernel_sass.py; python3 benchmarks/kernel_sass.py --qdq; } > $RUN/sass.txt 2>&1
