@@ -82,8 +82,12 @@ XL_PACKAGES: dict[str, tuple[str, list[tuple[str, str]]]] = {
     **{p: ("manual", PDF) for p in _TEXLIVE},
     **{p: ("manual", HTML) for p in _HTML_MANUALS},
     **{p: ("manual", INFO) for p in _INFO_MANUALS},
+    # the package ships its Documentation gzipped: the v2 corpus (built with the .rst/.txt
+    # globs alone) got none of it; its manifest keeps those rules, so it rebuilds as it was
     "linux-doc-6.1": ("manual", [("**/Documentation/**/*.rst", "text"),
-                                 ("**/Documentation/**/*.txt", "text")]),
+                                 ("**/Documentation/**/*.txt", "text"),
+                                 ("**/Documentation/**/*.rst.gz", "text"),
+                                 ("**/Documentation/**/*.txt.gz", "text")]),
     "python3.11-doc": ("manual", [("**/_sources/**/*.txt", "text")]),
     "perl-doc": ("manual", [("**/pod/*.pod", "text")]),
     "git-doc": ("manual", [("**/git-doc/*.txt", "text")]),
@@ -432,9 +436,11 @@ def _extractor_hash() -> str:
 def _extracted(work: Path, pkg: str, deb: Path, sha: str, rules, min_chars: int):
     """(files' document count, cleaned and filtered documents) of one package: unpacked and
     extracted (the slow part: PDFs, HTML), or read back from ``work/docs`` where the same .deb
-    was extracted by the same code before, so that an interrupted build resumes package by
-    package. The cache file is written atomically (a temporary name, then a rename)."""
-    cache = work / "docs" / f"{pkg}_{sha[:16]}_{min_chars}_{_extractor_hash()}.json.gz"
+    was extracted by the same code and rules before, so that an interrupted build resumes
+    package by package. The cache file is written atomically (a temporary name, then a
+    rename)."""
+    rules_hash = hashlib.sha256(json.dumps([list(r) for r in rules]).encode()).hexdigest()[:8]
+    cache = work / "docs" / f"{pkg}_{sha[:16]}_{min_chars}_{rules_hash}_{_extractor_hash()}.json.gz"
     if cache.exists():
         with gzip.open(cache, "rt", encoding="utf-8") as f:
             c = json.load(f)
@@ -467,7 +473,10 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     c4-validation.00000-of-00001.json.gz, MANIFEST.json, CORPUS.json); returns the manifest.
 
     ``packages``: names from ``table`` (default ``XL_PACKAGES``), all by default; ``manifest``:
-    a previous build's manifest, whose versions are downloaded and whose .deb hashes must match.
+    a previous build's manifest, whose versions are downloaded and whose .deb hashes must match,
+    and whose categories and extraction rules are used (the build it records, not the table's
+    later rules). A package whose rules match no file is an error (its versions' layout
+    changed, or a glob is wrong), except in a rebuild of a manifest that records it so.
     ``workdir`` keeps the downloads and each package's extracted documents (both reused by a
     later build: an interrupted build resumes where it stopped) and the temporary buckets."""
     t_start = time.time()
@@ -477,7 +486,8 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
         pins = {p["package"]: p["version"] for p in manifest["packages"]}
         packages = packages or list(pins)
     packages = list(packages or table)
-    unknown = [p for p in packages if p not in table]
+    pinned = {p["package"]: p for p in manifest["packages"]} if manifest is not None else {}
+    unknown = [p for p in packages if p not in table and p not in pinned]
     if unknown:
         raise ValueError(f"packages without extraction rules: {unknown}")
     out = Path(out_dir)
@@ -498,12 +508,20 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
         t0 = time.time()
         deb = debs[pkg]
         sha = _sha256_file(deb)
-        if pins is not None:
-            want = {p["package"]: p for p in manifest["packages"]}[pkg]["deb_sha256"]
+        if pkg in pinned:
+            want = pinned[pkg]["deb_sha256"]
             if sha != want:
                 raise RuntimeError(f"{deb.name}: SHA-256 {sha} differs from the manifest's {want}")
-        category, rules = table[pkg]
+            category = pinned[pkg]["category"]
+            rules = [tuple(r) for r in pinned[pkg]["rules"]]
+        else:
+            category, rules = table[pkg]
         n_files, docs = _extracted(work, pkg, deb, sha, rules, min_chars)
+        if n_files == 0:
+            if pinned.get(pkg, {}).get("extracted_documents") != 0:
+                raise RuntimeError(f"{pkg}: its extraction rules {rules} match no file with "
+                                   f"text in {deb.name}")
+            log(f"warning: {pkg}: no document, as in the manifest being rebuilt")
         text_hash, kept, chars, dups = hashlib.sha256(), 0, 0, 0
         for d in docs:
             digest = hashlib.sha256(d.encode()).digest()[:16]

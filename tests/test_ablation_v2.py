@@ -549,6 +549,34 @@ def test_corpus_builder_on_fake_packages(tmp_path):
                 manifest=manifest, log=lambda *a: None)
 
 
+def test_corpus_builder_refuses_rules_that_match_nothing(tmp_path):
+    """A package whose rules match no file is an error that names it (the v2 corpus got no
+    document from linux-doc-6.1, whose files are gzipped, and said nothing); a rebuild from a
+    manifest uses the rules that manifest records, not the table's later ones, and passes a
+    package that the manifest records with no document (the build as it was), saying so."""
+    table = _fake_packages(tmp_path)
+    work = tmp_path / "work"
+    wrong = dict(table, **{"fake-html": ("manual", [("**/*.htm.gz", "html")])})
+    with pytest.raises(RuntimeError, match=r"fake-html: its extraction rules .* match no file"):
+        X.build(tmp_path / "a", table=wrong, n_train_shards=3, workdir=work,
+                log=lambda *a: None)
+    info = X.build(tmp_path / "b", table=table, n_train_shards=3, workdir=work,
+                   log=lambda *a: None)
+    manifest = json.loads((tmp_path / "b" / "MANIFEST.json").read_text())
+    # the table's rules changed since: the manifest's rules rebuild the same shards
+    again = X.build(tmp_path / "c", table=wrong, n_train_shards=3, workdir=work,
+                    manifest=manifest, log=lambda *a: None)
+    assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
+    # a manifest that records a package without a document rebuilds, with a warning
+    row = next(r for r in manifest["packages"] if r["package"] == "fake-html")
+    row.update(rules=[["**/*.htm.gz", "html"]], extracted_documents=0)
+    lines = []
+    third = X.build(tmp_path / "d", table=table, n_train_shards=3, workdir=work,
+                    manifest=manifest, log=lines.append)
+    assert {r["package"]: r["documents"] for r in third["packages"]}["fake-html"] == 0
+    assert "warning: fake-html: no document, as in the manifest being rebuilt" in lines
+    assert "**/Documentation/**/*.rst.gz" in [g for g, _ in X.XL_PACKAGES["linux-doc-6.1"][1]]
+
 def test_text_cleaners():
     assert X.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"
                       "RFC 1   Title   May 1990\n\n   1. Intro ........ 4\n") == \
