@@ -3,6 +3,10 @@
 # call in flight: start this, then poll with device_poll.sh in calls back to back).
 #   OCPMX_COMMIT=<sha> setsid nohup bash benchmarks/device_session.sh STEPS... \
 #       > /tmp/ocpmx_run/driver.log 2>&1 &
+# A second session on another GPU of the machine (its own folder; create it first, the log
+# goes there, and device_poll.sh takes the same OCPMX_RUN):
+#   mkdir -p /tmp/ocpmx_run2 && CUDA_VISIBLE_DEVICES=2 OCPMX_RUN=/tmp/ocpmx_run2 setsid nohup \
+#       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench fold gemm linear launch columns host probe sweep cublas cublas_profile cublas_model emulate accum
 # conform
@@ -10,9 +14,9 @@
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
-mkdir -p $RUN/conform /tmp/p
-ln -sfn "$PWD" /tmp/p/ocpmx
-export PYTHONPATH=/tmp/p:$PWD/tests PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+mkdir -p "$RUN/conform" "$RUN/p"
+ln -sfn "$PWD" "$RUN/p/ocpmx"  # per session: another session may run another tree
+export PYTHONPATH=$RUN/p:$PWD/tests PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 step() { echo "=== $1 start $(date +%T)"; }
 done_() { echo "=== $1 done $(date +%T) rc=$2"; }
 for s in "$@"; do
@@ -22,10 +26,9 @@ for s in "$@"; do
       { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $RUN/env.txt 2>&1
       done_ $s $? ;;
     tests)
-      # TESTS: a subset of the files (the whole GPU run takes ~8 min, mostly compiling);
-      # PYTEST_K: a -k expression. Eight workers share the GPU test by test (--dist load;
-      # pyproject's loadfile kept a file on one worker: two files ran on two workers, ~23 min
-      # for 127 cases in the eighteenth session)
+      # TESTS: a subset of the files; PYTEST_K: a -k expression. Eight workers share the GPU
+      # test by test (--dist load; pyproject's loadfile kept a file on one worker: two files
+      # ran on two workers, 127 cases in ~23 min in the eighteenth session, not finished)
       python3 -m pytest ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
         tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py} \
         -q -n 8 --dist load -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1

@@ -175,12 +175,15 @@ def debian_documents(packages=DEBIAN_PACKAGES, workdir=None, min_chars: int = 20
 def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int | None = None,
                  val_fraction: float | None = None, packages: str = "default", **xl) -> dict:
     """Build a corpus in the C4 layout. ``source`` 'debian-xl' (the ablation's v2 corpus) is
-    ``corpus_xl.build``: ``packages`` 'default' or 'v2' means its package set v2, and ``xl``
-    passes its options (``manifest``, ``workdir``, ``n_train_shards``, ``val_fraction``)."""
+    ``corpus_xl.build``: ``packages`` 'default' means the manifest's packages where ``xl``
+    has a ``manifest``, else the package set v2 (as 'v2'), and ``xl`` passes its options
+    (``manifest``, ``workdir``, ``n_train_shards``, ``val_fraction``)."""
     pkgs = []
     if source == "debian-xl":
         from . import corpus_xl
-        names = corpus_xl.PACKAGE_SETS["v2" if packages == "default" else packages]
+        # a rebuild of a manifest takes its packages unless others are named
+        names = None if packages == "default" and xl.get("manifest") is not None else \
+            corpus_xl.PACKAGE_SETS["v2" if packages == "default" else packages]
         if n_train_shards is not None:
             xl["n_train_shards"] = n_train_shards
         if val_fraction is not None:

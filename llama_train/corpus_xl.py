@@ -473,10 +473,12 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     c4-validation.00000-of-00001.json.gz, MANIFEST.json, CORPUS.json); returns the manifest.
 
     ``packages``: names from ``table`` (default ``XL_PACKAGES``), all by default; ``manifest``:
-    a previous build's manifest, whose versions are downloaded and whose .deb hashes must match,
-    and whose categories and extraction rules are used (the build it records, not the table's
-    later rules). A package whose rules match no file is an error (its versions' layout
-    changed, or a glob is wrong), except in a rebuild of a manifest that records it so.
+    a previous build's manifest, rebuilt as it was: its packages in its order (by default; a
+    name it lacks is an error), its versions (the .deb hashes must match), its categories and
+    extraction rules (not the table's later ones), and its seed, split and minimum length (an
+    argument that differs is an error). A package that gives no document (no file matches its
+    rules, or none has enough text: a glob is wrong, or the package's layout changed) is an
+    error, except in a rebuild of a manifest that records it so (then a warning).
     ``workdir`` keeps the downloads and each package's extracted documents (both reused by a
     later build: an interrupted build resumes where it stopped) and the temporary buckets."""
     t_start = time.time()
@@ -487,6 +489,16 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
         packages = packages or list(pins)
     packages = list(packages or table)
     pinned = {p["package"]: p for p in manifest["packages"]} if manifest is not None else {}
+    if manifest is not None:
+        asked = dict(seed=seed, val_fraction=val_fraction, min_chars=min_chars,
+                     n_train_shards=n_train_shards)
+        differ = {k: (v, manifest[k]) for k, v in asked.items() if manifest.get(k, v) != v}
+        if differ:
+            raise ValueError("a rebuild of a manifest takes its options; these differ "
+                             f"(asked, manifest): {differ}")
+        missing = [p for p in packages if p not in pinned]
+        if missing:
+            raise ValueError(f"packages not in the manifest being rebuilt: {missing}")
     unknown = [p for p in packages if p not in table and p not in pinned]
     if unknown:
         raise ValueError(f"packages without extraction rules: {unknown}")
@@ -517,11 +529,6 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
         else:
             category, rules = table[pkg]
         n_files, docs = _extracted(work, pkg, deb, sha, rules, min_chars)
-        if n_files == 0:
-            if pinned.get(pkg, {}).get("extracted_documents") != 0:
-                raise RuntimeError(f"{pkg}: its extraction rules {rules} match no file with "
-                                   f"text in {deb.name}")
-            log(f"warning: {pkg}: no document, as in the manifest being rebuilt")
         text_hash, kept, chars, dups = hashlib.sha256(), 0, 0, 0
         for d in docs:
             digest = hashlib.sha256(d.encode()).digest()[:16]
@@ -536,6 +543,13 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
             bucket[name].write(json.dumps({"text": d}) + "\n")
             kept += 1
             chars += len(d)
+        if kept == 0 and dups == 0:  # (a package all of whose documents others had is fine)
+            if pinned.get(pkg, {}).get("documents") != 0:
+                raise RuntimeError(
+                    f"{pkg}: no document from {deb.name} ({n_files} texts of at least "
+                    f"{min_chars} characters before cleaning): no file matches its rules "
+                    f"{rules}, or none has enough text")
+            log(f"warning: {pkg}: no document, as in the manifest being rebuilt")
         row = {"package": pkg, "version": _deb_version(deb), "category": category,
                "deb": deb.name, "deb_sha256": sha, "deb_bytes": deb.stat().st_size,
                "rules": [list(r) for r in rules], "extracted_documents": n_files,

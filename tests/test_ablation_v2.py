@@ -545,37 +545,51 @@ def test_corpus_builder_on_fake_packages(tmp_path):
     assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
     manifest["packages"][0]["deb_sha256"] = "0" * 64
     with pytest.raises(RuntimeError, match="differs from the manifest"):
-        X.build(tmp_path / "c", table=table, n_train_shards=3, workdir=work,
+        X.build(tmp_path / "c", table=table, n_train_shards=3, val_fraction=0.1, workdir=work,
                 manifest=manifest, log=lambda *a: None)
 
 
-def test_corpus_builder_refuses_rules_that_match_nothing(tmp_path):
-    """A package whose rules match no file is an error that names it (the v2 corpus got no
-    document from linux-doc-6.1, whose files are gzipped, and said nothing); a rebuild from a
-    manifest uses the rules that manifest records, not the table's later ones, and passes a
-    package that the manifest records with no document (the build as it was), saying so."""
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("apt-get") is None,
+                    reason="needs dpkg and apt-get (a Debian machine)")
+def test_corpus_builder_refuses_a_package_without_documents(tmp_path):
+    """A package that gives no document is an error that names it (the v2 corpus got none
+    from linux-doc-6.1, whose files are gzipped, and said nothing). A rebuild from a manifest
+    is the build it records: its packages (one the table no longer has included), categories
+    and rules, not the table's later ones; its options (a differing one is an error); and a
+    package it records without a document passes, with a warning."""
     table = _fake_packages(tmp_path)
     work = tmp_path / "work"
-    wrong = dict(table, **{"fake-html": ("manual", [("**/*.htm.gz", "html")])})
-    with pytest.raises(RuntimeError, match=r"fake-html: its extraction rules .* match no file"):
+    wrong = dict(table, **{"fake-html": ("rfc", [("**/*.htm.gz", "html")])})
+    with pytest.raises(RuntimeError, match=r"fake-html: no document from .*no file matches"):
         X.build(tmp_path / "a", table=wrong, n_train_shards=3, workdir=work,
                 log=lambda *a: None)
     info = X.build(tmp_path / "b", table=table, n_train_shards=3, workdir=work,
                    log=lambda *a: None)
     manifest = json.loads((tmp_path / "b" / "MANIFEST.json").read_text())
-    # the table's rules changed since: the manifest's rules rebuild the same shards
-    again = X.build(tmp_path / "c", table=wrong, n_train_shards=3, workdir=work,
+    # the table changed since (rules and category of one package, another gone): the
+    # manifest's packages, rules and categories rebuild the same shards
+    later = {k: v for k, v in wrong.items() if k != "fake-dict"}
+    again = X.build(tmp_path / "c", table=later, n_train_shards=3, workdir=work,
                     manifest=manifest, log=lambda *a: None)
     assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
+    assert again["characters_by_category"] == info["characters_by_category"]
+    assert [r["package"] for r in again["packages"]] == [r["package"] for r in info["packages"]]
+    with pytest.raises(ValueError, match="n_train_shards"):
+        X.build(tmp_path / "e", table=table, n_train_shards=4, workdir=work,
+                manifest=manifest, log=lambda *a: None)
+    with pytest.raises(ValueError, match="not in the manifest"):
+        X.build(tmp_path / "e", packages=["fake-html", "fake-new"], table=table,
+                n_train_shards=3, workdir=work, manifest=manifest, log=lambda *a: None)
     # a manifest that records a package without a document rebuilds, with a warning
     row = next(r for r in manifest["packages"] if r["package"] == "fake-html")
-    row.update(rules=[["**/*.htm.gz", "html"]], extracted_documents=0)
+    row.update(rules=[["**/*.htm.gz", "html"]], documents=0)
     lines = []
     third = X.build(tmp_path / "d", table=table, n_train_shards=3, workdir=work,
                     manifest=manifest, log=lines.append)
     assert {r["package"]: r["documents"] for r in third["packages"]}["fake-html"] == 0
     assert "warning: fake-html: no document, as in the manifest being rebuilt" in lines
     assert "**/Documentation/**/*.rst.gz" in [g for g, _ in X.XL_PACKAGES["linux-doc-6.1"][1]]
+
 
 def test_text_cleaners():
     assert X.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"

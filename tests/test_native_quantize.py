@@ -451,7 +451,7 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
     16-byte store, no register spilled, no warp shuffle moving data (the vectorized tiles'
     layout conversions compile to hundreds), and under 28 instructions per element (24 with
     Triton 3.9, NaN/Inf fix-ups included; the row kernel: 20.5 with H16). A regression here
-    loses what the tile exists for, found on a CPU (on an H100 it runs at 0.50-0.55 of copy,
+    loses what the tile exists for, found on a CPU (on an H100 it runs at 0.49-0.56 of copy,
     results/native_gpu/bench_columns_h100.md; the GPU host compiles with Triton 3.6)."""
     import json
     import os
