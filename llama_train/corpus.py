@@ -181,9 +181,10 @@ def build_corpus(out_dir, source: str = "stdlib", n_train_shards: int | None = N
     pkgs = []
     if source == "debian-xl":
         from . import corpus_xl
+        from .corpus_xl_packages import PACKAGE_SETS
         # a rebuild of a manifest takes its packages unless others are named
         names = None if packages == "default" and xl.get("manifest") is not None else \
-            corpus_xl.PACKAGE_SETS["v2" if packages == "default" else packages]
+            PACKAGE_SETS["v2" if packages == "default" else packages]
         if n_train_shards is not None:
             xl["n_train_shards"] = n_train_shards
         if val_fraction is not None:

@@ -16,6 +16,7 @@ import torch
 from ocpmx import cli
 from ocpmx.llama_train import ablation as A
 from ocpmx.llama_train import corpus_xl as X
+from ocpmx.llama_train import corpus_xl_packages as P
 from ocpmx.llama_train import mechanism as M
 from ocpmx.llama_train import train as T
 from ocpmx.llama_train.data import SequenceStream, load_tokenizer, tokenize_split, validation_set
@@ -497,9 +498,9 @@ def _fake_packages(tmp):
             "fake-src": ("1", {"usr/src/fake.tar.xz": buf.getvalue()})}
     for name, (version, files) in pkgs.items():
         _fake_deb(tmp, name, version, files)
-    table = {"fake-rfc": ("rfc", X.RFC), "fake-rfc-dup": ("rfc", X.RFC),
-             "fake-html": ("manual", X.HTML), "fake-man": ("manual", X.MAN),
-             "fake-info": ("manual", X.INFO), "fake-dict": ("dictionary", X.DICT),
+    table = {"fake-rfc": ("rfc", P.RFC), "fake-rfc-dup": ("rfc", P.RFC),
+             "fake-html": ("manual", P.HTML), "fake-man": ("manual", P.MAN),
+             "fake-info": ("manual", P.INFO), "fake-dict": ("dictionary", P.DICT),
              "fake-src": ("comments", [("**/*.tar.xz", "c_comments_tar")])}
     return table
 
@@ -588,8 +589,20 @@ def test_corpus_builder_refuses_a_package_without_documents(tmp_path):
                     manifest=manifest, log=lines.append)
     assert {r["package"]: r["documents"] for r in third["packages"]}["fake-html"] == 0
     assert "warning: fake-html: no document, as in the manifest being rebuilt" in lines
-    assert "**/Documentation/**/*.rst.gz" in [g for g, _ in X.XL_PACKAGES["linux-doc-6.1"][1]]
+    assert "**/Documentation/**/*.rst.gz" in [g for g, _ in P.XL_PACKAGES["linux-doc-6.1"][1]]
 
+
+def test_build_corpus_rebuilds_a_manifest_with_its_packages(monkeypatch, tmp_path):
+    """``build_corpus(source='debian-xl')`` (``ocpmx data build-corpus``) hands the builder the
+    manifest's packages where a manifest is given and no package set is named, the v2 set
+    otherwise."""
+    from ocpmx.llama_train import corpus
+    seen = []
+    monkeypatch.setattr(X, "build", lambda out, names, **kw: seen.append(names) or {})
+    corpus.build_corpus(tmp_path, "debian-xl", manifest={"packages": []})
+    corpus.build_corpus(tmp_path, "debian-xl")
+    corpus.build_corpus(tmp_path, "debian-xl", packages="v2", manifest={"packages": []})
+    assert seen == [None, P.PACKAGE_SETS["v2"], P.PACKAGE_SETS["v2"]]
 
 def test_text_cleaners():
     assert X.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"
