@@ -717,8 +717,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         row0 = o * K + k
     if SPLIT:  # words of two columns: the even columns' tile, then the odd columns'
         tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
-        WN: tl.constexpr = BN // 2
-        w = pid_n * WN + tl.arange(0, WN)
+        PARTS: tl.constexpr = 2
+        w = pid_n * (BN // 2) + tl.arange(0, BN // 2)
         if HIDE:
             w = tl.max_contiguous(w, 1)
         wmask = (w < inner // 2)[None, :] & (k >= 0)[:, None]
@@ -727,36 +727,30 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
             words = tl.load(x_ptr + woffs)
         else:
             words = tl.load(x_ptr + woffs, mask=wmask, other=0)
-        for first in tl.static_range(2):  # the words' low halves, then their high halves
-            if first == 0:
-                half = words << 16
-            else:
-                half = words & -65536
-            cols32_part(tl.cast(half, tl.float32, bitcast=True), first, pid_n, kt, o, data_ptr,
-                        scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
-                        stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS,
-                        SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
-                        NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
-                        SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING,
-                        ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
-                        QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
-                        POW2=POW2, HW_CVT=HW_CVT, BN=WN, KB=KB, STEP=2, BIG=BIG, EVEN=EVEN)
-        return
-    if HIDE:
-        n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
     else:
-        n = pid_n * BN + tl.arange(0, BN)
-    offs = row0[:, None] * inner + n[None, :]
-    mask = (n < inner)[None, :] & (k >= 0)[:, None]
-    cols32_part(load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN), 0, pid_n, kt, o,
-                data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
-                stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
-                EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
-                NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
-                ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
-                D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, STEP=1, BIG=BIG,
-                EVEN=EVEN)
+        PARTS: tl.constexpr = 1
+        if HIDE:
+            n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
+        else:
+            n = pid_n * BN + tl.arange(0, BN)
+        offs = row0[:, None] * inner + n[None, :]
+        mask = (n < inner)[None, :] & (k >= 0)[:, None]
+    for first in tl.static_range(PARTS):  # split: the words' low halves, then their high halves
+        if not SPLIT:
+            t = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
+        elif first == 0:
+            t = tl.cast(words << 16, tl.float32, bitcast=True)
+        else:
+            t = tl.cast(words & -65536, tl.float32, bitcast=True)
+        cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner, seed,
+                    rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
+                    IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
+                    EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM,
+                    RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
+                    ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
+                    QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
+                    POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KB, STEP=PARTS, BIG=BIG,
+                    EVEN=EVEN)
 
 
 @triton.jit
