@@ -431,12 +431,9 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     later build: an interrupted build resumes where it stopped) and the temporary buckets."""
     t_start = time.time()
     table = table or XL_PACKAGES
-    pins = None
-    if manifest is not None:
-        pins = {p["package"]: p["version"] for p in manifest["packages"]}
-        packages = packages or list(pins)
-    packages = list(packages or table)
+    # the manifest's row of each package it pins (every package of a rebuild)
     pinned = {p["package"]: p for p in manifest["packages"]} if manifest is not None else {}
+    packages = list(packages or pinned or table)
     if manifest is not None:
         asked = dict(seed=seed, val_fraction=val_fraction, min_chars=min_chars,
                      n_train_shards=n_train_shards)
@@ -447,9 +444,10 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
         missing = [p for p in packages if p not in pinned]
         if missing:
             raise ValueError(f"packages not in the manifest being rebuilt: {missing}")
-    unknown = [p for p in packages if p not in table and p not in pinned]
-    if unknown:
-        raise ValueError(f"packages without extraction rules: {unknown}")
+    else:
+        unknown = [p for p in packages if p not in table]
+        if unknown:
+            raise ValueError(f"packages without extraction rules: {unknown}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(workdir or tempfile.mkdtemp(prefix="ocpmx-xl-"))
@@ -462,7 +460,7 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     bucket = {n: open(buckets_dir / f"{n}.jsonl", "w", encoding="utf-8") for n in names}
     seen: set[bytes] = set()
     rows, t_fetch = [], time.time()
-    debs = fetch_debs(packages, work, pins)
+    debs = fetch_debs(packages, work, {p: row["version"] for p, row in pinned.items()})
     t_fetch = time.time() - t_fetch
     for pkg in packages:
         t0 = time.time()
