@@ -458,10 +458,12 @@ def host_us(fn, calls: int = 500, repeats: int = 5) -> float:
 
 def section_host(rows):
     """Issue 18: host time per eager call of each native operation on a tiny input (the GPU
-    time negligible), launched through the cached compiled kernels (``native.fastlaunch``)
-    against Triton's own launch (``kernel[grid]``) in the same run; and one MXLinear forward +
-    backward. Baseline: ``copy_`` of the same tensor."""
-    from ocpmx.native import fastlaunch
+    time negligible): ``us`` with per-call plans (``native.plans``: quantize and
+    quantize-dequantize), ``us_no_plans`` through the cached compiled kernels alone
+    (``native.fastlaunch``), ``us_triton_launch`` through Triton's own launch
+    (``kernel[grid]``), in the same run; and one MXLinear forward + backward. Baseline:
+    ``copy_`` of the same tensor."""
+    from ocpmx.native import fastlaunch, plans
     tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(tiny)
     q = native.quantize(tiny, "e2m1")
@@ -488,13 +490,16 @@ def section_host(rows):
              ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step)]
     for name, fn in cases:
         times = {}
-        for enabled in (False, True):
-            fastlaunch.ENABLED = enabled
-            times[enabled] = host_us(fn, calls=100 if fn is step else 500)
-        fastlaunch.ENABLED = True
+        for mode, enabled, plan_devices in (("triton", False, ()), ("fast", True, ()),
+                                            ("plans", True, ("cuda",))):
+            fastlaunch.ENABLED, plans.DEVICE_TYPES = enabled, plan_devices
+            plans.clear()
+            times[mode] = host_us(fn, calls=100 if fn is step else 500)
+        fastlaunch.ENABLED, plans.DEVICE_TYPES = True, ("cuda",)
         rows.append(dict(case=f"host time per call, {name} (us, best of 5)",
-                         us=times[True], us_triton_launch=times[False],
-                         speedup=times[False] / times[True]))
+                         us=times["plans"], us_no_plans=times["fast"],
+                         us_triton_launch=times["triton"],
+                         speedup=times["triton"] / times["plans"]))
 
 
 SECTIONS = {"quantize": section_quantize, "gemm": section_gemm, "linear": section_linear,

@@ -150,6 +150,25 @@ def launch(kernel, grid, args: tuple, constexprs: dict):
     return compiled
 
 
+def cached_tail(kernel, args: tuple, constexprs: dict) -> tuple | None:
+    """The parameters after the positional ``args`` as a cached launch passes them (the
+    constexprs and defaults, in order), or None where this module would not cache the launch
+    (``native.plans`` keeps them beside the compiled kernel a launch returned)."""
+    sig = signature(kernel)
+    full = bound(sig, args, constexprs) if sig is not None else None
+    return None if full is None else tuple(full[len(args):])
+
+
+def compiled(out) -> bool:
+    """Whether a launch returned a compiled kernel (one a later launch may call directly)."""
+    return _launchable(out)
+
+
+def current_stream():
+    """The raw current stream of the current CUDA device: where Triton launches."""
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+
+
 def _launchable(out) -> bool:
     try:
         from triton.compiler import CompiledKernel

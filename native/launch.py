@@ -170,28 +170,80 @@ def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
     return seed & 0xFFFFFFFFFFFFFFFF, n.sign_mask
 
 
+@dataclass(frozen=True, eq=False)
+class Kernel32:
+    """One launch of a 32-block kernel (the row or the column kernel) for fixed numerics,
+    shape, dtype, device, alignment and tuning: all of it but the per-call tensors and random
+    arguments, which ``args`` puts in place. ``rows32`` builds one per call;
+    ``native.plans`` keeps them for repeated calls."""
+    kernel: object
+    grid: tuple
+    view: torch.dtype | None  # the raw-bits type the input is passed as (bf16), or None
+    sizes: tuple              # the size arguments after sign_mask: (n_blocks,) or (k, inner)
+    rot_scale: float
+    tail: tuple               # the arguments after the four output pointers
+    consts: dict              # constexprs and launch options
+
+    def args(self, x: torch.Tensor, data, scales, seed_arg, sign_arg,
+             fold: FoldOutput | None = None) -> tuple:
+        """The positional arguments of one launch (``random_args`` gives seed and sign)."""
+        outs = fold.args() if fold else (scales, scales, scales, scales)
+        return (x if self.view is None else x.view(self.view), data, scales, sign_arg,
+                *self.sizes, seed_arg, self.rot_scale, *outs, *self.tail)
+
+    def launch(self, args: tuple):
+        """Launch with ``args`` through ``run``; returns what ``run`` returns."""
+        return run(self.kernel, self.grid, *args, **self.consts)
+
+
+def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
+             tuning: Tuning, qdq: bool = False,
+             fold: FoldOutput | None = None) -> Kernel32 | None:
+    """The one 32-block kernel launch of ``rows32`` over a contiguous ``x`` (its shape, dtype,
+    device and alignment): the row kernel along the last axis, the column kernel along another
+    (``tuning.column_path``); None where the column path is the transpose or the column
+    kernel's grid does not fit (then ``rows32`` transposes and runs the row kernel)."""
+    bf16 = x.dtype == torch.bfloat16
+    if inner == 1:
+        consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
+        return Kernel32(kernels.quantize.quantize_rows32_kernel, (cdiv(n_blocks, nb),),
+                        torch.int32 if bf16 else None, (n_blocks,), n.rot_scale,
+                        (fold.rows,) if fold else (1,), consts)
+    path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize")
+    if path != "kernel":
+        return None
+    k = x.shape[axis]
+    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold,
+                                       hopper(x.device), x.data_ptr() % 4 == 0)
+    grid = cols32_grid(k, inner, x.numel() // (k * inner), bn, kb, tile.kb_fast)
+    if grid is None:
+        return None
+    # bf16 as raw bits: a column pair per 4-byte word where the tile splits
+    view = (torch.int32 if consts["SPLIT"] else torch.int16) if bf16 else None
+    return Kernel32(kernels.quantize.quantize_cols32_kernel, grid, view, (k, inner),
+                    n.rot_scale, (x.numel() // 32, fold.rows) if fold else (0, 1), consts)
+
+
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,
            n_blocks: int, n: Numerics, seed: int, tuning: Tuning, qdq: bool = False,
-           keys: torch.Tensor | None = None, fold: FoldOutput | None = None) -> None:
+           keys: torch.Tensor | None = None, fold: FoldOutput | None = None):
     """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
     kernel; along another (Wgrad contracts over tokens) per ``tuning.column_path`` of the
     operation the one-pass column kernel, or a tiled transpose then the row kernel. The output
     is K-major, and the bits the same, every way (stochastic rounding counts K-major indices).
     ``qdq``: ``data`` is the bf16 output viewed as int32 pairs (quantize-dequantize),
     ``scales`` unused. ``fold``: ``data`` gets E4M3 codes, one byte per element, either kernel
-    folding in its own pass."""
+    folding in its own pass. Returns (the ``Kernel32`` launched, its arguments, what ``run``
+    returned), or None where the transpose went first (two launches)."""
     seed_arg, sign_arg = random_args(n, seed, keys)
-    if inner != 1:
-        path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize")
-        if path == "kernel" and \
-                cols32(x, axis, inner, data, scales, n, seed_arg, sign_arg, tile, qdq, fold):
-            return
-        x = move_axis_last(x, axis, tuning)
-    consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
-    outs = (*fold.args(), fold.rows) if fold else (scales, scales, scales, scales, 1)
-    run(kernels.quantize.quantize_rows32_kernel, (cdiv(n_blocks, nb),),
-        x.view(torch.int32) if x.dtype == torch.bfloat16 else x, data, scales,
-        sign_arg, n_blocks, seed_arg, n.rot_scale, *outs, **consts)
+    k32 = kernel32(x, axis, inner, n_blocks, n, tuning, qdq, fold)
+    if k32 is not None:
+        args = k32.args(x, data, scales, seed_arg, sign_arg, fold)
+        return k32, args, k32.launch(args)
+    x = move_axis_last(x, axis, tuning)
+    k32 = kernel32(x, x.dim() - 1, 1, n_blocks, n, tuning, qdq, fold)
+    k32.launch(k32.args(x, data, scales, seed_arg, sign_arg, fold))
+    return None
 
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,
@@ -231,26 +283,6 @@ def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool)
     along, across = k // (32 * kb), cdiv(inner, bn)
     grid = (along, across, outer) if kb_fast else (across, along, outer)
     return grid if grid[1] <= 65535 and grid[2] <= 65535 else None
-
-
-def cols32(x: torch.Tensor, axis: int, inner: int, data, scales, n: Numerics, seed_arg,
-           sign_arg, tile: ColumnTile, qdq: bool, fold: FoldOutput | None = None) -> bool:
-    """The column kernel over a contiguous ``x`` with ``tile`` (blocks along ``axis``;
-    ``fold``: as ``rows32``'s); False where its grid does not fit (nothing launched)."""
-    k = x.shape[axis]
-    outer = x.numel() // (k * inner)
-    consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold,
-                                       hopper(x.device), x.data_ptr() % 4 == 0)
-    grid = cols32_grid(k, inner, outer, bn, kb, tile.kb_fast)
-    if grid is None:
-        return False
-    outs = (*fold.args(), x.numel() // 32, fold.rows) if fold else \
-        (scales, scales, scales, scales, 0, 1)
-    bits = torch.int32 if consts["SPLIT"] else torch.int16  # (SPLIT: a column pair per word)
-    run(kernels.quantize.quantize_cols32_kernel, grid,
-        x.view(bits) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg, k,
-        inner, seed_arg, n.rot_scale, *outs, **consts)
-    return True
 
 
 # the software gfx950 conversion's sources: dtype -> (emulator.gfx950.SOURCES name, the

@@ -25,7 +25,7 @@ import torch
 from .. import emulator
 from ..spec import BLOCK_SIZE, Rotation, Rounding, ScaleRule, get_format, parse_rotation
 from ..spec.rules import Conversion
-from . import launch
+from . import launch, plans
 from .dispatch import pick_backend
 from .launch import Numerics
 from .tensor import MXTensor, pack_factor
@@ -99,15 +99,25 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     16-bit stochastic sources on gfx950) through the same kernel converting in software
     (``kernels.gfx950.convert_soft``): the same bits everywhere (``_check_gfx950``). It takes
     ``keys`` and compiles like the OCP conversion."""
+    pk = plans.key("quantize", x, (fmt, axis, block_size, scale_rule, rounding, rotation,
+                                   int8_min, backend, tuning, conversion), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call: the launch of the first (``native.plans``)
+        _check_keys(keys, x)
+        return plans.run(plan, x, seed, keys)
     n = numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
+    shape = tuple(x.shape)
     if torch.compiler.is_compiling():
         from . import library
         data, scales = library.quantize(x, n, axis, block_size, seed, keys, backend)
     else:
-        data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning)
-    return MXTensor(data, scales, n.fmt, axis, tuple(x.shape), block_size, n.rotation)
+        def result(data, scales):
+            return MXTensor(data, scales, n.fmt, axis, shape, block_size, n.rotation)
+        data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning,
+                                       pk, result)
+    return MXTensor(data, scales, n.fmt, axis, shape, block_size, n.rotation)
 
 
 def _check_gfx950(x: torch.Tensor, n: Numerics, block_size: int) -> None:
@@ -123,8 +133,9 @@ def _check_gfx950(x: torch.Tensor, n: Numerics, block_size: int) -> None:
 
 
 def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backend,
-                    tuning) -> tuple[torch.Tensor, torch.Tensor]:
-    """(packed data, scales) in the K-major layout: the implementation of ``quantize``."""
+                    tuning, plan_key=None, result=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed data, scales) in the K-major layout: the implementation of ``quantize``
+    (``plan_key``, ``result``: the call's combination and result for ``plans.make``)."""
     backend = pick_backend(x.device, backend)
     moved_shape = _moved_shape(x, axis)
     k = x.shape[axis]
@@ -160,8 +171,10 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
                 x = launch.move_axis_last(x, axis, tuning)
             launch.gfx950_rows(x, data, scales, rows * (k // block_size), n, seed, keys)
         elif launch.rows32_applies(block_size):
-            launch.rows32(x, axis, inner, data, scales, rows * (k // block_size), n, seed, tuning,
-                          keys=keys)
+            done = launch.rows32(x, axis, inner, data, scales, rows * (k // block_size), n,
+                                 seed, tuning, keys=keys)
+            plans.make(plan_key, done, False, tuple(data.shape), tuple(scales.shape),
+                       n.sign_mask, seed, keys, result)
         else:
             launch.strided(x, data, scales, rows, k, inner, block_size, n, seed, tuning,
                            keys=keys)
@@ -191,6 +204,12 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     back the packed codes. Elsewhere it is literally that composition. Returns the input's
     shape (a view of a K-major buffer, as ``dequantize`` does). ``conversion``: as
     ``quantize``'s ('gfx950': always the composition)."""
+    pk = plans.key("quantize_dequantize", x, (fmt, axis, block_size, scale_rule, rounding,
+                                              rotation, backend, tuning, conversion), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call: the launch of the first (``native.plans``)
+        _check_keys(keys, x)
+        return plans.run(plan, x, seed, keys)
     n = numerics(fmt, scale_rule, rounding, rotation, conversion=conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
@@ -198,13 +217,17 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
         from . import library
         out = library.quantize_dequantize(x, n, axis, block_size, seed, keys, backend)
     else:
-        out = quantize_dequantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning)
+        def result(data, out):
+            return out if axis == out.dim() - 1 else out.movedim(-1, axis)
+        out = quantize_dequantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning,
+                                         pk, result)
     return out.movedim(-1, axis)
 
 
 def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
-                               backend, tuning) -> torch.Tensor:
-    """The bf16 values in the K-major layout: the implementation of ``quantize_dequantize``."""
+                               backend, tuning, plan_key=None, result=None) -> torch.Tensor:
+    """The bf16 values in the K-major layout: the implementation of ``quantize_dequantize``
+    (``plan_key``, ``result``: as ``quantize_kmajor``'s)."""
     inner = math.prod(x.shape[axis + 1:])
     if (pick_backend(x.device, backend) == "emulator" or n.fmt.kind == "int" or x.numel() == 0
             or not launch.rows32_applies(block_size) or n.conversion != Conversion.OCP):
@@ -214,8 +237,9 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
     tuning = tuning or default_tuning(x.device)
     x = x.detach().contiguous()
     out = torch.empty(_moved_shape(x, axis), dtype=torch.bfloat16, device=x.device)
-    launch.rows32(x, axis, inner, out.view(torch.int32), out, out.numel() // 32, n, seed, tuning,
-                  qdq=True, keys=keys)
+    done = launch.rows32(x, axis, inner, out.view(torch.int32), out, out.numel() // 32, n, seed,
+                         tuning, qdq=True, keys=keys)
+    plans.make(plan_key, done, True, tuple(out.shape), (), n.sign_mask, seed, keys, result)
     return out
 
 

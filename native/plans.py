@@ -1,0 +1,183 @@
+"""Per-call plans: the host path of a repeated ``quantize`` or ``quantize_dequantize`` call.
+
+A training step makes the same calls on the same shapes every step. Without a plan each call
+parses its arguments, picks the backend, the tuning and the kernel, and builds ~45 kernel
+arguments and the fast launch's specialization key (``ops``, ``launch``, ``fastlaunch``): about
+60 us of host time a call on an H100 host (``gpu_bench.py --sections host``), more than the GPU
+takes to quantize a small model's activations.
+
+The first call of a combination goes that whole way. A combination is the operation, its
+arguments as passed (format, axis, block size, scale rule, rounding, rotation, INT8 minimum,
+backend, tuning, conversion; keys or a seed) and the input's dtype, shape, device and 16-byte
+alignment. Where that call was one launch of a 32-block kernel (``launch.Kernel32``) and the
+launch returned a compiled kernel (``fastlaunch``), it leaves a ``Plan``: the launch, the
+outputs' shapes, and the compiled kernel for each specialization of the per-call arguments
+(the outputs' alignment, the seed's or the keys', the current device). A later call of the
+same combination allocates the outputs, puts the input, the outputs and the random arguments
+in place and calls the compiled kernel.
+
+Only a contiguous ``torch.Tensor`` on a device of ``DEVICE_TYPES`` (CUDA/ROCm), with
+``fastlaunch`` on and outside ``torch.compile``, takes a plan. A call of another kind (a
+transpose first, the strided kernel, the emulator, gfx950's conversions), and any launch that
+did not return a compiled kernel (the interpreter, a recorder patched into ``launch.run``),
+leaves none and goes the whole way every time. The bits are the kernel's either way
+(``tests/test_plans.py`` drives the plan path through the interpreter with a stand-in for the
+compiled kernel; on a GPU it compares calls with and without plans).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import fastlaunch
+from .launch import Kernel32
+
+DEVICE_TYPES = ("cuda",)
+MAX_PLANS = 4096  # far more combinations than a training run makes; past it, start afresh
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+@dataclass
+class Stats:
+    """Counts since import (or ``clear``): plans ``made``, calls they served (``hits``)."""
+    made: int = 0
+    hits: int = 0
+
+
+STATS = Stats()
+PLANS: dict = {}
+
+
+def clear() -> None:
+    """Forget every plan and reset the counts."""
+    PLANS.clear()
+    STATS.made = STATS.hits = 0
+
+
+def current_device() -> int:
+    """The current CUDA device's index: where Triton compiled and launches."""
+    return torch._C._cuda_getDevice()
+
+
+def current_stream(device: int):
+    """The raw current stream of CUDA device ``device``."""
+    return torch._C._cuda_getCurrentRawStream(device)
+
+
+def key(op: str, x, args: tuple, keys) -> tuple | None:
+    """The combination of a call (see the module doc), or None where the call takes no plan.
+    ``args``: the operation's arguments as passed, other than ``x``, ``seed`` and ``keys``."""
+    if type(x) is not torch.Tensor or not fastlaunch.ENABLED or torch.compiler.is_compiling():
+        return None
+    device = x.device
+    if device.type not in DEVICE_TYPES or not x.is_contiguous():
+        return None
+    return op, args, keys is None, x.dtype, x.shape, device, x.data_ptr() & 15
+
+
+def find(k: tuple | None) -> Plan | None:
+    """The plan of combination ``k``, if one was made."""
+    if k is None:
+        return None
+    try:
+        return PLANS.get(k)
+    except TypeError:  # an unhashable argument: no plan (the whole way names what is wrong)
+        return None
+
+
+def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tuple,
+         sign_mask: int, seed: int, keys, result) -> None:
+    """After the whole way: keep a plan for combination ``k`` where the call was one 32-block
+    launch (``done``: what ``launch.rows32`` returned) that returned a compiled kernel. The
+    other arguments: as ``Plan``'s, and the call's seed and keys."""
+    if k is None or done is None:
+        return
+    k32, args, launched = done
+    plan = Plan(k32, qdq, data_shape, scales_shape, sign_mask, result)
+    seed_arg, _ = plan.random_args(seed, keys)
+    dyn = specialization(seed_arg, args[1], args[2], keys, current_device())
+    if not remember(plan, dyn, args, launched):
+        return
+    try:
+        if len(PLANS) >= MAX_PLANS:
+            PLANS.clear()
+        PLANS[k] = plan
+        STATS.made += 1
+    except TypeError:  # (an unhashable argument)
+        pass
+
+
+class Plan:
+    """One combination's launch (``k32``) and outputs: K-major codes of ``data_shape`` and
+    scales of ``scales_shape`` (quantize), or bf16 values of ``data_shape``
+    (quantize-dequantize, ``qdq``); ``result(data, scales)`` is what the operation returns.
+    ``sign_mask``: the rotation's signs where no keys are passed."""
+
+    __slots__ = ("k32", "qdq", "data_shape", "scales_shape", "sign_mask", "result", "grid",
+                 "tail", "compiled")
+
+    def __init__(self, k32: Kernel32, qdq: bool, data_shape: tuple, scales_shape: tuple,
+                 sign_mask: int, result):
+        self.k32, self.qdq = k32, qdq
+        self.data_shape, self.scales_shape = data_shape, scales_shape
+        self.sign_mask, self.result = sign_mask, result
+        g = k32.grid
+        self.grid = (g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)
+        self.tail = None      # the bound constexprs and defaults after the positional arguments
+        self.compiled = {}    # per-call specialization -> compiled kernel
+
+    def outputs(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fresh (data, scales) as the kernel takes them (quantize-dequantize: the bf16 output
+        as int32 pairs, and itself)."""
+        if self.qdq:
+            out = torch.empty(self.data_shape, dtype=torch.bfloat16, device=device)
+            return out.view(torch.int32), out
+        return (torch.empty(self.data_shape, dtype=torch.uint8, device=device),
+                torch.empty(self.scales_shape, dtype=torch.uint8, device=device))
+
+    def random_args(self, seed: int, keys) -> tuple:
+        """(seed argument, sign argument), as ``launch.random_args`` gives them."""
+        if keys is None:
+            return seed & _U64, self.sign_mask
+        return keys[0:1], keys[1:2]
+
+
+def specialization(seed_arg, data: torch.Tensor, scales: torch.Tensor, keys,
+                   device: int) -> tuple:
+    """What a compiled kernel is specialized on that the combination does not fix: the
+    seed's specialization (``fastlaunch.arg_key``) or the keys' alignment, the outputs'
+    alignment, and the current device."""
+    r = keys.data_ptr() & 15 if keys is not None else fastlaunch.arg_key(seed_arg)
+    return r, data.data_ptr() & 15, scales.data_ptr() & 15, device
+
+
+def remember(plan: Plan, dyn: tuple, args: tuple, launched) -> bool:
+    """Keep the compiled kernel ``launched`` (what ``run`` returned) in ``plan`` for
+    specialization ``dyn``; False where it is none or cannot be called directly."""
+    if not fastlaunch.compiled(launched):
+        return False
+    if plan.tail is None:
+        plan.tail = fastlaunch.cached_tail(plan.k32.kernel, args, plan.k32.consts)
+        if plan.tail is None:
+            return False
+    plan.compiled[dyn] = launched
+    return True
+
+
+def run(plan: Plan, x: torch.Tensor, seed: int, keys):
+    """The operation on ``x`` through ``plan``: what the call it was made from returns."""
+    if x.requires_grad:
+        x = x.detach()
+    data, scales = plan.outputs(x.device)
+    seed_arg, sign_arg = plan.random_args(seed, keys)
+    args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
+    device = current_device()
+    dyn = specialization(seed_arg, data, scales, keys, device)
+    kernel = plan.compiled.get(dyn)
+    if kernel is None:  # a specialization not seen yet: through ``run``, then kept
+        remember(plan, dyn, args, plan.k32.launch(args))
+    else:
+        kernel[plan.grid](*args, *plan.tail, stream=current_stream(device))
+        STATS.hits += 1
+    return plan.result(data, scales)

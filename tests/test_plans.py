@@ -1,0 +1,240 @@
+"""``ocpmx.native.plans``: a repeated quantize or quantize-dequantize call takes the launch its
+first call left, and must give the bits the whole way gives.
+
+On the CPU the plan path runs through the Triton interpreter: plans are let onto CPU tensors
+(``DEVICE_TYPES``) and ``launch.run`` returns a stand-in for Triton's compiled kernel whose
+``kernel[grid](*args, *tail)`` runs the interpreter on the arguments the plan puts in place (its
+positional arguments and the constexprs it bound: a wrong order or a stale seed changes the
+bits). Every result is compared with the emulator. On a GPU the same calls go through real
+compiled kernels, compared with calls that take no plan."""
+import dataclasses
+
+import pytest
+import torch
+from triton.runtime.jit import JITFunction
+
+from ocpmx import native
+from ocpmx.spec import Rotation
+from ocpmx.native import fastlaunch, launch, plans
+
+GPU = torch.cuda.is_available()
+
+
+class StandIn:
+    """What ``launch.run`` returns on the CPU under these tests: a 'compiled kernel' whose
+    launch runs the interpreter on every positional argument given."""
+
+    def __init__(self, kernel, consts):
+        self.kernel = kernel
+        self.options = {k: v for k, v in consts.items() if k in ("num_warps", "maxnreg")}
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        def runner(*args, stream=None):
+            assert stream is None
+            self.launches += 1
+            self.kernel[grid](*args)
+        return runner
+
+
+@pytest.fixture
+def cpu_plans(monkeypatch):
+    """Plans on CPU tensors (the interpreter) with ``StandIn`` kernels."""
+    if not native.interpreting():
+        pytest.skip("the CPU plan path runs the kernels through the interpreter")
+    made = []
+    real_run = launch.run
+
+    def run(kernel, grid, *args, **consts):
+        real_run(kernel, grid, *args, **consts)
+        made.append(StandIn(kernel, consts))
+        return made[-1]
+    monkeypatch.setattr(launch, "run", run)
+    monkeypatch.setattr(plans, "DEVICE_TYPES", ("cpu",))
+    monkeypatch.setattr(plans, "current_device", lambda: 0)
+    monkeypatch.setattr(plans, "current_stream", lambda device: None)
+    monkeypatch.setattr(fastlaunch, "compiled", lambda out: isinstance(out, StandIn))
+    sigs = {}
+
+    def signature(kernel):  # (the interpreter's kernels: the signature of the JITFunction)
+        if kernel not in sigs:
+            fn = kernel
+            while hasattr(fn, "fn"):
+                fn = fn.fn
+            sigs[kernel] = fastlaunch._signature_of(JITFunction(fn))
+        return sigs[kernel]
+    monkeypatch.setattr(fastlaunch, "signature", signature)
+    plans.clear()
+    yield made
+    plans.clear()
+
+
+def _reference(x, fmt, qdq, seed=0, keys=None, **kw):
+    """The emulator's bits for a call (keys: read on the host, as the emulator backend does)."""
+    kw = dict(kw, seed=seed, keys=None if keys is None else keys.cpu())
+    kw.pop("backend", None)
+    if qdq:
+        return native.quantize_dequantize(x.cpu(), fmt, backend="emulator", **kw)
+    return native.quantize(x.cpu(), fmt, backend="emulator", **kw)
+
+
+def _same(got, want, qdq):
+    if qdq:
+        assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
+    else:
+        assert torch.equal(got.data.cpu(), want.data) and \
+            torch.equal(got.scales_kmajor.cpu(), want.scales_kmajor)
+        assert (got.fmt, got.axis, got.shape, got.block_size, got.rotation) == \
+            (want.fmt, want.axis, want.shape, want.block_size, want.rotation)
+
+
+COLUMNS = dataclasses.replace(native.default_tuning(), columns="kernel", columns_qdq="kernel")
+CASES = [  # (dtype, shape, options)
+    (torch.bfloat16, (64, 96), dict()),
+    (torch.bfloat16, (64, 96), dict(rotation="hadamard16")),
+    (torch.float32, (2, 32, 64), dict(rounding="stochastic")),
+    (torch.bfloat16, (64, 96), dict(axis=0, rotation="hadamard16", tuning=COLUMNS)),
+    (torch.bfloat16, (64, 48), dict(axis=0, rounding="stochastic", tuning=COLUMNS)),
+    (torch.float16, (3, 64, 32), dict(axis=1, scale_rule="rceil", tuning=COLUMNS)),
+]
+
+
+@pytest.mark.parametrize("qdq", [False, True])
+@pytest.mark.parametrize("dtype,shape,kw", CASES)
+def test_repeated_calls_take_the_plan_and_keep_the_bits(cpu_plans, qdq, dtype, shape, kw):
+    """The first call goes the whole way and leaves a plan; later calls with other data and
+    other seeds take it (one launch each, through the stand-in) and give the emulator's
+    bits: the seed is read per call, not frozen into the plan."""
+    fmt = "e4m3" if qdq else "e2m1"
+    op = native.quantize_dequantize if qdq else native.quantize
+    g = torch.Generator().manual_seed(0)
+    for seed in (0, 5, 6, 2**40 + 3, 2**40 + 5, 1, 1, 16, 2**64 - 1):
+        x = (torch.randn(shape, generator=g) * 4).to(dtype)
+        got = op(x, fmt, seed=seed, **kw)
+        _same(got, _reference(x, fmt, qdq, seed, **kw), qdq)
+        assert plans.STATS.made == 1
+    # Triton specializes an integer on its equality to 1, divisibility by 16 and width: 0, 5,
+    # 2^40 + 3, 1 and 2^64 - 1 each went through ``run`` first; 6, 2^40 + 5, 1 again and 16
+    # through the plan's kernel of the same specialization
+    assert plans.STATS.hits == 4 and sum(s.launches for s in cpu_plans) == 4
+
+
+def test_keys_are_read_per_call(cpu_plans):
+    """With keys (MXLinear's buffer) the plan passes the key tensor itself: new key values give
+    new stochastic roundings and signs, the emulator's for those keys."""
+    x = torch.randn(64, 64).bfloat16()
+    kw = dict(rounding="stochastic", rotation=Rotation(16, mask=0))
+    for seed, mask in ((1, 0x5A5A), (2, 0x0F0F), (2, 0x0F0F), (99, 0xFFFF)):
+        keys = torch.tensor([seed, mask], dtype=torch.int64)
+        for qdq in (False, True):
+            op = native.quantize_dequantize if qdq else native.quantize
+            _same(op(x, "e2m1", keys=keys, **kw), _reference(x, "e2m1", qdq, keys=keys, **kw),
+                  qdq)
+    assert plans.STATS.made == 2 and plans.STATS.hits == 6
+    with pytest.raises(TypeError, match="keys must be an int64 tensor"):
+        native.quantize(x, "e2m1", keys=torch.zeros(2, dtype=torch.int32), **kw)
+
+
+def test_every_argument_is_part_of_the_combination(cpu_plans):
+    """A call that differs from a planned one in any argument, or in its input's dtype, shape
+    or alignment, does not take that plan: each gives the emulator's bits."""
+    base = torch.randn(64 * 64 + 8)
+    x = base[:64 * 64].view(64, 64).bfloat16()
+    calls = [(x, {}), (x, dict(rotation="hadamard16")), (x, dict(rounding="stochastic")),
+             (x, dict(scale_rule="ceil")), (x, dict(axis=0, tuning=COLUMNS)),
+             (x, dict(axis=-2, tuning=COLUMNS)), (x.float(), {}), (x[:32].clone(), {}),
+             (x.view(32, 128), {}), (base[1:1 + 64 * 64].view(64, 64), {}),
+             (base[2:2 + 64 * 64].view(64, 64), {})]  # (4 and 8 bytes off)
+    for fmt in ("e2m1", "e3m2"):
+        for t, kw in calls + calls:  # the second round: every call planned
+            _same(native.quantize(t, fmt, **kw), _reference(t, fmt, False, **kw), False)
+    assert plans.STATS.made == 2 * len(calls) and plans.STATS.hits == 2 * len(calls)
+
+
+def test_no_plan_where_the_call_is_not_one_compiled_launch(cpu_plans, monkeypatch):
+    """The transpose path (two launches), a non-contiguous input, the strided kernel (blocks of
+    16), the emulator backend and a launch that returned no compiled kernel leave no plan;
+    the results are the emulator's still."""
+    x = torch.randn(64, 64).bfloat16()
+    transpose = dataclasses.replace(native.default_tuning(), columns="transpose")
+    for t, kw in [(x, dict(axis=0, tuning=transpose)), (x.t(), {}), (x, dict(block_size=16)),
+                  (x, dict(backend="emulator"))]:
+        for _ in range(2):
+            _same(native.quantize(t, "e2m1", **kw), _reference(t, "e2m1", False, **kw), False)
+    assert plans.STATS.made == 0
+    monkeypatch.setattr(fastlaunch, "compiled", lambda out: False)
+    for _ in range(2):
+        native.quantize(x, "e2m1")
+    assert plans.STATS.made == 0 and plans.STATS.hits == 0
+
+
+def test_grad_inputs_and_errors_on_the_plan_path(cpu_plans):
+    """An input that requires grad is read, not tracked; bad arguments raise the whole way's
+    errors once a plan exists for the good ones."""
+    x = torch.randn(32, 64).bfloat16().requires_grad_()
+    for _ in range(2):
+        y = native.quantize_dequantize(x, "e2m1")
+        assert not y.requires_grad
+        _same(y, _reference(x.detach(), "e2m1", True), True)
+    assert plans.STATS.hits == 1
+    with pytest.raises(ValueError, match="not divisible by the block size"):
+        native.quantize_dequantize(x[:, :48], "e2m1")
+    with pytest.raises(ValueError, match="unknown rotation"):  # (unhashable: no plan lookup)
+        native.quantize_dequantize(x, "e2m1", rotation=["hadamard16"])
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        native.quantize(x.double(), "e2m1")
+
+
+def test_fastlaunch_off_or_compiling_takes_no_plan(cpu_plans, monkeypatch):
+    x = torch.randn(32, 64)
+    native.quantize(x, "e2m1")
+    assert plans.key("quantize", x, (), None) is not None
+    monkeypatch.setattr(fastlaunch, "ENABLED", False)
+    assert plans.key("quantize", x, (), None) is None
+    native.quantize(x, "e2m1")
+    assert plans.STATS.hits == 0
+    monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert plans.key("quantize", x, (), None) is None
+
+
+def test_plans_stay_off_cpu_tensors_by_default():
+    """Outside these tests a CPU tensor never takes a plan (the interpreter's launches return
+    no compiled kernel, and CPU is not among ``DEVICE_TYPES``)."""
+    assert plans.DEVICE_TYPES == ("cuda",)
+    assert plans.key("quantize", torch.zeros(32), (), None) is None
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU: plans keep compiled kernels")
+@pytest.mark.parametrize("qdq", [False, True])
+def test_plans_same_bits_gpu(qdq, monkeypatch):
+    """On the GPU: repeated calls (rows and columns, RNE and stochastic, keys, a misaligned
+    input) through their plans give the bits of calls that take none, and do take them."""
+    op = native.quantize_dequantize if qdq else native.quantize
+    base = torch.randn(3 * 64 * 96 + 4, device="cuda")
+    keys = torch.tensor([7, 0x3C3C], dtype=torch.int64, device="cuda")
+    inputs = [base[:64 * 96].view(64, 96).bfloat16(), base[1:1 + 64 * 96].view(64, 96),
+              base[:3 * 64 * 96].view(3, 64, 96).half()]
+    options = [dict(rotation="hadamard16"), dict(rounding="stochastic", seed=11),
+               dict(axis=-2, rotation="hadamard16", tuning=COLUMNS),
+               dict(rounding="stochastic", keys=keys, rotation=Rotation(16, mask=0))]
+
+    def run_all():
+        out = []
+        for x in inputs:
+            for kw in options:
+                r = op(x, "e2m1", **kw)
+                out += [r.view(torch.int16).clone()] if qdq else \
+                    [r.data.clone(), r.scales_kmajor.clone()]
+        torch.cuda.synchronize()
+        return out
+    monkeypatch.setattr(plans, "DEVICE_TYPES", ())
+    ref = run_all()
+    monkeypatch.setattr(plans, "DEVICE_TYPES", ("cuda",))
+    plans.clear()
+    run_all()
+    hits = plans.STATS.hits
+    got = run_all()
+    assert plans.STATS.hits == hits + len(inputs) * len(options)
+    for r, g in zip(ref, got, strict=True):
+        assert torch.equal(r, g)
