@@ -88,8 +88,9 @@ def peak_memory(dist: Dist) -> dict:
 KERNEL_CATEGORIES = (
     ("communication", ("nccl",)),
     ("dequantize", ("dequantize_kernel",)),
-    ("quantize", ("quantize_kernel", "quantize_rows32_kernel", "transpose_kernel")),
-    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "mx_gemm_kernel", "matmul")),
+    ("quantize", ("quantize_kernel", "quantize_rows32_kernel", "quantize_cols32_kernel",
+                  "quantize_gfx950_kernel", "fold_kernel", "transpose_kernel")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul")),
     ("attention", ("flash", "fmha", "attention", "attn")),
 )
 

@@ -154,6 +154,25 @@ def test_no_checkpoints_when_save_every_is_zero(corpus, tmp_path):
     assert len(T.read_metrics(tmp_path / "r" / "metrics.jsonl")[0]) == 2
 
 
+def test_every_native_kernel_has_a_category():
+    """Each Triton kernel of ``ocpmx.native.kernels`` lands in a named category of the step
+    breakdown (the column kernel once sat in 'other'), found from the kernel modules, so a new
+    kernel without one fails here."""
+    import inspect
+    import pkgutil
+    from ocpmx.native import kernels as K
+    names = set()
+    for mod in pkgutil.iter_modules(K.__path__):
+        m = __import__(f"ocpmx.native.kernels.{mod.name}", fromlist=["_"])
+        names |= {n for n, _ in inspect.getmembers(m) if n.endswith("_kernel")}
+    assert {"quantize_cols32_kernel", "quantize_rows32_kernel", "mx_gemm_kernel"} <= names
+    want = {"dequantize_kernel": "dequantize", "transpose_kernel": "quantize",
+            "fold_kernel": "quantize"}
+    for n in names:
+        expected = want.get(n, "quantize" if n.startswith("quantize") else "gemm")
+        assert P.kernel_category(n) == expected, n
+
+
 def test_step_breakdown_categories(corpus, tmp_path):
     kernels = [("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 4000.0, 64),
                ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", 9000.0, 8),
