@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..spec import BLOCK_SIZE, Rounding, ScaleRule, get_format, parse_rotation
 from ..spec.rules import Conversion
-from . import fold, gemm, launch, ops
+from . import fold, gemm, launch, ops, plans
 from .launch import Numerics
 from .tensor import pack_factor
 from .tuning import default_tuning
@@ -53,8 +53,26 @@ def _moved(shape, axis: int) -> list[int]:
 def quantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
                 int8_min: int, axis: int, block_size: int, seed: int, keys: Optional[Tensor],
                 backend: str, conversion: str) -> tuple[Tensor, Tensor]:
+    pk = plans.key("ocpmx::quantize", x, (fmt, scale_rule, rounding, rotation, int8_min, axis,
+                                         block_size, backend, conversion), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call (``native.plans``)
+        return plan_run(plan, x, seed, keys)
     n = _numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
-    return ops.quantize_kmajor(x, n, axis, block_size, seed & _M64, keys, backend or None, None)
+    return ops.quantize_kmajor(x, n, axis, block_size, seed & _M64, keys, backend or None, None,
+                               pk, _pair)
+
+
+def _pair(data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor]:
+    return data, scales
+
+
+def plan_run(plan, x: Tensor, seed: int, keys: Optional[Tensor]):
+    """A custom op's implementation through a plan (``native.plans``; the ops' results are
+    K-major, as the plans keep them)."""
+    if keys is not None:
+        ops._check_keys(keys, x)
+    return plans.run(plan, x, seed & _M64, keys)
 
 
 @quantize_op.register_fake
@@ -77,9 +95,18 @@ def quantize(x, n: Numerics, axis: int, block_size: int, seed: int, keys, backen
 def quantize_dequantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
                            axis: int, block_size: int, seed: int, keys: Optional[Tensor],
                            backend: str, conversion: str) -> Tensor:
+    pk = plans.key("ocpmx::quantize_dequantize", x, (fmt, scale_rule, rounding, rotation, axis,
+                                                    block_size, backend, conversion), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call (``native.plans``)
+        return plan_run(plan, x, seed, keys)
     n = _numerics(fmt, scale_rule, rounding, rotation, -127, conversion)
     return ops.quantize_dequantize_kmajor(x, n, axis, block_size, seed & _M64, keys,
-                                          backend or None, None)
+                                          backend or None, None, pk, _values)
+
+
+def _values(data: Tensor, out: Tensor) -> Tensor:
+    return out
 
 
 @quantize_dequantize_op.register_fake

@@ -185,6 +185,24 @@ def test_grad_inputs_and_errors_on_the_plan_path(cpu_plans):
         native.quantize(x.double(), "e2m1")
 
 
+def test_custom_ops_take_plans(cpu_plans):
+    """The custom ops' implementations (what a compiled graph calls at run time) make and take
+    plans of their own, with the K-major results the ops return, and the emulator's bits."""
+    from ocpmx.native import library
+    x = torch.randn(64, 96).bfloat16()
+    for seed in (3, 4, 5):
+        want = _reference(x, "e2m1", False, seed, axis=0, rounding="stochastic",
+                          rotation="hadamard16")
+        data, scales = library.quantize_op(x, "e2m1", "floor", "stochastic", "hadamard16", -127,
+                                           0, 32, seed, None, "", "ocp")
+        assert torch.equal(data, want.data) and torch.equal(scales, want.scales_kmajor)
+        want = _reference(x, "e2m1", True, seed, rounding="stochastic")
+        out = library.quantize_dequantize_op(x, "e2m1", "floor", "stochastic", "none", 1, 32,
+                                             seed, None, "", "ocp")
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    assert plans.STATS.made == 2 and plans.STATS.hits == 4
+
+
 def test_fastlaunch_off_or_compiling_takes_no_plan(cpu_plans, monkeypatch):
     x = torch.randn(32, 64)
     native.quantize(x, "e2m1")
