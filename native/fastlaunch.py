@@ -164,11 +164,6 @@ def compiled(out) -> bool:
     return _launchable(out)
 
 
-def current_stream():
-    """The raw current stream of the current CUDA device: where Triton launches."""
-    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
-
-
 def _launchable(out) -> bool:
     try:
         from triton.compiler import CompiledKernel

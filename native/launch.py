@@ -1,6 +1,7 @@
 """Launch code: what each kernel is given, from the numerics (what is computed), the tuning
 (tiles) and the shapes. Every launch of the package goes through ``run``, so one place sees them
-all (the compile audit records them there).
+all (the compile audit records them there), except a per-call plan's repeated launches
+(``native.plans``), which stop while anything else is patched in as ``run``.
 
 ``Numerics`` is the part that fixes the bits: the format, the scale rule, the rounding, the
 rotation. Its ``constexprs`` are the one lowering of those choices for every launch site

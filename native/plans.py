@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import fastlaunch
+from . import fastlaunch, launch
 from .launch import Kernel32
 
 DEVICE_TYPES = ("cuda",)
@@ -47,6 +47,8 @@ class Stats:
 
 STATS = Stats()
 PLANS: dict = {}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # (other subclasses go the whole way)
+_RUN = launch.run
 
 
 def clear() -> None:
@@ -67,13 +69,18 @@ def current_stream(device: int):
 
 def key(op: str, x, args: tuple, keys) -> tuple | None:
     """The combination of a call (see the module doc), or None where the call takes no plan.
-    ``args``: the operation's arguments as passed, other than ``x``, ``seed`` and ``keys``."""
-    if type(x) is not torch.Tensor or not fastlaunch.ENABLED or torch.compiler.is_compiling():
+    ``args``: the operation's arguments as passed, other than ``x``, ``seed`` and ``keys``;
+    their types too (``32.0 == 32``, and only the whole way tells them apart: by an error).
+    None also where ``launch.run`` is not the package's own (a recorder patched in: it sees
+    every launch)."""
+    if type(x) not in _PLAIN or not fastlaunch.ENABLED or launch.run is not _RUN or \
+            torch.compiler.is_compiling():
         return None
     device = x.device
     if device.type not in DEVICE_TYPES or not x.is_contiguous():
         return None
-    return op, args, keys is None, x.dtype, x.shape, device, x.data_ptr() & 15
+    return (op, args, tuple(map(type, args)), keys is None, x.dtype, x.shape, device,
+            x.data_ptr() & 15)
 
 
 def find(k: tuple | None) -> Plan | None:
@@ -95,8 +102,8 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
         return
     k32, args, launched = done
     plan = Plan(k32, qdq, data_shape, scales_shape, sign_mask, result)
-    seed_arg, _ = plan.random_args(seed, keys)
-    dyn = specialization(seed_arg, args[1], args[2], keys, current_device())
+    seed_arg, sign_arg = plan.random_args(seed, keys)
+    dyn = specialization(seed_arg, sign_arg, args[1], args[2], current_device())
     if not remember(plan, dyn, args, launched):
         return
     try:
@@ -143,13 +150,13 @@ class Plan:
         return keys[0:1], keys[1:2]
 
 
-def specialization(seed_arg, data: torch.Tensor, scales: torch.Tensor, keys,
+def specialization(seed_arg, sign_arg, data: torch.Tensor, scales: torch.Tensor,
                    device: int) -> tuple:
-    """What a compiled kernel is specialized on that the combination does not fix: the
-    seed's specialization (``fastlaunch.arg_key``) or the keys' alignment, the outputs'
-    alignment, and the current device."""
-    r = keys.data_ptr() & 15 if keys is not None else fastlaunch.arg_key(seed_arg)
-    return r, data.data_ptr() & 15, scales.data_ptr() & 15, device
+    """What a compiled kernel is specialized on that the combination does not fix: the seed
+    and sign arguments' specializations (``fastlaunch.arg_key``: integers, or the key
+    tensor's two slices), the outputs' alignment, and the current device."""
+    return (fastlaunch.arg_key(seed_arg), fastlaunch.arg_key(sign_arg), data.data_ptr() & 15,
+            scales.data_ptr() & 15, device)
 
 
 def remember(plan: Plan, dyn: tuple, args: tuple, launched) -> bool:
@@ -173,7 +180,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     seed_arg, sign_arg = plan.random_args(seed, keys)
     args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
     device = current_device()
-    dyn = specialization(seed_arg, data, scales, keys, device)
+    dyn = specialization(seed_arg, sign_arg, data, scales, device)
     kernel = plan.compiled.get(dyn)
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
         remember(plan, dyn, args, plan.k32.launch(args))

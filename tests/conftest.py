@@ -22,6 +22,17 @@ settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_plans():
+    """Every test starts without per-call plans (``ocpmx.native.plans``): a plan made under
+    one test's patches (tunings, ``launch.hopper``) must not serve another's calls."""
+    import sys
+    plans = sys.modules.get("ocpmx.native.plans")
+    if plans is not None:
+        plans.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
     """The stdlib-docstring corpus in the C4 layout with a 512-token BPE (training tests)."""

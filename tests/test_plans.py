@@ -21,17 +21,20 @@ GPU = torch.cuda.is_available()
 
 
 class StandIn:
-    """What ``launch.run`` returns on the CPU under these tests: a 'compiled kernel' whose
-    launch runs the interpreter on every positional argument given."""
+    """What ``launch.run`` returns on the CPU under these tests: a 'compiled kernel' for the
+    specialization of the arguments it was first launched with, whose launch checks that the
+    arguments given have that specialization (as Triton's compiled kernel assumes) and runs the
+    interpreter on every positional argument given."""
 
-    def __init__(self, kernel, consts):
-        self.kernel = kernel
-        self.options = {k: v for k, v in consts.items() if k in ("num_warps", "maxnreg")}
+    def __init__(self, kernel, args):
+        self.kernel, self.n = kernel, len(args)
+        self.spec = tuple(map(fastlaunch.arg_key, args))
         self.launches = 0
 
     def __getitem__(self, grid):
         def runner(*args, stream=None):
             assert stream is None
+            assert tuple(map(fastlaunch.arg_key, args[:self.n])) == self.spec, "specialization"
             self.launches += 1
             self.kernel[grid](*args)
         return runner
@@ -47,9 +50,10 @@ def cpu_plans(monkeypatch):
 
     def run(kernel, grid, *args, **consts):
         real_run(kernel, grid, *args, **consts)
-        made.append(StandIn(kernel, consts))
+        made.append(StandIn(kernel, args))
         return made[-1]
     monkeypatch.setattr(launch, "run", run)
+    monkeypatch.setattr(plans, "_RUN", run)  # (plans stop where another ``run`` is patched in)
     monkeypatch.setattr(plans, "DEVICE_TYPES", ("cpu",))
     monkeypatch.setattr(plans, "current_device", lambda: 0)
     monkeypatch.setattr(plans, "current_stream", lambda device: None)
@@ -133,6 +137,32 @@ def test_keys_are_read_per_call(cpu_plans):
     assert plans.STATS.made == 2 and plans.STATS.hits == 6
     with pytest.raises(TypeError, match="keys must be an int64 tensor"):
         native.quantize(x, "e2m1", keys=torch.zeros(2, dtype=torch.int32), **kw)
+
+
+def test_strided_keys_get_their_own_kernel(cpu_plans):
+    """Key tensors whose sign slice sits elsewhere (a strided view) specialize the kernel
+    differently from contiguous ones: each gets its own launch first (the stand-in asserts the
+    specialization it was made for)."""
+    x = torch.randn(64, 64).bfloat16()
+    kw = dict(rounding="stochastic", rotation=Rotation(16, mask=0))
+    buf = torch.tensor([[7, 0], [0x3C3C, 0]], dtype=torch.int64)
+    for keys in (buf[:, 0], buf[:, 0].contiguous(), buf[:, 0], buf[:, 0].contiguous()):
+        _same(native.quantize(x, "e2m1", keys=keys, **kw),
+              _reference(x, "e2m1", False, keys=keys, **kw), False)
+    assert plans.STATS.made == 1 and plans.STATS.hits == 2
+
+
+def test_arguments_of_another_type_are_checked_the_whole_way(cpu_plans):
+    """An argument equal to a planned one but of another type (32.0 for 32) takes no plan:
+    the whole way refuses it as it would without any plan."""
+    x = torch.randn(32, 64)
+    for _ in range(2):
+        native.quantize(x, "e2m1", block_size=32, axis=1)
+    assert plans.STATS.hits == 1
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        native.quantize(x, "e2m1", block_size=32.0, axis=1)
+    with pytest.raises(TypeError):
+        native.quantize(x, "e2m1", block_size=32, axis=1.0)
 
 
 def test_every_argument_is_part_of_the_combination(cpu_plans):
@@ -227,32 +257,38 @@ def test_plans_stay_off_cpu_tensors_by_default():
 @pytest.mark.parametrize("qdq", [False, True])
 def test_plans_same_bits_gpu(qdq, monkeypatch):
     """On the GPU: repeated calls (rows and columns, RNE and stochastic, keys, a misaligned
-    input) through their plans give the bits of calls that take none, and do take them."""
+    input) through their plans give the bits of calls that take none, and do take them, for
+    seeds and key values other than the first call's (1, 16 and 2^64 - 1 specialize Triton's
+    kernels differently)."""
     op = native.quantize_dequantize if qdq else native.quantize
     base = torch.randn(3 * 64 * 96 + 4, device="cuda")
     keys = torch.tensor([7, 0x3C3C], dtype=torch.int64, device="cuda")
     inputs = [base[:64 * 96].view(64, 96).bfloat16(), base[1:1 + 64 * 96].view(64, 96),
               base[:3 * 64 * 96].view(3, 64, 96).half()]
-    options = [dict(rotation="hadamard16"), dict(rounding="stochastic", seed=11),
+    options = [dict(rotation="hadamard16"), dict(rounding="stochastic"),
                dict(axis=-2, rotation="hadamard16", tuning=COLUMNS),
                dict(rounding="stochastic", keys=keys, rotation=Rotation(16, mask=0))]
 
-    def run_all():
+    def run_all(seed, key_values):
+        keys.copy_(torch.tensor(key_values))
         out = []
         for x in inputs:
             for kw in options:
-                r = op(x, "e2m1", **kw)
+                r = op(x, "e2m1", **{"seed": seed, **kw})
                 out += [r.view(torch.int16).clone()] if qdq else \
                     [r.data.clone(), r.scales_kmajor.clone()]
         torch.cuda.synchronize()
         return out
-    monkeypatch.setattr(plans, "DEVICE_TYPES", ())
-    ref = run_all()
-    monkeypatch.setattr(plans, "DEVICE_TYPES", ("cuda",))
     plans.clear()
-    run_all()
-    hits = plans.STATS.hits
-    got = run_all()
-    assert plans.STATS.hits == hits + len(inputs) * len(options)
-    for r, g in zip(ref, got, strict=True):
-        assert torch.equal(r, g)
+    run_all(5, [7, 0x3C3C])  # the plans made (and Triton's kernels compiled)
+    for seed, key_values in ((6, [8, 0x0FF0]), (1, [1, 0x5555]), (16, [2**62, 0]),
+                             (2**64 - 1, [-1, 0xFFFF])):
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ())
+        ref = run_all(seed, key_values)
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ("cuda",))
+        hits = plans.STATS.hits
+        got = run_all(seed, key_values)
+        assert plans.STATS.hits > hits
+        for r, g in zip(ref, got, strict=True):
+            assert torch.equal(r, g)
+    assert plans.STATS.made == len(inputs) * len(options)
