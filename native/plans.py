@@ -185,6 +185,6 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
         remember(plan, dyn, args, plan.k32.launch(args))
     else:
-        kernel[plan.grid](*args, *plan.tail, stream=current_stream(device))
+        fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1
     return plan.result(data, scales)

@@ -118,3 +118,42 @@ def test_fast_launch_same_bits_gpu(axis, rounding, monkeypatch):
     assert fastlaunch.STATS.fast > fast0
     for r, g in zip(ref, got, strict=True):
         assert torch.equal(r, g)
+
+
+def test_direct_call_passes_what_triton_passes(monkeypatch):
+    """``fastlaunch.call`` hands Triton's launcher of a compiled kernel the arguments that
+    ``CompiledKernel[grid](*args, stream=...)`` of the installed Triton hands it, except the
+    launch metadata and the two hook chains, which it passes as None where the chains are empty
+    (Triton's launcher then calls no hook); with a hook set it goes through Triton's own
+    ``__getitem__``. Checked against Triton's method run on a stand-in kernel."""
+    from triton import knobs
+    from triton.compiler.compiler import CompiledKernel
+
+    class Kernel:
+        function, packed_metadata, name, src = "fn-handle", ("packed",), "k", None
+
+        def __init__(self):
+            self.calls = []
+            self.run = lambda *a: self.calls.append(a)
+
+        def _init_handles(self):
+            pass
+        launch_metadata = CompiledKernel.launch_metadata
+        __getitem__ = CompiledKernel.__getitem__
+
+    args = (torch.zeros(4), 7, 0.5, True, None)
+    ref, got = Kernel(), Kernel()
+    ref[(3, 2, 1)](*args, stream=1234)
+    fastlaunch._DIRECT.clear()
+    fastlaunch.call(got, (3, 2, 1), args, 1234)
+    (r,), (g,) = ref.calls, got.calls
+    assert g[:6] == r[:6] == (3, 2, 1, 1234, "fn-handle", ("packed",))
+    assert g[6:9] == (None, None, None)
+    assert r[7] is knobs.runtime.launch_enter_hook and r[8] is knobs.runtime.launch_exit_hook
+    assert not r[7].calls and not r[8].calls  # the chains Triton passes are empty
+    assert g[9:] == r[9:] and g[9] is args[0]
+    hooked = Kernel()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    fastlaunch.call(hooked, (3, 2, 1), args, 1234)
+    assert hooked.calls[0][7] is knobs.runtime.launch_enter_hook  # through __getitem__
+    fastlaunch._DIRECT.clear()
