@@ -477,7 +477,9 @@ def section_host(rows):
     time negligible): ``us`` with per-call plans (``native.plans``: quantize and
     quantize-dequantize), ``us_no_plans`` through the cached compiled kernels alone
     (``native.fastlaunch``), ``us_triton_launch`` through Triton's own launch
-    (``kernel[grid]``), in the same run; ``gpu_us`` the GPU's own time per call (with plans):
+    (``kernel[grid]``), ``us_plans_getitem`` with plans but the compiled kernel launched
+    through ``CompiledKernel[grid]`` (``fastlaunch.DIRECT`` off), in the same run; ``gpu_us``
+    the GPU's own time per call (with plans):
     where it is not below ``us`` the row measures the GPU, not the host. And one MXLinear
     forward + backward. Baseline: ``copy_`` of the same tensor."""
     from ocpmx.native import fastlaunch, plans
@@ -507,15 +509,17 @@ def section_host(rows):
              ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step)]
     for name, fn in cases:
         times = {}
-        for mode, enabled, plan_devices in (("triton", False, ()), ("fast", True, ()),
-                                            ("plans", True, ("cuda",))):
-            fastlaunch.ENABLED, plans.DEVICE_TYPES = enabled, plan_devices
+        for mode, enabled, plan_devices, direct in (
+                ("triton", False, (), True), ("fast", True, (), True),
+                ("plans_getitem", True, ("cuda",), False), ("plans", True, ("cuda",), True)):
+            fastlaunch.ENABLED, plans.DEVICE_TYPES, fastlaunch.DIRECT = \
+                enabled, plan_devices, direct
             plans.clear()
             times[mode] = host_us(fn, calls=100 if fn is step else 500)
-        fastlaunch.ENABLED, plans.DEVICE_TYPES = True, ("cuda",)
+        fastlaunch.ENABLED, plans.DEVICE_TYPES, fastlaunch.DIRECT = True, ("cuda",), True
         rows.append(dict(case=f"host time per call, {name} (us, best of 5)",
                          us=times["plans"], gpu_us=gpu_us(fn, 20 if fn is step else 200),
-                         us_no_plans=times["fast"],
+                         us_plans_getitem=times["plans_getitem"], us_no_plans=times["fast"],
                          us_triton_launch=times["triton"],
                          speedup=times["triton"] / times["plans"]))
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 ENABLED = os.environ.get("OCPMX_FAST_LAUNCH", "1") != "0"
+DIRECT = os.environ.get("OCPMX_DIRECT_LAUNCH", "1") != "0"  # ``call``'s direct launcher call
 
 
 @dataclass
@@ -173,7 +174,8 @@ def call(compiled, grid: tuple, args: tuple, stream) -> None:
     compiled kernel is called directly with no launch metadata and no hooks, which is what
     ``CompiledKernel[grid]`` passes it then apart from an empty hook chain called twice and a
     metadata object built each launch; that Python is skipped. Elsewhere (hooks set, or a
-    compiled kernel without the launcher Triton 3.x has) through ``compiled[grid]``."""
+    compiled kernel without the launcher Triton 3.x has, ``DIRECT`` off: ``OCPMX_DIRECT_LAUNCH=0``)
+    through ``compiled[grid]``."""
     direct = _DIRECT.get(compiled, _EMPTY)
     if direct is _EMPTY:
         try:
@@ -184,7 +186,7 @@ def call(compiled, grid: tuple, args: tuple, stream) -> None:
             _DIRECT[compiled] = direct
         else:
             direct = None
-    if direct is not None and _no_launch_hooks():
+    if direct is not None and DIRECT and _no_launch_hooks():
         launcher, function, packed = direct
         launcher(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *args)
     else:

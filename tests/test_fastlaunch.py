@@ -156,4 +156,8 @@ def test_direct_call_passes_what_triton_passes(monkeypatch):
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
     fastlaunch.call(hooked, (3, 2, 1), args, 1234)
     assert hooked.calls[0][7] is knobs.runtime.launch_enter_hook  # through __getitem__
+    monkeypatch.undo()
+    monkeypatch.setattr(fastlaunch, "DIRECT", False)  # (OCPMX_DIRECT_LAUNCH=0)
+    fastlaunch.call(hooked, (3, 2, 1), args, 1234)
+    assert hooked.calls[1][7] is knobs.runtime.launch_enter_hook
     fastlaunch._DIRECT.clear()
