@@ -134,14 +134,14 @@ class Plan:
         self.tail = None      # the bound constexprs and defaults after the positional arguments
         self.compiled = {}    # per-call specialization -> compiled kernel
 
-    def outputs(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fresh (data, scales) as the kernel takes them (quantize-dequantize: the bf16 output
-        as int32 pairs, and itself)."""
+    def outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fresh (data, scales) on ``x``'s device as the kernel takes them
+        (quantize-dequantize: the bf16 output as int32 pairs, and itself)."""
         if self.qdq:
-            out = torch.empty(self.data_shape, dtype=torch.bfloat16, device=device)
+            out = x.new_empty(self.data_shape, dtype=torch.bfloat16)
             return out.view(torch.int32), out
-        return (torch.empty(self.data_shape, dtype=torch.uint8, device=device),
-                torch.empty(self.scales_shape, dtype=torch.uint8, device=device))
+        return (x.new_empty(self.data_shape, dtype=torch.uint8),
+                x.new_empty(self.scales_shape, dtype=torch.uint8))
 
     def random_args(self, seed: int, keys) -> tuple:
         """(seed argument, sign argument), as ``launch.random_args`` gives them."""
@@ -176,7 +176,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     """The operation on ``x`` through ``plan``: what the call it was made from returns."""
     if x.requires_grad:
         x = x.detach()
-    data, scales = plan.outputs(x.device)
+    data, scales = plan.outputs(x)
     seed_arg, sign_arg = plan.random_args(seed, keys)
     args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
     device = current_device()
