@@ -1,5 +1,7 @@
 """The table of benchmarks/train_speed.sh's runs: median tokens/s over steps 10-39 (without the
-profiled steps), and the profiled step's GPU busy time against its wall time.
+profiled steps), the profiled step's GPU busy time against its wall time, and the self CPU
+time of the host operations the profiler saw (``step_breakdown.json``'s
+``host_ops_ms_per_step``, profiler overhead included).
 
   python benchmarks/train_speed_report.py RUNS_DIR   -> RUNS_DIR/train_speed.md, .json
 """
@@ -17,7 +19,9 @@ def row(d: Path) -> dict:
     tps = statistics.median(r["tokens_per_s"] for r in steps) if steps else float("nan")
     step_tokens = cfg["batch_size"] * cfg["grad_accum"] * cfg["seq_len"]
     brk = d / "step_breakdown.json"
-    gpu_ms = sum(json.loads(brk.read_text())["gpu_ms_per_step"].values()) if brk.is_file() else None
+    b = json.loads(brk.read_text()) if brk.is_file() else {}
+    gpu_ms = sum(b["gpu_ms_per_step"].values()) if b else None
+    host_ms = b.get("host_ops_ms_per_step")  # (breakdowns before 2026-11-26 lack it)
     mode = "compiled" if cfg.get("compile") else "eager"
     cmode = cfg.get("compile_mode", "default")
     if mode == "compiled" and cmode != "default":
@@ -27,6 +31,7 @@ def row(d: Path) -> dict:
             "gemm_method_run": cfg.get("gemm_method_run"),
             "tokens_per_s": tps, "mfu": statistics.median(r["mfu"] for r in steps) if steps else None,
             "step_ms": 1e3 * step_tokens / tps if steps else None, "gpu_busy_ms": gpu_ms,
+            "host_ops_ms": host_ms,
             "timed_steps": len(steps), "loss_last": rows[-1].get("loss") if rows else None}
 
 
@@ -35,17 +40,19 @@ def main(root):
     rows = [row(d) for d in sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file())]
     by = {(r["preset"], r["mode"], r["recipe"]): r for r in rows}
     lines = ["| preset | recipe | mode | GEMM method | tokens/s | MFU | step ms | GPU busy ms (profiled step) "
-             "| busy / step | × bf16 same mode |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| busy / step | host ops ms (profiled step) | × bf16 same mode |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         base = by.get((r["preset"], r["mode"], "bf16"))
         rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         busy = r["gpu_busy_ms"]
         busy_ms = "—" if busy is None else f"{busy:.1f}"
         share = "—" if busy is None else f"{busy / r['step_ms']:.2f}"
+        host = "—" if r["host_ops_ms"] is None else f"{r['host_ops_ms']:.1f}"
         lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
                      f"{r['gemm_method_run'] or '—'} | {r['tokens_per_s']:,.0f} | "
                      f"{(r['mfu'] or 0):.1%} | {r['step_ms']:.1f} | {busy_ms} | {share} | "
-                     f"{rel:.2f} |")
+                     f"{host} | {rel:.2f} |")
     (root / "train_speed.json").write_text(json.dumps(rows, indent=1))
     (root / "train_speed.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

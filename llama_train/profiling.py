@@ -2,7 +2,7 @@
 
 * ``StepProfiler``: steps N and N+1 under torch.profiler on rank 0; OUT/step_breakdown.json has
   the GPU time per step by kernel category (GEMM, quantize, dequantize, attention,
-  communication, other) and the top kernels.
+  communication, other), the top kernels, and the host operations with the most CPU time.
 * ``peak_memory``: the peak allocated and reserved memory of every GPU (OUT/memory.json).
 * ``peak_flops``: the device's peak, for the MFU figure.
 """
@@ -119,12 +119,24 @@ def breakdown_from_kernels(kernels: list[tuple[str, float, int]], steps: int) ->
 
 
 def step_breakdown(prof, steps: int) -> dict:
-    kernels = []
+    """The GPU breakdown (``breakdown_from_kernels``) and, for the host side, the operations
+    the profiler saw on the CPU with the most self time per step (``top_host_ops``: aten ops,
+    the ocpmx custom ops with their Python implementations, CUDA runtime calls; under the
+    profiler, whose own overhead these times include) and their sum (``host_ops_ms_per_step``)."""
+    kernels, host = [], []
     for e in prof.key_averages():
-        us = getattr(e, "self_device_time_total", None)
-        if us is None:
-            us = getattr(e, "self_cuda_time_total", 0.0)
-        if us and getattr(e, "device_type", None) is not None and \
-                str(e.device_type).endswith("CUDA"):
-            kernels.append((e.key, float(us), int(e.count)))
-    return breakdown_from_kernels(kernels, steps)
+        kind = str(getattr(e, "device_type", ""))
+        if kind.endswith("CUDA"):
+            us = getattr(e, "self_device_time_total", None)
+            if us is None:
+                us = getattr(e, "self_cuda_time_total", 0.0)
+            if us:
+                kernels.append((e.key, float(us), int(e.count)))
+        elif kind.endswith("CPU") and e.self_cpu_time_total:
+            host.append((e.key, float(e.self_cpu_time_total), int(e.count)))
+    out = breakdown_from_kernels(kernels, steps)
+    out["host_ops_ms_per_step"] = sum(us for _, us, _ in host) / 1e3 / steps
+    out["top_host_ops"] = [{"name": n[:160], "self_ms_per_step": us / 1e3 / steps,
+                            "calls_per_step": c / steps}
+                           for n, us, c in sorted(host, key=lambda h: -h[1])[:20]]
+    return out

@@ -188,6 +188,11 @@ def test_step_breakdown_categories(corpus, tmp_path):
     T.train(cfg(corpus, tmp_path / "p", max_steps=3, profile_step=1))
     got = json.loads((tmp_path / "p" / "step_breakdown.json").read_text())
     assert got["steps"] == 2 and got["gpu_ms_per_step"] == {}
+    # the host side: the CPU operations with the most self time, the model's matmuls among them
+    names = [h["name"] for h in got["top_host_ops"]]
+    assert got["host_ops_ms_per_step"] > 0 and any(n.startswith("aten::") for n in names), names
+    assert all(h["self_ms_per_step"] >= g["self_ms_per_step"]
+               for h, g in zip(got["top_host_ops"], got["top_host_ops"][1:]))
     # profiling the last step: the profiler is stopped at the end (left running, it crashed the
     # process at exit), the breakdown covers the one step
     T.train(cfg(corpus, tmp_path / "q", max_steps=3, profile_step=2))

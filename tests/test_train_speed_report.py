@@ -1,0 +1,58 @@
+"""``benchmarks/train_speed_report.py``: the training-speed table from a folder of runs: the
+median tokens/s over steps 10-39 without the profiled steps, ratios to bf16 in the same mode,
+GPU busy and host time from the profiled step, and breakdowns written before the host field
+existed."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPORT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_speed_report.py"
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("train_speed_report", REPORT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(root: Path, name: str, recipe: str, compile_mode, tps: float, breakdown: dict | None):
+    d = root / name
+    d.mkdir()
+    cfg = dict(preset="30m", recipe=recipe, compile=compile_mode is not None,
+               compile_mode=compile_mode or "default", batch_size=32, grad_accum=1,
+               seq_len=1024, profile_step=30, gemm_method_run=None if recipe == "bf16" else "bf16")
+    (d / "config.json").write_text(json.dumps(cfg))
+    rows = [dict(step=s, loss=5.0, tokens_per_s=(1e9 if s in (30, 31) else tps + s), mfu=0.1)
+            for s in range(40)]
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    if breakdown is not None:
+        (d / "step_breakdown.json").write_text(json.dumps(breakdown))
+
+
+def test_table_medians_ratios_and_host_time(tmp_path, report):
+    _run(tmp_path, "30m-bf16-graphs", "bf16", "reduce-overhead", 1000.0,
+         {"gpu_ms_per_step": {"gemm": 20.0, "other": 10.0}, "host_ops_ms_per_step": 12.5})
+    _run(tmp_path, "30m-mx-graphs", "mxfp4_wgrad", "reduce-overhead", 800.0,
+         {"gpu_ms_per_step": {"gemm": 20.0, "quantize": 20.0}})  # (an older breakdown)
+    _run(tmp_path, "30m-mx-eager", "mxfp4_wgrad", None, 700.0, None)
+    report.main(tmp_path)
+    rows = {r["run"]: r for r in json.loads((tmp_path / "train_speed.json").read_text())}
+    # steps 10-39 less the profiled 30 and 31 (whose 1e9 would dominate a mean): median of
+    # tps + 10 ... tps + 39 without 30, 31
+    steps = [s for s in range(10, 40) if s not in (30, 31)]
+    median = (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+    assert rows["30m-bf16-graphs"]["tokens_per_s"] == 1000.0 + median
+    assert rows["30m-bf16-graphs"]["mode"] == "graphs" and rows["30m-mx-eager"]["mode"] == "eager"
+    assert rows["30m-bf16-graphs"]["host_ops_ms"] == 12.5
+    assert rows["30m-mx-graphs"]["host_ops_ms"] is None
+    assert rows["30m-mx-graphs"]["gpu_busy_ms"] == 40.0
+    lines = (tmp_path / "train_speed.md").read_text().splitlines()
+    assert "host ops ms" in lines[0] and lines[1].count("|") == lines[0].count("|")
+    mx = next(line for line in lines if "mxfp4_wgrad | graphs" in line)
+    assert mx.endswith(f"| — | {(800.0 + median) / (1000.0 + median):.2f} |")
+    eager = next(line for line in lines if "mxfp4_wgrad | eager" in line)
+    assert eager.endswith("| — | — | — | nan |")  # no bf16 eager run, no breakdown
