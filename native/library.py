@@ -33,12 +33,16 @@ def _op(name: str):
     (``torch.ops.ocpmx.name.default``). A ``torch.library.Library`` op rather than a
     ``torch.library.custom_op``: the latter's Python dispatch cost ~10 us a call more on the CPU
     machine (a bare op: 13.4 against 3.4 us), and a compiled training step calls these ops
-    hundreds of times (a 125m step ~500 quantize calls). Like the custom ops they replaced, they
-    have no autograd formula: MXLinear's autograd function differentiates around them."""
+    hundreds of times (a 125m step ~500 quantize calls). They are not differentiable (their
+    outputs require no gradient, as the eager functions' do not): MXLinear's autograd function
+    differentiates around them."""
     def define(fn):
         schema = torch.library.infer_schema(fn, mutates_args=())
         _LIB.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
         _LIB.impl(name, fn, "CompositeExplicitAutograd")
+        # not differentiable: autograd falls through, so outputs are plain tensors, as the
+        # eager functions' (which read their input detached) are
+        _LIB.impl(name, torch.library.fallthrough_kernel, "Autograd")
         return getattr(torch.ops.ocpmx, name).default
     return define
 

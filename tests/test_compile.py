@@ -184,3 +184,19 @@ def test_training_step_replays_from_a_cuda_graph(recipe):
         y.float().square().sum().backward()
         for e, r in zip([y] + [p.grad for p in twin.parameters()], [y_static] + grads):
             assert torch.equal(as_bits(e.detach()), as_bits(r))
+
+
+def test_ops_are_not_differentiable():
+    """The ocpmx ops' outputs require no gradient, as the eager functions' do not (both read
+    their input detached; MXLinear's autograd function differentiates around them): no
+    autograd-fallback path that would backpropagate silently wrong."""
+    from ocpmx.native import library
+    x = torch.randn(4, 64, requires_grad=True)
+    eager = native.quantize_dequantize(x, "e2m1", backend="emulator")
+    op = library.quantize_dequantize_op(x, "e2m1", "floor", "rne", "none", 1, 32, 0, None,
+                                        "emulator", "ocp")
+    data, scales = library.quantize_op(x, "e2m1", "floor", "rne", "none", -127, 1, 32, 0, None,
+                                       "emulator", "ocp")
+    assert not eager.requires_grad and not op.requires_grad
+    assert not data.requires_grad and not scales.requires_grad and op.grad_fn is None
+    assert torch.equal(op.view(torch.int16), eager.view(torch.int16))
