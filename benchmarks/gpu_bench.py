@@ -388,7 +388,13 @@ COLUMN_TILES = [
     # per element (results/native_gpu/sass_columns_split.txt): the likely reason
     ColumnTile(128, 2, 1, True, True, vec=2, split=True),
     ColumnTile(64, 1, vec=2, split=True), ColumnTile(64, 1, 1, True, True, vec=2, split=True),
-    ColumnTile(256, 4, 1, True, True, vec=2, split=True)]
+    ColumnTile(256, 4, 1, True, True, vec=2, split=True),
+    # the row stride compiled in (``const_stride``): the tile's 32 loads at immediate offsets
+    # from one base pointer, ~1.8 SASS instructions per element fewer (Triton 3.6 and 3.9,
+    # kernel_sass.py --columns); the H100 and H200 default tiles so. Not timed yet
+    ColumnTile(128, 2, 1, True, True, vec=2, const_stride=True),
+    ColumnTile(64, 1, 1, True, True, vec=2, const_stride=True),
+    ColumnTile(64, 1, vec=2, const_stride=True)]
 
 
 def section_columns(rows):

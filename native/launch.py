@@ -262,18 +262,23 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
         kb = math.lcm(kb, fold.group)
     split = tile.split and in_dtype == torch.bfloat16 and inner % 2 == 0 and aligned and \
         not fold
+    # the last row's immediate offset within a load's signed 24-bit range
+    size = 2 if in_dtype != torch.float32 else 4
+    const = tile.const_stride and not split and (32 * kb - 1) * inner * size < 2**23
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold.key if fold else NO_FOLD_KEY, kb, numel >= BIG_NUMEL,
-                              inner % tile.columns == 0, split), tile.columns, kb
+                              inner % tile.columns == 0, split,
+                              inner if const else 0), tile.columns, kb
 
 
 @functools.lru_cache(maxsize=1024)
 def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
-                       even: bool, split: bool = False) -> dict:
+                       even: bool, split: bool = False, stride: int = 0) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
                 VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, SPLIT=split,
+                INNER=stride,
                 num_warps=tile.warps,
                 **register_cap(tile, on_hopper, fold_key))
 

@@ -38,7 +38,11 @@ class ColumnTile:
     the registers per thread on Hopper, as ``RowTile``'s (None: no cap; a fold takes none);
     ``split``: bf16 loaded as 4-byte words of two neighbouring columns, a thread's even column
     quantized and then its odd one (half the float32 values live at a time; ``columns`` even;
-    bf16 with an even number of columns and no fold only, elsewhere the tile runs unsplit)."""
+    bf16 with an even number of columns and no fold only, elsewhere the tile runs unsplit);
+    ``const_stride``: the row stride (the positions of the other axes, ``inner``) compiled in,
+    so that the tile's rows load at immediate offsets from one base pointer (one compile per
+    distinct ``inner``; not with ``split``, and only where the offsets fit the load's 24-bit
+    immediate)."""
     columns: int
     warps: int
     kblocks: int = 1
@@ -47,6 +51,7 @@ class ColumnTile:
     vec: int = 1
     maxnreg: int | None = None
     split: bool = False
+    const_stride: bool = False
 
     def __post_init__(self):
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:

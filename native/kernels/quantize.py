@@ -665,7 +665,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            # the tile, and what the shape implies
                            BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
                            VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
-                           EVEN: tl.constexpr, SPLIT: tl.constexpr = False):
+                           EVEN: tl.constexpr, SPLIT: tl.constexpr = False,
+                           INNER: tl.constexpr = 0):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -733,11 +734,20 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
             n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
         else:
             n = pid_n * BN + tl.arange(0, BN)
-        offs = row0[:, None] * inner + n[None, :]
         mask = (n < inner)[None, :] & (k >= 0)[:, None]
+        if INNER:  # the row stride known (= inner): the tile's rows at immediate offsets from
+            # one base pointer (no per-load 64-bit address arithmetic)
+            if BIG:
+                base = x_ptr + (o.to(tl.int64) * K + kt * (32 * KB)) * INNER
+            else:
+                base = x_ptr + (o * K + kt * (32 * KB)) * INNER
+            offs = tl.arange(0, 32 * KB)[:, None] * INNER + n[None, :]
+        else:
+            base = x_ptr
+            offs = row0[:, None] * inner + n[None, :]
     for first in tl.static_range(PARTS):  # split: the words' low halves, then their high halves
         if not SPLIT:
-            t = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
+            t = load_tile_f32(base, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
         elif first == 0:
             t = tl.cast(words << 16, tl.float32, bitcast=True)
         else:
