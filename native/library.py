@@ -91,9 +91,8 @@ def _pair(data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor]:
 def plan_run(plan, x: Tensor, seed: int, keys: Optional[Tensor]):
     """A custom op's implementation through a plan (``native.plans``; the ops' results are
     K-major, as the plans keep them)."""
-    if keys is not None:
-        ops._check_keys(keys, x)
-    return plans.run(plan, x, seed & _M64, keys)
+    ops._check_keys(keys, x)
+    return plans.run(plan, x, seed, keys)  # (``launch.random_args`` takes the seed mod 2^64)
 
 
 @torch.library.register_fake("ocpmx::quantize")

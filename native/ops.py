@@ -109,15 +109,16 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int = BLOCK_SI
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
     shape = tuple(x.shape)
+
+    def result(data, scales):  # (a plan's too)
+        return MXTensor(data, scales, n.fmt, axis, shape, block_size, n.rotation)
     if torch.compiler.is_compiling():
         from . import library
         data, scales = library.quantize(x, n, axis, block_size, seed, keys, backend)
     else:
-        def result(data, scales):
-            return MXTensor(data, scales, n.fmt, axis, shape, block_size, n.rotation)
         data, scales = quantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning,
                                        pk, result)
-    return MXTensor(data, scales, n.fmt, axis, shape, block_size, n.rotation)
+    return result(data, scales)
 
 
 def _check_gfx950(x: torch.Tensor, n: Numerics, block_size: int) -> None:
@@ -174,7 +175,7 @@ def quantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
             done = launch.rows32(x, axis, inner, data, scales, rows * (k // block_size), n,
                                  seed, tuning, keys=keys)
             plans.make(plan_key, done, False, tuple(data.shape), tuple(scales.shape),
-                       n.sign_mask, seed, keys, result)
+                       n, seed, keys, result)
         else:
             launch.strided(x, data, scales, rows, k, inner, block_size, n, seed, tuning,
                            keys=keys)
@@ -213,15 +214,15 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
     n = numerics(fmt, scale_rule, rounding, rotation, conversion=conversion)
     axis = _check_input(x, axis, block_size, n.rotation)
     _check_keys(keys, x)
+    def result(data, out):  # the K-major values in the input's layout (a plan's too)
+        return out if axis == out.dim() - 1 else out.movedim(-1, axis)
     if torch.compiler.is_compiling():
         from . import library
         out = library.quantize_dequantize(x, n, axis, block_size, seed, keys, backend)
     else:
-        def result(data, out):
-            return out if axis == out.dim() - 1 else out.movedim(-1, axis)
         out = quantize_dequantize_kmajor(x, n, axis, block_size, seed, keys, backend, tuning,
                                          pk, result)
-    return out.movedim(-1, axis)
+    return result(None, out)
 
 
 def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed: int, keys,
@@ -239,7 +240,7 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
     out = torch.empty(_moved_shape(x, axis), dtype=torch.bfloat16, device=x.device)
     done = launch.rows32(x, axis, inner, out.view(torch.int32), out, out.numel() // 32, n, seed,
                          tuning, qdq=True, keys=keys)
-    plans.make(plan_key, done, True, tuple(out.shape), (), n.sign_mask, seed, keys, result)
+    plans.make(plan_key, done, True, tuple(out.shape), (), n, seed, keys, result)
     return out
 
 

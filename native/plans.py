@@ -35,7 +35,6 @@ from .launch import Kernel32
 
 DEVICE_TYPES = ("cuda",)
 MAX_PLANS = 4096  # far more combinations than a training run makes; past it, start afresh
-_U64 = 0xFFFFFFFFFFFFFFFF
 
 
 @dataclass
@@ -94,15 +93,15 @@ def find(k: tuple | None) -> Plan | None:
 
 
 def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tuple,
-         sign_mask: int, seed: int, keys, result) -> None:
+         n: launch.Numerics, seed: int, keys, result) -> None:
     """After the whole way: keep a plan for combination ``k`` where the call was one 32-block
     launch (``done``: what ``launch.rows32`` returned) that returned a compiled kernel. The
     other arguments: as ``Plan``'s, and the call's seed and keys."""
     if k is None or done is None:
         return
     k32, args, launched = done
-    plan = Plan(k32, qdq, data_shape, scales_shape, sign_mask, result)
-    seed_arg, sign_arg = plan.random_args(seed, keys)
+    plan = Plan(k32, qdq, data_shape, scales_shape, n, result)
+    seed_arg, sign_arg = launch.random_args(n, seed, keys)
     dyn = specialization(seed_arg, sign_arg, args[1], args[2], current_device())
     if not remember(plan, dyn, args, launched):
         return
@@ -118,17 +117,17 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
 class Plan:
     """One combination's launch (``k32``) and outputs: K-major codes of ``data_shape`` and
     scales of ``scales_shape`` (quantize), or bf16 values of ``data_shape``
-    (quantize-dequantize, ``qdq``); ``result(data, scales)`` is what the operation returns.
-    ``sign_mask``: the rotation's signs where no keys are passed."""
+    (quantize-dequantize, ``qdq``); ``result(data, scales)`` is what the operation returns;
+    ``numerics``: the call's (its random arguments come from them where no keys are passed)."""
 
-    __slots__ = ("k32", "qdq", "data_shape", "scales_shape", "sign_mask", "result", "grid",
+    __slots__ = ("k32", "qdq", "data_shape", "scales_shape", "numerics", "result", "grid",
                  "tail", "compiled")
 
     def __init__(self, k32: Kernel32, qdq: bool, data_shape: tuple, scales_shape: tuple,
-                 sign_mask: int, result):
+                 numerics: launch.Numerics, result):
         self.k32, self.qdq = k32, qdq
         self.data_shape, self.scales_shape = data_shape, scales_shape
-        self.sign_mask, self.result = sign_mask, result
+        self.numerics, self.result = numerics, result
         g = k32.grid
         self.grid = (g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)
         self.tail = None      # the bound constexprs and defaults after the positional arguments
@@ -142,12 +141,6 @@ class Plan:
             return out.view(torch.int32), out
         return (x.new_empty(self.data_shape, dtype=torch.uint8),
                 x.new_empty(self.scales_shape, dtype=torch.uint8))
-
-    def random_args(self, seed: int, keys) -> tuple:
-        """(seed argument, sign argument), as ``launch.random_args`` gives them."""
-        if keys is None:
-            return seed & _U64, self.sign_mask
-        return keys[0:1], keys[1:2]
 
 
 def specialization(seed_arg, sign_arg, data: torch.Tensor, scales: torch.Tensor,
@@ -177,7 +170,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     if x.requires_grad:
         x = x.detach()
     data, scales = plan.outputs(x)
-    seed_arg, sign_arg = plan.random_args(seed, keys)
+    seed_arg, sign_arg = launch.random_args(plan.numerics, seed, keys)
     args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
     device = current_device()
     dyn = specialization(seed_arg, sign_arg, data, scales, device)
