@@ -186,6 +186,59 @@ def test_training_step_replays_from_a_cuda_graph(recipe):
             assert torch.equal(as_bits(e.detach()), as_bits(r))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("recipe", ["mxfp4_all_h16", "mxfp4_wgrad_rht", "mxfp4_all_sr_wgrad"])
+def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
+    """A block compiled with mode="reduce-overhead" (Inductor's CUDA graph trees: a warm-up
+    call, a recording, then replays) against its twin compiled with the default mode, both
+    under Inductor's deterministic mode, five steps of two micro-batches each, set_step before
+    every micro-batch as training calls it, the weights fixed: every step's accumulated
+    gradients and outputs carry the same bits. A replay that read a stale key (the random
+    signs or rounding bits of an earlier step or micro-batch) differs from its step on."""
+    import torch._inductor.config as inductor_config
+    cfg = get_config("tiny")
+
+    def make():
+        torch.manual_seed(0)
+        blk = Block(cfg).cuda()
+        native.convert_linears(blk, recipe, seed=3, backend="triton")
+        return blk
+
+    blk, twin = make(), make()
+    freqs = rope_frequencies(cfg, 32, "cuda")
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    xs = [[torch.randn(2, 32, cfg.dim, device="cuda", generator=gen) for _ in range(2)]
+          for _ in range(5)]
+    torch._dynamo.reset()
+    with inductor_config.patch(deterministic=True):
+        graphs = torch.compile(blk, mode="reduce-overhead")
+        plain = torch.compile(twin)
+
+        def run(model, fn, step_no, mark):
+            outs = []
+            for micro, x in enumerate(xs[step_no]):
+                native.set_step(model, step_no, micro)
+                if mark and micro == 0:
+                    torch.compiler.cudagraph_mark_step_begin()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    y = fn(x, freqs)
+                y.float().square().sum().backward()
+                outs.append(y.detach().clone())
+            grads = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad(set_to_none=True)
+            return outs, grads
+
+        names = [n for n, _ in blk.named_parameters()]
+        for step_no in range(5):
+            (ya, ga), (yb, gb) = run(blk, graphs, step_no, True), run(twin, plain, step_no, False)
+            for micro, (a, b) in enumerate(zip(ya, yb)):
+                assert torch.equal(as_bits(a), as_bits(b)), f"step {step_no} micro {micro}: y"
+            for name, a, b in zip(names, ga, gb):
+                differ = int((as_bits(a) != as_bits(b)).sum())
+                assert differ == 0, f"step {step_no}: {name}.grad differs in {differ} elements"
+    torch._dynamo.reset()
+
+
 def test_ops_are_not_differentiable():
     """The ocpmx ops' outputs require no gradient, as the eager functions' do not (both read
     their input detached; MXLinear's autograd function differentiates around them): no
