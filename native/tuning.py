@@ -154,8 +154,8 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # 0.45-0.46, as the transpose; the sixteenth session did not time this tile for it). The fold
 # keeps the transpose: a program folds whole groups along K (32 blocks per column at method
 # 'fp8''s groups), far past these tiles' registers.
-H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, kb_fast=True, vec=2),
-              columns_qdq="kernel", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
+H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2),
+              columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
               notes="GPU defaults, H100 column kernel for quantize and qdq")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
