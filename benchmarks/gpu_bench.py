@@ -391,10 +391,18 @@ COLUMN_TILES = [
     ColumnTile(256, 4, 1, True, True, vec=2, split=True),
     # the row stride compiled in (``const_stride``): the tile's 32 loads at immediate offsets
     # from one base pointer, ~1.8 SASS instructions per element fewer (Triton 3.6 and 3.9,
-    # kernel_sass.py --columns); the H100 and H200 default tiles so. Not timed yet
+    # kernel_sass.py --columns); on an H100 within 1-2% of the same tiles without it
+    # (results/native_gpu/bench_columns_h100.md, 0401580): the one-block tiles are bound by
+    # their stores (column_probe.py), not by instructions
     ColumnTile(128, 2, 1, True, True, vec=2, const_stride=True),
     ColumnTile(64, 1, 1, True, True, vec=2, const_stride=True),
-    ColumnTile(64, 1, vec=2, const_stride=True)]
+    ColumnTile(64, 1, vec=2, const_stride=True),
+    # two blocks along K per program: each column's codes a whole 32-byte sector; the H100
+    # defaults since d8d96d7 (quantize (128, 2, 2), qdq (64, 2, 2):
+    # results/native_gpu/column_tile_check_h100.txt)
+    ColumnTile(128, 2, 2, True, True, vec=2), ColumnTile(64, 2, 2, True, True, vec=2),
+    ColumnTile(64, 1, 2, True, True, vec=2), ColumnTile(256, 4, 2, True, True, vec=2),
+    ColumnTile(128, 2, 2, True, True, vec=2, const_stride=True)]
 
 
 def section_columns(rows):

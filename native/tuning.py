@@ -143,7 +143,7 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # kernel with a column pair per thread (4-byte loads, no shuffles), programs along K first,
 # quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy (no rotation / H16 /
 # H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30. Timed again
-# (results/native_gpu/bench_columns_h100.md, eighteenth session, commit 4beed8c, GPU 2 of four
+# (results/native_gpu/archive/bench_columns_h100_2026-11-26b.md, eighteenth session, 4beed8c, GPU 2 of four
 # H100s while two others trained; the rows both runs have within 2.1%, most within 1%): the
 # same 0.50 / 0.56 / 0.49. The split tiles (``ColumnTile(split=True)``) lost there, 0.21-0.23 /
 # 0.19 / 0.12, and stay non-default (compiled by the hosts' Triton 3.6, this tile split takes
@@ -154,6 +154,16 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # 0.45-0.46, as the transpose; the sixteenth session did not time this tile for it). The fold
 # keeps the transpose: a program folds whole groups along K (32 blocks per column at method
 # 'fp8''s groups), far past these tiles' registers.
+# Twentieth session (one H100; results/native_gpu/column_probe_h100.md and
+# column_tile_check_h100.txt): with one 32-block along K per program each column's 16 code
+# bytes are half a 32-byte sector, and a probe with the kernel's loads and stores and no
+# arithmetic capped at 0.57-0.58 of copy (two blocks: 0.87-0.88): the store pattern, not the
+# instruction count (``const_stride``'s 1.8 fewer instructions per element gained 1-2%). So
+# both tiles take two blocks along K per program (32 bytes per column): quantize (128, 2, 2)
+# 0.51 / 0.68 / 0.43 of copy (no rotation / H16 / H16 + SR, against 0.50 / 0.55 / 0.49 with
+# one block), quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56); bits equal to
+# the transpose path's on 117 M random bf16 patterns, and over every bf16 value. Four blocks
+# lost (registers). Where K / 32 is odd the launcher runs one block per program.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
@@ -164,7 +174,7 @@ H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2
 # 0.42 / 0.43 / 0.38 of copy (no rotation / H16 / H16 + stochastic) against the transpose
 # path's 0.36 / 0.35 / 0.26, and, programs along K first, quantize-dequantizes at 0.53 / 0.51
 # against 0.45 / 0.47 (the quantize tile there: 0.46 / 0.41). The fold keeps the transpose,
-# as on the H100.
+# as on the H100. (The two-block tiles that won on the H100 are not timed on an H200 yet.)
 H200 = Tuning(columns="kernel", cols32=ColumnTile(64, 1, vec=2),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
               columns_fold="transpose",

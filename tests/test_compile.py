@@ -192,9 +192,13 @@ def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
     """A block compiled with mode="reduce-overhead" (Inductor's CUDA graph trees: a warm-up
     call, a recording, then replays) against its twin compiled with the default mode, both
     under Inductor's deterministic mode, five steps of two micro-batches each, set_step before
-    every micro-batch as training calls it, the weights fixed: every step's accumulated
-    gradients and outputs carry the same bits. A replay that read a stale key (the random
-    signs or rounding bits of an earlier step or micro-batch) differs from its step on."""
+    every micro-batch as training calls it, the weights fixed: every step's outputs and every
+    MXLinear weight's accumulated gradient carry the same bits. A replay that read a stale key
+    (the random signs or rounding bits of an earlier step or micro-batch) differs from its step
+    on. The RMSNorm weights' gradients are Inductor's own reductions, which the two
+    compilations may sum differently (on an H100, 2026-11-26: 39 elements of
+    ``attention_norm.weight.grad`` apart in ``mxfp4_all_h16`` at step 0, deterministic mode
+    and all): held to 1e-5 relative."""
     import torch._inductor.config as inductor_config
     cfg = get_config("tiny")
 
@@ -228,14 +232,19 @@ def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
             model.zero_grad(set_to_none=True)
             return outs, grads
 
+        mx = {f"{n}.weight" for n, m in blk.named_modules() if isinstance(m, native.MXLinear)}
         names = [n for n, _ in blk.named_parameters()]
+        assert len(mx) == 7 and len(names) == 9  # the attention's and the MLP's; two norms
         for step_no in range(5):
             (ya, ga), (yb, gb) = run(blk, graphs, step_no, True), run(twin, plain, step_no, False)
             for micro, (a, b) in enumerate(zip(ya, yb)):
                 assert torch.equal(as_bits(a), as_bits(b)), f"step {step_no} micro {micro}: y"
             for name, a, b in zip(names, ga, gb):
-                differ = int((as_bits(a) != as_bits(b)).sum())
-                assert differ == 0, f"step {step_no}: {name}.grad differs in {differ} elements"
+                if name in mx:
+                    differ = int((as_bits(a) != as_bits(b)).sum())
+                    assert differ == 0, f"step {step_no}: {name}.grad differs in {differ} elements"
+                else:
+                    torch.testing.assert_close(a, b, rtol=1e-5, atol=0, msg=f"step {step_no}: {name}")
     torch._dynamo.reset()
 
 

@@ -391,13 +391,14 @@ def test_torch_compile_path(corpus, tmp_path):
 def test_reduce_overhead_trains_like_default_compile(corpus, tmp_path, recipe):
     """--compile-mode reduce-overhead on a GPU: each step's forward and backward replay from
     CUDA graphs (the per-step keys are written between replays), with two micro-batches a step
-    (gradients accumulate across replays), against the default compile: equal bits in every
-    step. Both compile under Inductor's deterministic mode: without it Inductor times several
-    configurations of its reduction kernels on first use and keeps the fastest, whose summation
-    order differs, so two compilations of the same model can differ in the last bit (seen on
-    an H100, 2026-11-25/26: the MX recipes 1e-7 to 2e-3 relative from step 1 on, growing as
-    MXFP4 rounding amplified them; bf16 was equal; a fresh process gave equal bits). A stale
-    per-step key or a gradient lost between micro-batches changes the loss far more."""
+    (gradients accumulate across replays), against the default compile, both under Inductor's
+    deterministic mode (no timed choice among its kernel configurations). Step 0's loss is equal
+    bit for bit; later steps are held to 1e-3 relative: the two compilations' Inductor
+    reductions may still sum differently (on an H100, 2026-11-26, deterministic mode: one MX
+    recipe equal in every step, another 4e-7 relative apart from step 2; without it, up to 2.3e-3
+    as MXFP4 rounding amplified the last bits). A gradient lost between micro-batches moves the
+    gradient norm far more; stale keys are checked bit for bit at the block level
+    (``tests/test_compile.py::test_reduce_overhead_block_matches_default_compile_step_by_step``)."""
     import torch._inductor.config as inductor_config
     from torch._dynamo.utils import counters
     kw = dict(max_steps=4, recipe=recipe, grad_accum=2, backend="triton", device="cuda",
@@ -413,10 +414,10 @@ def test_reduce_overhead_trains_like_default_compile(corpus, tmp_path, recipe):
         torch._dynamo.reset()
     g, gv = T.read_metrics(tmp_path / "g" / "metrics.jsonl")
     d, dv = T.read_metrics(tmp_path / "d" / "metrics.jsonl")
-    assert len(g) == len(d) == 4
+    assert len(g) == len(d) == 4 and g[0]["loss"] == d[0]["loss"]
     for key in ("loss", "grad_norm"):
-        assert [r[key] for r in g] == [r[key] for r in d], key
-    assert [r["val_loss"] for r in gv] == [r["val_loss"] for r in dv]
+        assert [r[key] for r in g] == pytest.approx([r[key] for r in d], rel=1e-3), key
+    assert [r["val_loss"] for r in gv] == pytest.approx([r["val_loss"] for r in dv], rel=1e-3)
 
 
 def test_tensorboard_scalars(corpus, tmp_path, monkeypatch):

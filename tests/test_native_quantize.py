@@ -408,11 +408,12 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     tensor too; codes, scales and quantize-dequantize, RNE and stochastic rounding, with and
     without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
     to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
-    thread (``vec``), either launch order; (128, 2, 1, True, True, 2) is the H100 default's
-    quantize tile, and with a register cap of 128 (applied on Hopper only); "H100" and "H200"
+    thread (``vec``), either launch order; (128, 2, 1, True, True, 2) was the H100 default's
+    quantize tile, also with a register cap of 128 (applied on Hopper only); "H100" and "H200"
     are the per-GPU defaults themselves (``tuning.H100``, ``tuning.H200``, with the default
-    row tiles: each one tile for quantize, another for quantize-dequantize, (64, 1, 1, True,
-    True, 2) on both); ``split`` tiles load column pairs as 4-byte words and quantize the even
+    row tiles: each one tile for quantize, another for quantize-dequantize; the H100's take
+    two blocks along K per program, so the 2-D case runs them with KB 2 and the 3-D case, 5
+    blocks, with KB 1); ``split`` tiles load column pairs as 4-byte words and quantize the even
     columns, then the odd ones (48 columns: a program of 128 cut short; several programs along
     the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``); ``const_stride``
     tiles load their rows at offsets from one base pointer (``CONST_STRIDE``)."""
@@ -622,8 +623,8 @@ def test_column_path_per_operation(device, monkeypatch):
                           columns_fold="kernel", cols32_fold=c)
     assert other.column_path() == ("transpose", a)
     assert other.column_path("qdq") == ("kernel", b) and other.column_path("fold") == ("kernel", c)
-    assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 1, True, True, 2))
-    assert T.H100.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
+    assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 2, True, True, 2))
+    assert T.H100.column_path("qdq") == ("kernel", native.ColumnTile(64, 2, 2, True, True, 2))
     assert T.H100.column_path("fold")[0] == "transpose"
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
     assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
