@@ -18,6 +18,8 @@ write     the writes only (values from the indices)
 both      the reads and the writes
 trans     ``both``, the quarter words transposed (``tl.trans``) before the store, so that each
           column's 16 bytes can go out as one store
+serial    ``both`` one 32-row block at a time (load, sum, store its 16 bytes per column), the KB
+          blocks of a program one after another: the column kernel's ``ColumnTile.serial``
 
 No probe computes anything meaningful; they answer "how fast can this access pattern go",
 the bound the column kernel's 0.5-0.63 of copy is compared with.
@@ -36,7 +38,7 @@ import gpu_bench as gb
 from ocpmx import native
 from ocpmx.spec import Rotation
 
-MODES = {"read": 0, "write": 1, "both": 2, "trans": 3}
+MODES = {"read": 0, "write": 1, "both": 2, "trans": 3, "serial": 4}
 
 
 @triton.jit
@@ -50,6 +52,20 @@ def column_probe_kernel(x_ptr, code_ptr, scale_ptr, K, NW, BW: tl.constexpr, KB:
         n = tl.program_id(0)
     rows = (kt * 32 * KB + tl.arange(0, 32 * KB)).to(tl.int64)
     cols = n * BW + tl.arange(0, BW)
+    c0 = (2 * cols).to(tl.int64)
+    kw = K // 8  # code words per output row (a column's K / 2 bytes)
+    if MODE == 4:
+        for j in tl.static_range(KB):
+            r = (kt * 32 * KB + j * 32 + tl.arange(0, 32)).to(tl.int64)
+            w = tl.load(x_ptr + r[:, None] * NW + cols[None, :])  # [32, BW] words
+            s = tl.sum(tl.reshape(w, (4, 8, BW)), axis=1)        # [4, BW]
+            q = tl.arange(0, 4)[:, None]
+            tl.store(code_ptr + c0[None, :] * kw + (kt * KB + j) * 4 + q, s)
+            tl.store(code_ptr + (c0[None, :] + 1) * kw + (kt * KB + j) * 4 + q, s ^ 0x5A5A)
+            sc = tl.sum(s, axis=0)
+            tl.store(scale_ptr + c0 * (K // 32) + kt * KB + j, sc.to(tl.uint8))
+            tl.store(scale_ptr + (c0 + 1) * (K // 32) + kt * KB + j, (sc >> 8).to(tl.uint8))
+        return
     if MODE != 1:
         w = tl.load(x_ptr + rows[:, None] * NW + cols[None, :])  # [32 KB, BW] words
         s = tl.sum(tl.reshape(w, (KB * 4, 8, BW)), axis=1)       # a word per quarter
@@ -59,8 +75,6 @@ def column_probe_kernel(x_ptr, code_ptr, scale_ptr, K, NW, BW: tl.constexpr, KB:
         tl.store(code_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1),
                  tl.sum(tl.sum(s, axis=1), axis=0))
         return
-    c0 = (2 * cols).to(tl.int64)
-    kw = K // 8  # code words per output row (a column's K / 2 bytes)
     if MODE == 3:
         t = tl.trans(s)  # [BW, KB * 4]
         j = tl.arange(0, KB * 4)[None, :]

@@ -4,7 +4,10 @@ copy in the same run; and the codes and scales (values) of every tile compared b
 with the transpose path's on uniformly random bf16 bit patterns (every class of value: NaN,
 Inf, subnormals, zeros), 117 M elements.
 
-  python benchmarks/column_tile_check.py [--tiles "C,W,KB,HIDE,KBF,VEC,MAXNREG,SPLIT,CONST" ...]
+  python benchmarks/column_tile_check.py [--tiles TILE ...]
+
+TILE: ColumnTile's fields comma-separated (columns, warps, kblocks, hide, kb_fast, vec,
+maxnreg, split, const_stride, serial), e.g. "128,2,2,True,True,2,None,False,False,True".
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ def parse(spec: str) -> ColumnTile:
     v = [None if s == "None" else (s == "True") if s in ("True", "False") else int(s)
          for s in spec.split(",")]
     names = ("columns", "warps", "kblocks", "hide", "kb_fast", "vec", "maxnreg", "split",
-             "const_stride")
+             "const_stride", "serial")
     return ColumnTile(**dict(zip(names, v)))
 
 
@@ -40,7 +43,10 @@ def main():
     ap.add_argument("--tiles", nargs="+", default=[
         "64,2,2,True,True,2", "64,2,2,True,True,2,None,False,True", "128,4,2,True,True,2",
         "128,2,2,True,True,2", "128,2,2,True,True,2,None,False,True", "256,4,2,True,True,2",
-        "64,1,2,True,True,2", "64,2,2,True,True,2,128", "128,4,2,True,False,2"])
+        "64,1,2,True,True,2", "64,2,2,True,True,2,128", "128,4,2,True,False,2",
+        "128,2,2,True,True,2,None,False,False,True", "64,1,2,True,True,2,None,False,False,True",
+        "128,2,4,True,True,2,None,False,False,True", "64,1,4,True,True,2,None,False,False,True",
+        "64,2,4,True,True,2,None,False,False,True"])
     args = ap.parse_args()
     m, k = gb.TOKENS, 14336
     src = gb.rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))

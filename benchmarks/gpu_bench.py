@@ -402,7 +402,14 @@ COLUMN_TILES = [
     # results/native_gpu/column_tile_check_h100.txt)
     ColumnTile(128, 2, 2, True, True, vec=2), ColumnTile(64, 2, 2, True, True, vec=2),
     ColumnTile(64, 1, 2, True, True, vec=2), ColumnTile(256, 4, 2, True, True, vec=2),
-    ColumnTile(128, 2, 2, True, True, vec=2, const_stride=True)]
+    ColumnTile(128, 2, 2, True, True, vec=2, const_stride=True),
+    # the blocks along K one after another (``serial``): one block's registers (no spill under
+    # Triton 3.9, where the two-block tiles at once spill), each column's codes still written
+    # by one program. Not timed yet
+    ColumnTile(128, 2, 2, True, True, vec=2, serial=True),
+    ColumnTile(64, 1, 2, True, True, vec=2, serial=True),
+    ColumnTile(128, 2, 4, True, True, vec=2, serial=True),
+    ColumnTile(64, 1, 4, True, True, vec=2, serial=True)]
 
 
 def section_columns(rows):

@@ -256,7 +256,8 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     K / 32, so it does too). The tile's register cap applies on Hopper (``on_hopper``) and not
     to a fold (as the row kernel's). ``ColumnTile.split`` applies to bf16 input with an even
     ``inner``, 4-byte ``aligned`` (its pairs whole words), and no fold (elsewhere the tile runs
-    unsplit: the same bits)."""
+    unsplit: the same bits); ``ColumnTile.serial`` to more than one block along K per program
+    and no fold (a fold's groups are quantized at once)."""
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
@@ -268,17 +269,19 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold.key if fold else NO_FOLD_KEY, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,
-                              inner if const else 0), tile.columns, kb
+                              inner if const else 0,
+                              tile.serial and kb > 1 and not fold), tile.columns, kb
 
 
 @functools.lru_cache(maxsize=1024)
 def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
-                       even: bool, split: bool = False, stride: int = 0) -> dict:
+                       even: bool, split: bool = False, stride: int = 0,
+                       serial: bool = False) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
                 VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, SPLIT=split,
-                INNER=stride,
+                INNER=stride, SERIAL=serial,
                 num_warps=tile.warps,
                 **register_cap(tile, on_hopper, fold_key))
 

@@ -42,7 +42,9 @@ class ColumnTile:
     ``const_stride``: the row stride (the positions of the other axes, ``inner``) compiled in,
     so that the tile's rows load at immediate offsets from one base pointer (one compile per
     distinct ``inner``; not with ``split``, and only where the offsets fit the load's 24-bit
-    immediate)."""
+    immediate); ``serial``: the program's blocks along K quantized one after another (a
+    32-row load and its stores each, one block's values live at a time), not all at once
+    (not with a fold, whose groups a program holds whole: there the tile runs at once)."""
     columns: int
     warps: int
     kblocks: int = 1
@@ -52,6 +54,7 @@ class ColumnTile:
     maxnreg: int | None = None
     split: bool = False
     const_stride: bool = False
+    serial: bool = False
 
     def __post_init__(self):
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:
@@ -139,21 +142,21 @@ class Tuning:
 # GPUs not measured with the column-pair tiles (the H100 and the H200 below were).
 GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # On an H100 (sixteenth session, commit bdce5fc, two GPUs of one host within 0.3%:
-# results/native_gpu/archive/bench_columns_h100_2026-11-26a.md and its _repeat): the column
-# kernel with a column pair per thread (4-byte loads, no shuffles), programs along K first,
-# quantizes bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy (no rotation / H16 /
-# H16 + stochastic) against the transpose path's 0.37 / 0.37 / 0.30. Timed again
-# (results/native_gpu/archive/bench_columns_h100_2026-11-26b.md, eighteenth session, 4beed8c, GPU 2 of four
-# H100s while two others trained; the rows both runs have within 2.1%, most within 1%): the
-# same 0.50 / 0.56 / 0.49. The split tiles (``ColumnTile(split=True)``) lost there, 0.21-0.23 /
-# 0.19 / 0.12, and stay non-default (compiled by the hosts' Triton 3.6, this tile split takes
+# results/native_gpu/archive/bench_columns_h100_2026-11-26a.md and its _repeat): the column kernel
+# with a column pair per thread (4-byte loads, no shuffles), programs along K first, quantizes
+# bf16 8192 x 14336 along tokens at 0.50 / 0.55 / 0.49 of copy (no rotation / H16 / H16 +
+# stochastic) against the transpose path's 0.37 / 0.37 / 0.30. Timed again
+# (results/native_gpu/archive/bench_columns_h100_2026-11-26b.md, eighteenth session, 4beed8c, GPU
+# 2 of four H100s while two others trained; the rows both runs have within 2.1%, most within 1%):
+# the same 0.50 / 0.56 / 0.49. The split tiles (``ColumnTile(split=True)``) lost there, 0.21-0.23
+# / 0.19 / 0.12, and stay non-default (compiled by the hosts' Triton 3.6, this tile split takes
 # 166-168 registers and 290-354 warp shuffles, where Triton 3.9 gives 95-127 and 2:
-# results/native_gpu/sass_columns_split.txt). Quantize-dequantize takes the column kernel with
-# the H200's tile, ``ColumnTile(64, 1, kb_fast=True, vec=2)``: 0.63 / 0.56 (no rotation / H16)
-# against the transpose path's 0.46 / 0.48 (this quantize tile: 0.42 / 0.33; the split tiles
-# 0.45-0.46, as the transpose; the sixteenth session did not time this tile for it). The fold
-# keeps the transpose: a program folds whole groups along K (32 blocks per column at method
-# 'fp8''s groups), far past these tiles' registers.
+# results/native_gpu/sass_columns_split.txt). Quantize-dequantize takes the column kernel with the
+# H200's tile, ``ColumnTile(64, 1, kb_fast=True, vec=2)``: 0.63 / 0.56 (no rotation / H16) against
+# the transpose path's 0.46 / 0.48 (this quantize tile: 0.42 / 0.33; the split tiles 0.45-0.46, as
+# the transpose; the sixteenth session did not time this tile for it). The fold keeps the
+# transpose: a program folds whole groups along K (32 blocks per column at method 'fp8''s groups),
+# far past these tiles' registers.
 # Twentieth session (one H100; results/native_gpu/column_probe_h100.md and
 # column_tile_check_h100.txt): with one 32-block along K per program each column's 16 code
 # bytes are half a 32-byte sector, and a probe with the kernel's loads and stores and no
@@ -163,7 +166,9 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # 0.51 / 0.68 / 0.43 of copy (no rotation / H16 / H16 + SR, against 0.50 / 0.55 / 0.49 with
 # one block), quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56); bits equal to
 # the transpose path's on 117 M random bf16 patterns, and over every bf16 value. Four blocks
-# lost (registers). Where K / 32 is odd the launcher runs one block per program.
+# lost (registers). Where K / 32 is odd the launcher runs one block per program. (Compiled
+# for sm_90a by Triton 3.9, (128, 2, 2) and (64, 1, 2) spill 16-77 registers without a
+# rotation; their ``serial`` forms, a block at a time, spill none: not timed yet.)
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",

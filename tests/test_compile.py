@@ -244,7 +244,8 @@ def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
                     differ = int((as_bits(a) != as_bits(b)).sum())
                     assert differ == 0, f"step {step_no}: {name}.grad differs in {differ} elements"
                 else:
-                    torch.testing.assert_close(a, b, rtol=1e-5, atol=0, msg=f"step {step_no}: {name}")
+                    torch.testing.assert_close(a, b, rtol=1e-5, atol=0,
+                                               msg=f"step {step_no}: {name}")
     torch._dynamo.reset()
 
 

@@ -383,6 +383,10 @@ SPLIT_ON_GPU = [(64, 1, 1, True, False, 2, None, True), (64, 1, 1, True, True, 2
 CONST_STRIDE = [(128, 2, 1, True, True, 2, None, False, True),
                 (64, 1, 1, True, True, 2, None, False, True),
                 (32, 1, 4, False, True, 1, None, False, True)]
+# blocks along K one after another (``ColumnTile.serial``; 10 blocks: four halved to two), also
+# with the row stride compiled in (each pass's base pointer)
+SERIAL = [(64, 1, 4, True, True, 2, None, False, False, True),
+          (32, 1, 2, True, False, 2, None, False, True, True)]
 
 
 @pytest.mark.parametrize("device", devices())
@@ -399,6 +403,7 @@ CONST_STRIDE = [(128, 2, 1, True, True, 2, None, False, True),
                                                             True), 480),
                                                 *[("kernel", t, 480) for t in SPLIT_ON_GPU],
                                                 *[("kernel", t, 480) for t in CONST_STRIDE],
+                                                *[("kernel", t, 480) for t in SERIAL],
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -416,7 +421,8 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     blocks, with KB 1); ``split`` tiles load column pairs as 4-byte words and quantize the even
     columns, then the odd ones (48 columns: a program of 128 cut short; several programs along
     the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``); ``const_stride``
-    tiles load their rows at offsets from one base pointer (``CONST_STRIDE``)."""
+    tiles load their rows at offsets from one base pointer (``CONST_STRIDE``); ``serial`` tiles
+    quantize their blocks along K one after another (``SERIAL``)."""
     import dataclasses
     if tile in SPLIT_ON_GPU and device == "cpu":
         pytest.skip("the other split tiles on a GPU only: under the interpreter the (128, 2) "
@@ -567,6 +573,27 @@ def test_const_stride_applies_where_the_offsets_fit():
     assert inner_of(const, torch.bfloat16, 135300) == 135300  # just under
     assert inner_of(const, torch.float32, 67651) == 0         # 4-byte elements: half as far
     assert inner_of(const, torch.float32, 67650) == 67650
+
+
+def test_serial_applies_to_several_blocks_without_a_fold():
+    """The launch runs a ``serial`` tile's blocks along K one after another (``SERIAL``) only
+    where a program has more than one and no fold (whose groups a program holds at once)."""
+    from ocpmx.native import launch, ops
+    n = ops.numerics("e2m1", "floor", "rne", None)
+    serial = native.ColumnTile(64, 1, 2, vec=2, serial=True)
+
+    def consts(tile, k):
+        return launch.cols32_constexprs(n, torch.bfloat16, k, 64, k * 64, tile, False)
+    c, _, kb = consts(serial, 256)
+    assert c["SERIAL"] and c["KB"] == kb == 2
+    c, _, kb = consts(serial, 96)  # 3 blocks: one per program
+    assert not c["SERIAL"] and kb == 1
+    assert not consts(native.ColumnTile(64, 1, 2, vec=2), 256)[0]["SERIAL"]
+    e = torch.zeros(1, dtype=torch.int32)
+    fold = launch.FoldOutput(2, e, None, e, e, 64, 6, False)  # groups of two blocks
+    c, _, kb = launch.cols32_constexprs(n, torch.bfloat16, 256, 64, 256 * 64, serial, False,
+                                        fold)
+    assert not c["SERIAL"] and kb == 2 and c["FOLD_GROUP"] == 2
 
 
 @pytest.mark.parametrize("device", devices())

@@ -666,7 +666,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
                            VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
                            EVEN: tl.constexpr, SPLIT: tl.constexpr = False,
-                           INNER: tl.constexpr = 0):
+                           INNER: tl.constexpr = 0, SERIAL: tl.constexpr = False):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -695,6 +695,10 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     (the words' low halves) and then its odd ones (the high halves) as two tiles of BN / 2
     columns, so that only one column's float32 values are live at a time besides the words.
 
+    ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load and
+    its stores (one block's values live at a time; each column's KB blocks of codes still
+    written by this program, close together in time). Not with a fold.
+
     Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
     group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
     (``common.load_key``)."""
@@ -702,6 +706,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         seed = load_key(seed)
     if SIGNS:
         sign_mask = load_key(sign_mask)
+    tl.static_assert(not (SERIAL and FOLD_GROUP > 0), "a fold quantizes its groups at once")
     tl.static_assert(FOLD_GROUP == 0 or KB % FOLD_GROUP == 0,
                      "a program's blocks along K are whole fold groups")
     if KB_FAST:
@@ -711,56 +716,64 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         pid_n = tl.program_id(0)
         kt = tl.program_id(1)
     o = tl.program_id(2)
-    k = kt * (32 * KB) + tl.arange(0, 32 * KB)
-    if BIG:
-        row0 = o.to(tl.int64) * K + k.to(tl.int64)
-    else:
-        row0 = o * K + k
-    if SPLIT:  # words of two columns: the even columns' tile, then the odd columns'
+    # SERIAL: the program's KB blocks along K one after another, KP = 1 block per pass
+    NS: tl.constexpr = KB if SERIAL else 1
+    KP: tl.constexpr = 1 if SERIAL else KB
+    if SPLIT:
         tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
         PARTS: tl.constexpr = 2
         w = pid_n * (BN // 2) + tl.arange(0, BN // 2)
         if HIDE:
             w = tl.max_contiguous(w, 1)
-        wmask = (w < inner // 2)[None, :] & (k >= 0)[:, None]
-        woffs = row0[:, None] * (inner // 2) + w[None, :]
-        if EVEN:
-            words = tl.load(x_ptr + woffs)
-        else:
-            words = tl.load(x_ptr + woffs, mask=wmask, other=0)
     else:
         PARTS: tl.constexpr = 1
         if HIDE:
             n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
         else:
             n = pid_n * BN + tl.arange(0, BN)
-        mask = (n < inner)[None, :] & (k >= 0)[:, None]
-        if INNER:  # the row stride known (= inner): the tile's rows at immediate offsets from
-            # one base pointer (no per-load 64-bit address arithmetic)
-            if BIG:
-                base = x_ptr + (o.to(tl.int64) * K + kt * (32 * KB)) * INNER
+    for ps in tl.static_range(NS):
+        k = kt * (32 * KB) + ps * 32 + tl.arange(0, 32 * KP)
+        if BIG:
+            row0 = o.to(tl.int64) * K + k.to(tl.int64)
+        else:
+            row0 = o * K + k
+        if SPLIT:  # words of two columns: the even columns' tile, then the odd columns'
+            wmask = (w < inner // 2)[None, :] & (k >= 0)[:, None]
+            woffs = row0[:, None] * (inner // 2) + w[None, :]
+            if EVEN:
+                words = tl.load(x_ptr + woffs)
             else:
-                base = x_ptr + (o * K + kt * (32 * KB)) * INNER
-            offs = tl.arange(0, 32 * KB)[:, None] * INNER + n[None, :]
+                words = tl.load(x_ptr + woffs, mask=wmask, other=0)
         else:
-            base = x_ptr
-            offs = row0[:, None] * inner + n[None, :]
-    for first in tl.static_range(PARTS):  # split: the words' low halves, then their high halves
-        if not SPLIT:
-            t = load_tile_f32(base, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
-        elif first == 0:
-            t = tl.cast(words << 16, tl.float32, bitcast=True)
-        else:
-            t = tl.cast(words & -65536, tl.float32, bitcast=True)
-        cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner, seed,
-                    rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
-                    IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
-                    EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM,
-                    RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
-                    ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
-                    QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
-                    POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KB, STEP=PARTS, BIG=BIG,
-                    EVEN=EVEN)
+            mask = (n < inner)[None, :] & (k >= 0)[:, None]
+            if INNER:  # the row stride known (= inner): the tile's rows at immediate offsets
+                # from one base pointer (no per-load 64-bit address arithmetic)
+                if BIG:
+                    base = x_ptr + (o.to(tl.int64) * K + kt * (32 * KB) + ps * 32) * INNER
+                else:
+                    base = x_ptr + (o * K + kt * (32 * KB) + ps * 32) * INNER
+                offs = tl.arange(0, 32 * KP)[:, None] * INNER + n[None, :]
+            else:
+                base = x_ptr
+                offs = row0[:, None] * inner + n[None, :]
+        for first in tl.static_range(PARTS):  # split: the words' low halves, then the high
+            if not SPLIT:
+                t = load_tile_f32(base, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
+            elif first == 0:
+                t = tl.cast(words << 16, tl.float32, bitcast=True)
+            else:
+                t = tl.cast(words & -65536, tl.float32, bitcast=True)
+            # the pass's blocks are blocks kt KB + ps .. of their columns: as a program of KP
+            # blocks at position kt NS + ps
+            cols32_part(t, first, pid_n, kt * NS + ps, o, data_ptr, scale_ptr, sign_mask, K,
+                        inner, seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+                        n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
+                        MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
+                        NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
+                        ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
+                        PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE,
+                        FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT,
+                        BN=BN // PARTS, KB=KP, STEP=PARTS, BIG=BIG, EVEN=EVEN)
 
 
 @triton.jit
