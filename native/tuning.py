@@ -158,18 +158,24 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # transpose: a program folds whole groups along K (32 blocks per column at method 'fp8''s groups),
 # far past these tiles' registers.
 # Twentieth session (one H100; results/native_gpu/column_probe_h100.md and
-# column_tile_check_h100.txt): with one 32-block along K per program each column's 16 code
-# bytes are half a 32-byte sector, and a probe with the kernel's loads and stores and no
-# arithmetic capped at 0.57-0.58 of copy (two blocks: 0.87-0.88): the store pattern, not the
-# instruction count (``const_stride``'s 1.8 fewer instructions per element gained 1-2%). So
-# both tiles take two blocks along K per program (32 bytes per column): quantize (128, 2, 2)
-# 0.51 / 0.68 / 0.43 of copy (no rotation / H16 / H16 + SR, against 0.50 / 0.55 / 0.49 with
-# one block), quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56); bits equal to
-# the transpose path's on 117 M random bf16 patterns, and over every bf16 value. Four blocks
-# lost (registers). Where K / 32 is odd the launcher runs one block per program. (Compiled
-# for sm_90a by Triton 3.9, (128, 2, 2) and (64, 1, 2) spill 16-77 registers without a
-# rotation; their ``serial`` forms, a block at a time, spill none: not timed yet.)
-H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2),
+# column_tile_check_h100.txt): a probe with the quantize kernel's loads and stores and no
+# arithmetic capped at 0.57-0.58 of copy with one 32-block along K per program (each column's
+# 16 code bytes half a 32-byte sector; its writes alone at 0.12-0.15 of copy's bandwidth), and
+# ran at 0.87-0.88 with two blocks; ``const_stride``'s 1.8 fewer instructions per element gained
+# 1-2% on the one-block tiles. With two blocks per program the real kernel gains less than the
+# probe for quantize and more for quantize-dequantize (whose bf16 stores were whole lines
+# already, so its gain is not the sectors': more rows in flight per program, not analysed):
+# quantize (128, 2, 2) with the stride compiled in 0.55 / 0.70 / 0.45 of copy (no rotation /
+# H16 / H16 + SR; 0.51 / 0.68 / 0.43 without it, 0.50 / 0.55 / 0.49 with one block; the same
+# order in a second sweep), quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56);
+# every tile's bits equal to the transpose path's on 117 M random bf16 patterns on the GPU, and
+# the d8d96d7 defaults over every bf16 value. Four blocks at once lost (quantize 0.02-0.31: registers).
+# Where K / 32 is odd the launcher runs one block per program. (Compiled for sm_90a by Triton
+# 3.9, (128, 2, 2) and (64, 1, 2) at once spill (64-77 spill stores without a rotation, 16-19
+# with H16); their ``serial`` forms, a block at a time, spill none
+# (results/native_gpu/sass_columns_kb2.txt): not timed yet.)
+H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
+                                                 const_stride=True),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
               notes="GPU defaults, H100 column kernel for quantize and qdq")

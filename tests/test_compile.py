@@ -198,8 +198,10 @@ def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
     on. The RMSNorm weights' gradients are Inductor's own reductions, which the two
     compilations may sum differently (on an H100, 2026-11-26: 39 elements of
     ``attention_norm.weight.grad`` apart in ``mxfp4_all_h16`` at step 0, deterministic mode
-    and all): held to 1e-5 relative."""
+    and all): held to 1e-5 relative. (In this form not yet run on a GPU: the run of 39c9ca7
+    compared every gradient bit for bit and stopped at that one.)"""
     import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
     cfg = get_config("tiny")
 
     def make():
@@ -214,6 +216,7 @@ def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
     xs = [[torch.randn(2, 32, cfg.dim, device="cuda", generator=gen) for _ in range(2)]
           for _ in range(5)]
     torch._dynamo.reset()
+    counters.clear()
     with inductor_config.patch(deterministic=True):
         graphs = torch.compile(blk, mode="reduce-overhead")
         plain = torch.compile(twin)
@@ -243,9 +246,12 @@ def test_reduce_overhead_block_matches_default_compile_step_by_step(recipe):
                 if name in mx:
                     differ = int((as_bits(a) != as_bits(b)).sum())
                     assert differ == 0, f"step {step_no}: {name}.grad differs in {differ} elements"
-                else:
-                    torch.testing.assert_close(a, b, rtol=1e-5, atol=0,
+                else:  # (near-zero sums: an absolute floor of 1e-6 of the largest)
+                    torch.testing.assert_close(a, b, rtol=1e-5,
+                                               atol=1e-6 * float(b.abs().max()),
                                                msg=f"step {step_no}: {name}")
+    # the graphs were recorded and replayed, not skipped (Inductor skips them quietly)
+    assert counters["inductor"]["cudagraph_skips"] == 0
     torch._dynamo.reset()
 
 

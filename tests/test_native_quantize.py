@@ -383,10 +383,14 @@ SPLIT_ON_GPU = [(64, 1, 1, True, False, 2, None, True), (64, 1, 1, True, True, 2
 CONST_STRIDE = [(128, 2, 1, True, True, 2, None, False, True),
                 (64, 1, 1, True, True, 2, None, False, True),
                 (32, 1, 4, False, True, 1, None, False, True)]
-# blocks along K one after another (``ColumnTile.serial``; 10 blocks: four halved to two), also
-# with the row stride compiled in (each pass's base pointer)
-SERIAL = [(64, 1, 4, True, True, 2, None, False, False, True),
-          (32, 1, 2, True, False, 2, None, False, True, True)]
+# blocks along K one after another (``ColumnTile.serial``), as (tile, count): 10 blocks along K
+# (four per program halved to two), with the row stride compiled in (each pass's own base
+# pointer), split into column pairs; 8 blocks along K (four passes) with 16 columns a program
+# (48 columns: no program cut short, the unmasked path)
+SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
+          ((32, 1, 2, True, False, 2, None, False, True, True), 480),
+          ((64, 1, 2, True, True, 2, None, True, False, True), 480),
+          ((16, 1, 4, True, True, 2, None, False, False, True), 384)]
 
 
 @pytest.mark.parametrize("device", devices())
@@ -403,7 +407,7 @@ SERIAL = [(64, 1, 4, True, True, 2, None, False, False, True),
                                                             True), 480),
                                                 *[("kernel", t, 480) for t in SPLIT_ON_GPU],
                                                 *[("kernel", t, 480) for t in CONST_STRIDE],
-                                                *[("kernel", t, 480) for t in SERIAL],
+                                                *[("kernel", t, c) for t, c in SERIAL],
                                                 ("transpose", (64, 2), 480)], ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
@@ -468,7 +472,9 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
     layout conversions compile to hundreds), and under 28 instructions per element (24 with
     Triton 3.9, NaN/Inf fix-ups included; the row kernel: 20.5 with H16). A regression here
     loses what the tile exists for, found on a CPU (on an H100 it runs at 0.49-0.56 of copy,
-    results/native_gpu/bench_columns_h100.md; the GPU host compiles with Triton 3.6)."""
+    results/native_gpu/bench_columns_h100.md; the GPU host compiles with Triton 3.6). The tile
+    is the H100's one-block quantize tile of before d8d96d7; the two-block tiles at once
+    spill (``test_serial_column_tile_does_not_spill_for_sm90``)."""
     import json
     import os
     import subprocess
@@ -477,7 +483,7 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
 
     tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    # the H100 default's tile (``tuning.H100``: programs along K launched first)
+    # the H100's one-block tile (programs along K launched first)
     r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "1", "1",
                         "1", "2", "--rotations", "0", "16", "--json"], env=env,
                        capture_output=True, text=True, timeout=600)
@@ -488,6 +494,36 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
         assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
         assert f["STL"] == 0 and f["LDL"] == 0 and f["SHFL"] <= 2, f
         assert f["per_element"] < 28, f
+
+
+def test_serial_column_tile_does_not_spill_for_sm90():
+    """``ColumnTile(serial=True)`` with two and four blocks along K per program, compiled for
+    sm_90a without the chip (``kernel_sass.py --columns``), RNE with and without H16: no
+    register spilled, 4-byte loads and 16-byte code stores, and no more instructions per element
+    than the one-block tile (< 28), where the same tiles quantizing their blocks at once spill
+    (Triton 3.9: 64-77 spill stores without a rotation, 16-19 with H16: (128, 2, 2) and
+    (64, 1, 2) in results/native_gpu/sass_columns_kb2.txt).
+    A regression here loses what the option exists for."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    for kb in ("2", "4"):
+        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", kb,
+                            "1", "1", "2", "0", "0", "0", "1", "--rotations", "0", "16",
+                            "--json"], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        facts = json.loads(r.stdout.strip().splitlines()[-1])
+        assert [f["rotation"] for f in facts] == [0, 16]
+        for f in facts:
+            assert "serial=True" in f["tile"], f
+            assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
+            assert f["STL"] == 0 and f["LDL"] == 0, f
+            assert f["per_element"] < 28, f
 
 
 def test_split_column_tile_halves_the_registers_for_sm90():
@@ -650,7 +686,8 @@ def test_column_path_per_operation(device, monkeypatch):
                           columns_fold="kernel", cols32_fold=c)
     assert other.column_path() == ("transpose", a)
     assert other.column_path("qdq") == ("kernel", b) and other.column_path("fold") == ("kernel", c)
-    assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 2, True, True, 2))
+    assert T.H100.column_path() == ("kernel", native.ColumnTile(128, 2, 2, True, True, 2,
+                                                                const_stride=True))
     assert T.H100.column_path("qdq") == ("kernel", native.ColumnTile(64, 2, 2, True, True, 2))
     assert T.H100.column_path("fold")[0] == "transpose"
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
