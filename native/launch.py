@@ -210,7 +210,8 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
         return Kernel32(kernels.quantize.quantize_rows32_kernel, (cdiv(n_blocks, nb),),
                         torch.int32 if bf16 else None, (n_blocks,), n.rot_scale,
                         (fold.rows,) if fold else (1,), consts)
-    path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize")
+    path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize",
+                                    n.rounding == Rounding.STOCHASTIC)
     if path != "kernel":
         return None
     k = x.shape[axis]

@@ -97,6 +97,8 @@ class Tuning:
     cols32               the 32-block column kernel's tile
     columns_qdq / cols32_qdq    the same for quantize-dequantize, and
     columns_fold / cols32_fold  for the fold into E4M3 (None: as ``columns`` / ``cols32``)
+    cols32_sr            the column kernel's tile under stochastic rounding, quantize and
+                         quantize-dequantize alike (None: the operation's own; not the fold)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
@@ -109,6 +111,7 @@ class Tuning:
     cols32_qdq: ColumnTile | None = None
     columns_fold: str | None = None
     cols32_fold: ColumnTile | None = None
+    cols32_sr: ColumnTile | None = None
     last_axis: StridedTile = StridedTile(16, 256, 4)
     other_axis: StridedTile = StridedTile(64, 64, 4)
     dequantize: StridedTile = StridedTile(16, 256, 4)
@@ -123,15 +126,21 @@ class Tuning:
                 raise ValueError(f"{name} must be None, 'transpose' or 'kernel', "
                                  f"got {getattr(self, name)!r}")
 
-    def column_path(self, op: str = "quantize") -> tuple[str, ColumnTile]:
+    def column_path(self, op: str = "quantize",
+                    stochastic: bool = False) -> tuple[str, ColumnTile]:
         """('transpose' or 'kernel', the column tile) for blocks along a non-last axis of
-        ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3)."""
+        ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3); ``stochastic``:
+        under stochastic rounding (``cols32_sr``, where set, for quantize and qdq)."""
         if op == "quantize":
-            return self.columns, self.cols32
-        if op not in ("qdq", "fold"):
+            path, tile = self.columns, self.cols32
+        elif op in ("qdq", "fold"):
+            path, tile = getattr(self, f"columns_{op}"), getattr(self, f"cols32_{op}")
+            path, tile = path or self.columns, tile or self.cols32
+        else:
             raise ValueError(f"op must be 'quantize', 'qdq' or 'fold', got {op!r}")
-        path, tile = getattr(self, f"columns_{op}"), getattr(self, f"cols32_{op}")
-        return path or self.columns, tile or self.cols32
+        if stochastic and op != "fold" and self.cols32_sr is not None:
+            tile = self.cols32_sr
+        return path, tile
 
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
@@ -159,25 +168,30 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # far past these tiles' registers.
 # Twentieth session (one H100; results/native_gpu/column_probe_h100.md and
 # column_tile_check_h100.txt): a probe with the quantize kernel's loads and stores and no
-# arithmetic capped at 0.57-0.58 of copy with one 32-block along K per program (each column's
-# 16 code bytes half a 32-byte sector; its writes alone at 0.12-0.15 of copy's bandwidth), and
-# ran at 0.87-0.88 with two blocks; ``const_stride``'s 1.8 fewer instructions per element gained
-# 1-2% on the one-block tiles. With two blocks per program the real kernel gains less than the
-# probe for quantize and more for quantize-dequantize (whose bf16 stores were whole lines
-# already, so its gain is not the sectors': more rows in flight per program, not analysed):
-# quantize (128, 2, 2) with the stride compiled in 0.55 / 0.70 / 0.45 of copy (no rotation /
-# H16 / H16 + SR; 0.51 / 0.68 / 0.43 without it, 0.50 / 0.55 / 0.49 with one block; the same
-# order in a second sweep), quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56);
-# every tile's bits equal to the transpose path's on 117 M random bf16 patterns on the GPU, and
-# the d8d96d7 defaults over every bf16 value. Four blocks at once lost (quantize 0.02-0.31: registers).
-# Where K / 32 is odd the launcher runs one block per program. (Compiled for sm_90a by Triton
-# 3.9, (128, 2, 2) and (64, 1, 2) at once spill (64-77 spill stores without a rotation, 16-19
-# with H16); their ``serial`` forms, a block at a time, spill none
-# (results/native_gpu/sass_columns_kb2.txt): not timed yet.)
+# arithmetic capped at 0.57-0.58 of copy with one 32-block along K per program (each column's 16
+# code bytes half a 32-byte sector; its writes alone at 0.12-0.15 of copy's bandwidth), and ran at
+# 0.87-0.88 with two blocks; ``const_stride``'s 1.8 fewer instructions per element gained 1-2% on
+# the one-block tiles. With two blocks per program the real kernel gains less than the probe for
+# quantize and more for quantize-dequantize (whose bf16 stores were whole lines already, so its
+# gain is not the sectors': more rows in flight per program, not analysed): quantize (128, 2, 2)
+# with the stride compiled in 0.55 / 0.70 / 0.45 of copy (no rotation / H16 / H16 + SR; 0.51 /
+# 0.68 / 0.43 without it, 0.50 / 0.55 / 0.49 with one block; the same order in a second sweep),
+# quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56); every tile's bits equal to the
+# transpose path's on 117 M random bf16 patterns on the GPU, and the d8d96d7 defaults over every
+# bf16 value. Four blocks at once lost (quantize 0.02-0.31: registers). Where K / 32 is odd the
+# launcher runs one block per program. (Compiled for sm_90a by Triton 3.9, (128, 2, 2) and (64, 1,
+# 2) at once spill (64-77 spill stores without a rotation, 16-19 with H16); their ``serial``
+# forms, a block at a time, spill none (results/native_gpu/sass_columns_kb2.txt): not timed yet.)
+# Stochastic rounding keeps a one-block tile for quantize and quantize-dequantize alike
+# (``cols32_sr``): (64, 1, kb_fast, vec 2), quantize H16 + SR 0.49 of copy (bench_columns_h100.md)
+# against 0.43-0.45 with the two-block quantize tile and 0.14 with (64, 2, 2), whose H16 + SR
+# compiles to 353 shuffles and a spill; quantize-dequantize under SR runs the tile it ran before
+# d8d96d7.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
+              cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2),
               notes="GPU defaults, H100 column kernel for quantize and qdq")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier

@@ -611,6 +611,23 @@ def test_const_stride_applies_where_the_offsets_fit():
     assert inner_of(const, torch.float32, 67650) == 67650
 
 
+def test_stochastic_rounding_takes_its_column_tile():
+    """The launch of a quantize or quantize-dequantize along a non-last axis takes
+    ``Tuning.cols32_sr`` under stochastic rounding and the operation's own tile otherwise."""
+    import dataclasses
+    from ocpmx.native import launch, ops
+    tuning = dataclasses.replace(native.default_tuning(), columns="kernel",
+                                 cols32=native.ColumnTile(32, 1, 2, vec=2),
+                                 cols32_qdq=native.ColumnTile(64, 1, 2, vec=2),
+                                 cols32_sr=native.ColumnTile(16, 1, 1, vec=2))
+    x = torch.zeros(256, 64, dtype=torch.bfloat16)
+    for rounding, qdq, bn, kb in (("rne", False, 32, 2), ("rne", True, 64, 2),
+                                  ("stochastic", False, 16, 1), ("stochastic", True, 16, 1)):
+        n = ops.numerics("e2m1", "floor", rounding, None)
+        k32 = launch.kernel32(x, 0, 64, 256 * 64 // 32, n, tuning, qdq)
+        assert (k32.consts["BN"], k32.consts["KB"]) == (bn, kb), (rounding, qdq)
+
+
 def test_serial_applies_to_several_blocks_without_a_fold():
     """The launch runs a ``serial`` tile's blocks along K one after another (``SERIAL``) only
     where a program has more than one and no fold (whose groups a program holds at once)."""
@@ -690,6 +707,14 @@ def test_column_path_per_operation(device, monkeypatch):
                                                                 const_stride=True))
     assert T.H100.column_path("qdq") == ("kernel", native.ColumnTile(64, 2, 2, True, True, 2))
     assert T.H100.column_path("fold")[0] == "transpose"
+    # stochastic rounding: the H100's one-block tile for quantize and qdq, not for the fold;
+    # tunings without an SR tile keep the operation's own
+    sr = native.ColumnTile(64, 1, 1, True, True, 2)
+    assert T.H100.column_path("quantize", True) == T.H100.column_path("qdq", True) == \
+        ("kernel", sr)
+    assert T.H100.column_path("fold", True) == T.H100.column_path("fold")
+    assert T.H200.column_path("quantize", True) == T.H200.column_path()
+    assert T.H200.column_path("qdq", True) == T.H200.column_path("qdq")
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
     assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
