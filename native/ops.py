@@ -200,8 +200,9 @@ def quantize_dequantize(x: torch.Tensor, fmt, *, axis: int = -1, block_size: int
                         backend: str | None = None, tuning: Tuning | None = None,
                         keys: torch.Tensor | None = None, conversion="ocp") -> torch.Tensor:
     """``dequantize(quantize(x, ...), torch.bfloat16)``, bit for bit, in one pass where the
-    32-block row kernel applies (a float format, Triton backend, blocks of 32, RNE or the last
-    axis): the operand of a bf16 GEMM on chips without MX units, without writing and reading
+    32-block kernels apply (a float format, Triton backend, blocks of 32, OCP conversion; any
+    rounding, any axis: the row kernel along the last, the column kernel along another): the
+    operand of a bf16 GEMM on chips without MX units, without writing and reading
     back the packed codes. Elsewhere it is literally that composition. Returns the input's
     shape (a view of a K-major buffer, as ``dequantize`` does). ``conversion``: as
     ``quantize``'s ('gfx950': always the composition)."""
