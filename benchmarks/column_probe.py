@@ -27,8 +27,6 @@ the bound the column kernel's 0.5-0.63 of copy is compared with.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 import triton
@@ -114,16 +112,8 @@ def main():
     copy_bytes = 4 * k * n
     read_bytes = 2 * k * n
     write_bytes = k * n // 2 + k * n // 32
-    rows = []
-
-    def row(case, ms, nbytes, **kw):
-        gbs = nbytes / ms / 1e6
-        rows.append(dict(case=case, ms=ms, gbs=gbs, of_copy=gbs / copy_gbs, **kw))
-        print(f"{case:70s} {ms:.4f} ms {gbs:7.0f} GB/s {gbs / copy_gbs:.3f}", flush=True)
-
-    copy_ms = gb.bench(lambda: dst.copy_(src()))
-    copy_gbs = copy_bytes / copy_ms / 1e6
-    row("torch copy bf16", copy_ms, copy_bytes)
+    rows = gb.StreamRows(gb.bench(lambda: dst.copy_(src())), copy_bytes)
+    row = rows.add
     for tile in args.tiles:
         bw, warps, kb = (int(v) for v in tile.split(","))
         for kb_fast in (True, False):
@@ -142,11 +132,7 @@ def main():
             read_bytes + write_bytes)
     row("CUDA graph: torch copy bf16",
         gb.graphed_ms(lambda x: dst.copy_(x), [src() for _ in range(4)]), copy_bytes)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    head = gb.header()
-    (out / "column_probe.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
-    (out / "column_probe.md").write_text(gb.to_markdown(head, rows))
+    rows.write(args.out, "column_probe")
 
 
 if __name__ == "__main__":

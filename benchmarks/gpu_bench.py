@@ -59,6 +59,29 @@ def graphed_ms(fn, inputs):
     return bench(g.replay) / len(inputs)
 
 
+class StreamRows:
+    """The rows of a bandwidth probe: each case's ms, GB/s of the bytes it moves and that
+    against a device copy's GB/s (``copy_ms`` for ``copy_bytes``, timed in the same run; its
+    row first), printed as they come; ``write`` saves them as NAME.json and NAME.md."""
+
+    def __init__(self, copy_ms: float, copy_bytes: int, copy_case: str = "torch copy bf16"):
+        self.rows = []
+        self.copy_gbs = copy_bytes / copy_ms / 1e6
+        self.add(copy_case, copy_ms, copy_bytes)
+
+    def add(self, case: str, ms: float, nbytes: int, **kw) -> None:
+        gbs = nbytes / ms / 1e6
+        self.rows.append(dict(case=case, ms=ms, gbs=gbs, of_copy=gbs / self.copy_gbs, **kw))
+        print(f"{case:70s} {ms:.4f} ms {gbs:7.0f} GB/s {gbs / self.copy_gbs:.3f}", flush=True)
+
+    def write(self, out, name: str) -> None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        head = header()
+        (out / f"{name}.json").write_text(json.dumps(dict(header=head, rows=self.rows), indent=1))
+        (out / f"{name}.md").write_text(to_markdown(head, self.rows))
+
+
 def rotating(make, n=4):
     """n input sets used in turn, so repeated calls do not hit in L2."""
     sets = [make() for _ in range(n)]

@@ -19,8 +19,6 @@ this much work per element", the bound the quantize kernel is compared with.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 import triton
@@ -92,16 +90,8 @@ def main():
     scales = torch.empty(n_blocks, device="cuda", dtype=torch.uint8)
     copy_bytes = 4 * m * k
     q_bytes = 2 * m * k + 17 * n_blocks
-    rows = []
-
-    def row(case, ms, nbytes, **kw):
-        gbs = nbytes / ms / 1e6
-        rows.append(dict(case=case, ms=ms, gbs=gbs, of_copy=gbs / copy_gbs, **kw))
-        print(f"{case:70s} {ms:.4f} ms {gbs:7.0f} GB/s {gbs / copy_gbs:.3f}", flush=True)
-
-    copy_ms = gb.bench(lambda: dst.copy_(src()))
-    copy_gbs = copy_bytes / copy_ms / 1e6
-    row("torch copy bf16", copy_ms, copy_bytes)
+    rows = gb.StreamRows(gb.bench(lambda: dst.copy_(src())), copy_bytes)
+    row = rows.add
     for nb in (32, 64, 128):
         for warps in (1, 2, 4):
             if nb // warps < 16:
@@ -138,11 +128,7 @@ def main():
             gb.graphed_ms(fn, [src() for _ in range(4)]), nbytes)
     row("CUDA graph: torch copy bf16", gb.graphed_ms(lambda x: dst.copy_(x), [src() for _ in range(4)]),
         copy_bytes)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    head = gb.header()
-    (out / "probe.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
-    (out / "probe.md").write_text(gb.to_markdown(head, rows))
+    rows.write(args.out, "probe")
 
 
 if __name__ == "__main__":

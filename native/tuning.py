@@ -179,14 +179,14 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # quantize-dequantize (64, 2, 2) 0.80 / 0.78 (against 0.63 / 0.56); every tile's bits equal to the
 # transpose path's on 117 M random bf16 patterns on the GPU, and the d8d96d7 defaults over every
 # bf16 value. Four blocks at once lost (quantize 0.02-0.31: registers). Where K / 32 is odd the
-# launcher runs one block per program. (Compiled for sm_90a by Triton 3.9, (128, 2, 2) and (64, 1,
-# 2) at once spill (64-77 spill stores without a rotation, 16-19 with H16); their ``serial``
-# forms, a block at a time, spill none (results/native_gpu/sass_columns_kb2.txt): not timed yet.)
-# Stochastic rounding keeps a one-block tile for quantize and quantize-dequantize alike
-# (``cols32_sr``): (64, 1, kb_fast, vec 2), quantize H16 + SR 0.49 of copy (bench_columns_h100.md)
-# against 0.43-0.45 with the two-block quantize tile and 0.14 with (64, 2, 2), whose H16 + SR
-# compiles to 353 shuffles and a spill; quantize-dequantize under SR runs the tile it ran before
-# d8d96d7.
+# launcher runs one block per program. (Compiled for sm_90a by Triton 3.9, (128, 2, 2) and
+# (64, 1, 2) at once spill (64-77 spill stores without a rotation, 16-19 with H16); their
+# ``serial`` forms, a block at a time, spill none (results/native_gpu/sass_columns_kb2.txt): not
+# timed yet.) Stochastic rounding keeps a one-block tile for quantize and quantize-dequantize
+# alike (``cols32_sr``): (64, 1, kb_fast, vec 2), quantize H16 + SR 0.49 of copy
+# (bench_columns_h100.md) against 0.43-0.45 with the two-block quantize tile and 0.14 with
+# (64, 2, 2), whose H16 + SR compiles to 353 shuffles and a spill; quantize-dequantize under SR
+# runs the tile it ran before d8d96d7.
 H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
