@@ -1,5 +1,5 @@
 """Column-kernel tiles on a GPU, each timed and checked: bf16 8192 x 14336 quantized along
-axis 0 (tokens) to MXFP4 (no rotation / H16, RNE / stochastic) and quantize-dequantized, of
+axis 0 (tokens) to MXFP4 and quantize-dequantized (no rotation / H16 / H16 + stochastic), of
 copy in the same run; and the codes and scales (values) of every tile compared bit for bit
 with the transpose path's on uniformly random bf16 bit patterns (every class of value: NaN,
 Inf, subnormals, zeros), 117 M elements.
@@ -22,6 +22,7 @@ from ocpmx import native
 from ocpmx.native import ColumnTile
 
 CASES = ((None, "rne"), ("hadamard16", "rne"), ("hadamard16", "stochastic"))
+QDQ_CASES = CASES  # quantize-dequantize: the same three
 
 
 def parse(spec: str) -> ColumnTile:
@@ -62,17 +63,19 @@ def main():
         return native.quantize(x, "e2m1", axis=0, rotation=rot, rounding=rnd,
                                scale_rule="even", seed=5, tuning=tun)
 
-    def qdq(x, rot, tun):
+    def qdq(x, rot, tun, rnd="rne"):
         return native.quantize_dequantize(x, "e2m1", axis=0, rotation=rot, scale_rule="even",
-                                          tuning=tun)
+                                          rounding=rnd, seed=5, tuning=tun)
 
     ref = {c: q(bits, *c, tr) for c in CASES}
-    ref.update({(rot, "qdq"): qdq(bits, rot, tr) for rot in (None, "hadamard16")})
+    ref.update({(rot, "qdq", rnd): qdq(bits, rot, tr, rnd) for rot, rnd in QDQ_CASES})
     print(f"copy {copy_ms:.4f} ms; {torch.cuda.get_device_name()}", flush=True)
     bad = 0
     for spec in ["default"] + args.tiles:
+        # a candidate serves every case, stochastic rounding too (cols32_sr None)
         tun = native.default_tuning(src().device) if spec == "default" else dataclasses.replace(
-            gb.GPU, columns="kernel", cols32=parse(spec), cols32_qdq=parse(spec))
+            gb.GPU, columns="kernel", cols32=parse(spec), columns_qdq="kernel",
+            cols32_qdq=parse(spec), cols32_sr=None)
         out = []
         for rot, rnd in CASES:
             ok = same(q(bits, rot, rnd, tun), ref[(rot, rnd)])
@@ -80,11 +83,12 @@ def main():
             bad += not ok
             out.append(f"q {rot or 'none'} {rnd} {nq / ms / (4 * m * k / copy_ms):.3f}"
                        + ("" if ok else " BITS DIFFER"))
-        for rot in (None, "hadamard16"):
-            ok = same(qdq(bits, rot, tun), ref[(rot, "qdq")])
-            ms = gb.bench(lambda: qdq(src(), rot, tun))
+        for rot, rnd in QDQ_CASES:
+            ok = same(qdq(bits, rot, tun, rnd), ref[(rot, "qdq", rnd)])
+            ms = gb.bench(lambda: qdq(src(), rot, tun, rnd))
             bad += not ok
-            out.append(f"qdq {rot or 'none'} {copy_ms / ms:.3f}" + ("" if ok else " BITS DIFFER"))
+            out.append(f"qdq {rot or 'none'} {rnd} {copy_ms / ms:.3f}"
+                       + ("" if ok else " BITS DIFFER"))
         print(f"{spec} | " + "; ".join(out), flush=True)
     sys.exit(1 if bad else 0)
 
