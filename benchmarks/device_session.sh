@@ -8,7 +8,7 @@
 #   mkdir -p /tmp/ocpmx_run2 && CUDA_VISIBLE_DEVICES=2 OCPMX_RUN=/tmp/ocpmx_run2 setsid nohup \
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench fold gemm linear launch columns colprobe colcheck host probe sweep cublas cublas_profile cublas_model emulate accum
+# Steps: env tests sass bench fold gemm linear launch columns colprobe colcheck shapes host probe sweep cublas cublas_profile cublas_model emulate accum
 # conform
 # conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
@@ -56,6 +56,12 @@ for s in "$@"; do
       # bits differ); COLCHECK_TILES: other tiles than the script's default list
       python3 benchmarks/column_tile_check.py ${COLCHECK_TILES:+--tiles $COLCHECK_TILES} \
         > $RUN/column_tile_check.txt 2>&1
+      done_ $s $? ;;
+    shapes)
+      # the step's quantize-dequantize calls at the small presets' shapes, per tile (exit 1: a
+      # tile's bits differ)
+      python3 benchmarks/step_shapes.py --presets ${SHAPES_PRESETS:-125m 30m} \
+        --out $RUN/step_shapes > $RUN/step_shapes.log 2>&1
       done_ $s $? ;;
     colprobe)
       python3 benchmarks/column_probe.py --out $RUN/column_probe > $RUN/column_probe.log 2>&1

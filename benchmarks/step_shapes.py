@@ -1,0 +1,187 @@
+"""The quantize-dequantize calls of one training step at a preset's own shapes (issue 18):
+each (shape, axis) timed against a copy of a tensor of that shape and dtype in the same run,
+under this GPU's default tiles and candidate tiles, and each candidate's bits compared with
+the default path's (rows) or the transpose path's (columns) on random bit patterns of that
+shape. The large-shape benchmarks (gpu_bench.py, column_tile_check.py: 8192 x 14336) do not
+say how the kernels run on the narrow tensors of the small presets (32768 tokens x 256-2048).
+
+  python benchmarks/step_shapes.py [--presets 125m 30m] [--out DIR]
+
+A step of recipe mxfp4_all on a GPU without MX units (GEMM method bf16) quantize-dequantizes,
+per layer: each Linear's input X along its features (Fprop; a shared input once: compiled
+steps merge the identical calls of wq/wk/wv and of w1/w3) and along tokens (Wgrad); each
+Linear's dY along its features (Dgrad) and along tokens (Wgrad); each weight (fp32 master
+weights) along in_features (Fprop) and along out_features (Dgrad). mxfp4_wgrad runs only the
+two along tokens. The values come out bf16 whatever the input: an fp32 weight's qdq moves 6
+bytes an element against its copy's 8. Every call is timed in a CUDA graph over input sets of at least 256 MB (no
+L2 hits), as a graphed training step runs it; the totals are count x time per step.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+import gpu_bench as gb
+from ocpmx import native
+from ocpmx.llama_train.model import PRESETS
+from ocpmx.native import ColumnTile, RowTile
+
+TOKENS = 32 * 1024  # the small presets' step: 32 sequences of 1024
+DEVICE = "cuda"  # (a CPU run through the interpreter checks the script, not the speed)
+ROW_TILES = [RowTile(32, 1, 72), RowTile(32, 1), RowTile(16, 1), RowTile(8, 1), RowTile(64, 2),
+             RowTile(128, 4)]
+COLUMN_TILES = [
+    ColumnTile(64, 2, 2, True, True, vec=2), ColumnTile(64, 2, 2, True, True, vec=2,
+                                                        const_stride=True),
+    ColumnTile(64, 1, 2, True, True, vec=2), ColumnTile(128, 2, 2, True, True, vec=2),
+    ColumnTile(128, 4, 2, True, True, vec=2), ColumnTile(256, 4, 2, True, True, vec=2),
+    ColumnTile(256, 8, 2, True, True, vec=2), ColumnTile(32, 1, 2, True, True, vec=2),
+    ColumnTile(64, 1, 1, True, True, vec=2), ColumnTile(128, 2, 1, True, True, vec=2),
+    ColumnTile(64, 2, 4, True, True, vec=2), ColumnTile(128, 4, 4, True, True, vec=2)]
+
+
+def step_calls(preset: str, tokens: int = TOKENS) -> dict[tuple, dict]:
+    """{(shape, axis, dtype): {"count": calls per step, "wgrad": along tokens (mxfp4_wgrad
+    runs these)}} of one mxfp4_all step of ``preset``."""
+    c = PRESETS[preset]
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    linears = [("wq", c.dim, q, "attn"), ("wk", c.dim, kv, "attn"), ("wv", c.dim, kv, "attn"),
+               ("wo", q, c.dim, "wo"), ("w1", c.dim, c.ffn_dim, "ffn"),
+               ("w3", c.dim, c.ffn_dim, "ffn"), ("w2", c.ffn_dim, c.dim, "w2")]
+    calls = collections.defaultdict(lambda: dict(count=0, wgrad=False))
+
+    def add(shape, axis, dtype, wgrad=False):
+        e = calls[(shape, axis, dtype)]
+        e["count"] += c.n_layers
+        e["wgrad"] = wgrad
+
+    for k in {group: k for _, k, _, group in linears}.values():  # a shared input once
+        add((tokens, k), 1, "bfloat16")              # Fprop X
+        add((tokens, k), 0, "bfloat16", wgrad=True)  # Wgrad X
+    for _, k, n, _ in linears:
+        add((tokens, n), 1, "bfloat16")              # Dgrad dY
+        add((tokens, n), 0, "bfloat16", wgrad=True)  # Wgrad dY
+        add((n, k), 1, "float32")                    # Fprop W
+        add((n, k), 0, "float32")                    # Dgrad W
+    return dict(calls)
+
+
+def tunings(axis: int):
+    """(name, Tuning) of the default and of each candidate for a qdq along ``axis``."""
+    yield "default", native.default_tuning(torch.device(DEVICE))
+    if axis == 1:
+        for t in ROW_TILES:
+            yield str(t), dataclasses.replace(gb.GPU, rows32_qdq=t)
+    else:
+        yield "transpose", dataclasses.replace(gb.GPU, columns_qdq="transpose")
+        for t in COLUMN_TILES:
+            yield str(t), dataclasses.replace(gb.GPU, columns_qdq="kernel", cols32_qdq=t)
+
+
+def qdq(x, axis, rot, tun):
+    return native.quantize_dequantize(x, "e2m1", axis=axis, rotation=rot, scale_rule="even",
+                                      tuning=tun)
+
+
+def random_bits(shape, dtype):
+    g = torch.Generator(device=DEVICE).manual_seed(1)
+    if dtype == torch.float32:
+        w = torch.randint(-2 ** 31, 2 ** 31, shape, device=DEVICE, dtype=torch.int64,
+                          generator=g).to(torch.int32)
+        return w.view(torch.float32)
+    w = torch.randint(-32768, 32768, shape, device=DEVICE, dtype=torch.int32, generator=g)
+    return w.to(torch.int16).view(torch.bfloat16)
+
+
+def measure(shape, axis, dtype_name, rotations):
+    dtype = getattr(torch, dtype_name)
+    nbytes = shape[0] * shape[1] * dtype.itemsize
+    n = max(2, min(64, -(-256 * 2 ** 20 // nbytes)))
+    inputs = [torch.randn(shape, device=DEVICE, dtype=dtype) for _ in range(n)]
+    dst = torch.empty(shape, device=DEVICE, dtype=dtype)
+    copy_ms = gb.graphed_ms(lambda x: dst.copy_(x), inputs)
+    bits = random_bits(shape, dtype)
+    rows = []
+    for rot in rotations:
+        # the reference bits: rows, the default's; columns, the transpose path's (a row pass)
+        ref = qdq(bits, axis, rot, native.default_tuning(bits.device) if axis == 1 else
+                  dataclasses.replace(gb.GPU, columns_qdq="transpose"))
+        for name, tun in tunings(axis):
+            try:
+                same = torch.equal(qdq(bits, axis, rot, tun).view(torch.int16),
+                                   ref.view(torch.int16))  # the values are bf16
+                ms = gb.graphed_ms(lambda x: qdq(x, axis, rot, tun), inputs)
+            except Exception as e:  # a tile that does not compile here: say so, go on
+                rows.append(dict(shape=list(shape), axis=axis, dtype=dtype_name, rotation=rot,
+                                 tile=name, error=f"{type(e).__name__}: {str(e)[:120]}"))
+                print(f"{shape} axis={axis} rot={rot} {name}: {rows[-1]['error']}", flush=True)
+                continue
+            rows.append(dict(shape=list(shape), axis=axis, dtype=dtype_name, rotation=rot,
+                             tile=name, ms=ms, copy_ms=copy_ms, of_copy=copy_ms / ms,
+                             bits_equal=same))
+            print(f"{shape} axis={axis} {dtype_name} rot={rot} {name:60s} {ms * 1e3:8.1f} us "
+                  f"{copy_ms / ms:.3f} of copy" + ("" if same else " BITS DIFFER"), flush=True)
+    return rows
+
+
+def summarize(preset, calls, rows, rotation):
+    """Per (shape, axis): calls per step, the default's and the best candidate's time and
+    of-copy; totals per step for mxfp4_all (every call) and mxfp4_wgrad (along tokens)."""
+    lines = [f"## {preset}, rotation {rotation}", "",
+             "| shape | axis | dtype | calls/step | copy us | default us | of copy | best tile |"
+             " best us | of copy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    tot = collections.Counter()
+    for (shape, axis, dt), e in sorted(calls.items()):
+        rs = [r for r in rows if tuple(r["shape"]) == shape and r["axis"] == axis
+              and r["dtype"] == dt and r["rotation"] == rotation and "ms" in r]
+        d = next(r for r in rs if r["tile"] == "default")
+        b = min((r for r in rs if r["bits_equal"]), key=lambda r: r["ms"])
+        lines.append(f"| {shape[0]} x {shape[1]} | {axis} | {dt} | {e['count']} | "
+                     f"{d['copy_ms'] * 1e3:.1f} | {d['ms'] * 1e3:.1f} | {d['of_copy']:.2f} | "
+                     f"{b['tile']} | {b['ms'] * 1e3:.1f} | {b['of_copy']:.2f} |")
+        for key, ms in (("copy", d["copy_ms"]), ("default", d["ms"]), ("best", b["ms"])):
+            tot[("mxfp4_all", key)] += e["count"] * ms
+            if e["wgrad"]:
+                tot[("mxfp4_wgrad", key)] += e["count"] * ms
+    lines += ["", "| calls of | copies ms/step | default ms/step | best per shape ms/step |",
+              "|---|---|---|---|"]
+    for r in ("mxfp4_all", "mxfp4_wgrad"):
+        lines.append(f"| {r} | {tot[(r, 'copy')]:.2f} | {tot[(r, 'default')]:.2f} | "
+                     f"{tot[(r, 'best')]:.2f} |")
+    return lines + [""]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--presets", nargs="+", default=["125m", "30m"])
+    ap.add_argument("--rotations", nargs="+", default=["none", "hadamard16"])
+    ap.add_argument("--out", default="results/native_gpu/step_shapes")
+    args = ap.parse_args()
+    rots = [None if r == "none" else r for r in args.rotations]
+    head = gb.header()
+    rows, md = [], ["# Quantize-dequantize at the training step's shapes", "",
+                    *(f"- {k}: `{v}`" for k, v in head.items()), ""]
+    for preset in args.presets:
+        calls = step_calls(preset)
+        prows = []
+        for shape, axis, dt in sorted(calls):
+            prows += measure(shape, axis, dt, rots)
+        rows += [dict(r, preset=preset) for r in prows]
+        for rot in rots:
+            md += summarize(preset, calls, prows, rot)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_shapes.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
+    (out / "step_shapes.md").write_text("\n".join(md))
+    print("\n".join(md))
+    bad = [r for r in rows if r.get("bits_equal") is False]
+    raise SystemExit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
