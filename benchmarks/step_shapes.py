@@ -5,7 +5,7 @@ the default path's (rows) or the transpose path's (columns) on random bit patter
 shape. The large-shape benchmarks (gpu_bench.py, column_tile_check.py: 8192 x 14336) do not
 say how the kernels run on the narrow tensors of the small presets (32768 tokens x 256-2048).
 
-  python benchmarks/step_shapes.py [--presets 125m 30m] [--out DIR]
+  python benchmarks/step_shapes.py [--presets 125m 30m 8b] [--out DIR]
 
 A step of recipe mxfp4_all on a GPU without MX units (GEMM method bf16) quantize-dequantizes,
 per layer: each Linear's input X along its features (Fprop; a shared input once: compiled
@@ -14,7 +14,8 @@ Linear's dY along its features (Dgrad) and along tokens (Wgrad); each weight (fp
 weights) along in_features (Fprop) and along out_features (Dgrad). mxfp4_wgrad runs only the
 two along tokens. The values come out bf16 whatever the input: an fp32 weight's qdq moves 6
 bytes an element against its copy's 8. Every call is timed in a CUDA graph over input sets of at least 256 MB (no
-L2 hits), as a graphed training step runs it; the totals are count x time per step.
+L2 hits), as a graphed training step runs it; the totals are count x time per step (8b: per
+micro-batch of 8192 tokens).
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from ocpmx import native
 from ocpmx.llama_train.model import PRESETS
 from ocpmx.native import ColumnTile, RowTile
 
-TOKENS = 32 * 1024  # the small presets' step: 32 sequences of 1024
+TOKENS = {"8b": 8192}  # tokens per GEMM: the 8b runs' micro-batch (8 sequences of 1024)
+TOKENS_SMALL = 32 * 1024  # the small presets' step: 32 sequences of 1024
 DEVICE = "cuda"  # (a CPU run through the interpreter checks the script, not the speed)
 ROW_TILES = [RowTile(32, 1, 72), RowTile(32, 1), RowTile(16, 1), RowTile(8, 1), RowTile(64, 2),
              RowTile(128, 4)]
@@ -45,10 +47,11 @@ COLUMN_TILES = [
     ColumnTile(64, 2, 4, True, True, vec=2), ColumnTile(128, 4, 4, True, True, vec=2)]
 
 
-def step_calls(preset: str, tokens: int = TOKENS) -> dict[tuple, dict]:
+def step_calls(preset: str, tokens: int | None = None) -> dict[tuple, dict]:
     """{(shape, axis, dtype): {"count": calls per step, "wgrad": along tokens (mxfp4_wgrad
     runs these)}} of one mxfp4_all step of ``preset``."""
     c = PRESETS[preset]
+    tokens = tokens or TOKENS.get(preset, TOKENS_SMALL)
     q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
     linears = [("wq", c.dim, q, "attn"), ("wk", c.dim, kv, "attn"), ("wv", c.dim, kv, "attn"),
                ("wo", q, c.dim, "wo"), ("w1", c.dim, c.ffn_dim, "ffn"),

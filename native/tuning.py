@@ -187,12 +187,19 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # (bench_columns_h100.md) against 0.43-0.45 with the two-block quantize tile and 0.14 with
 # (64, 2, 2), whose H16 + SR compiles to 353 shuffles and a spill; quantize-dequantize under SR
 # runs the tile it ran before d8d96d7.
-H100 = Tuning(columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
+# Twenty-first session (results/native_gpu/step_shapes_h100.md: the quantize-dequantize calls of
+# a 125m and a 30m step at their own shapes, each against a same-shape copy in CUDA graphs): the
+# row kernel's quantize-dequantize with 16 blocks a program ran the step's bf16 activations
+# (32768 tokens x 128-2048) at 0.88-1.00 of copy without a rotation and 0.77-0.98 with H16,
+# against 0.71-0.90 / 0.74-0.95 with the GPU default's 32, and the fp32 weights at 0.86-1.03
+# against 0.65-0.93 (8 blocks: 0.89-0.98 on the weights, 0.49-0.60 on the activations).
+H100 = Tuning(rows32_qdq=RowTile(16, 1),
+              columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
               cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2),
-              notes="GPU defaults, H100 column kernel for quantize and qdq")
+              notes="GPU defaults, H100 column kernel for quantize and qdq, 16-block qdq rows")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at
