@@ -428,7 +428,9 @@ COLUMN_TILES = [
     ColumnTile(128, 2, 2, True, True, vec=2, const_stride=True),
     # the blocks along K one after another (``serial``): one block's registers (no spill under
     # Triton 3.9, where the two-block tiles at once spill), each column's codes still written
-    # by one program. Not timed yet
+    # by one program. They lose on an H100 (results/native_gpu/column_tile_check_h100.txt:
+    # quantize at most 0.56 / 0.57 of copy, qdq 0.56 / 0.37, none / H16): a column's half
+    # sectors stored a pass apart do not merge (column_probe.py's serial mode)
     ColumnTile(128, 2, 2, True, True, vec=2, serial=True),
     ColumnTile(64, 1, 2, True, True, vec=2, serial=True),
     ColumnTile(128, 2, 4, True, True, vec=2, serial=True),
