@@ -6,6 +6,14 @@ shape. The large-shape benchmarks (gpu_bench.py, column_tile_check.py: 8192 x 14
 say how the kernels run on the narrow tensors of the small presets (32768 tokens x 256-2048).
 
   python benchmarks/step_shapes.py [--presets 125m 30m 8b] [--out DIR]
+  python benchmarks/step_shapes.py --gemms bf16 fp8 fp8_cublas [--presets ...]
+
+With ``--gemms METHOD ...`` it times instead the step's GEMMs (``linear.recipe_gemm``, each
+Linear's Fprop, Dgrad and Wgrad at its shapes, fp32 master weights) whole: in bf16 (the
+reference recipe's GEMMs) and as MXFP4 GEMMs under each GEMM method (its quantize or fold
+passes of both operands included), in CUDA graphs; per step, the MXFP4 GEMMs' time against
+the bf16 GEMMs' for mxfp4_all (all three) and mxfp4_wgrad (Wgrad only). A method that
+refuses a shape (cuBLAS's blockwise FP8 wants K in 128s) says so in its row.
 
 A step of recipe mxfp4_all on a GPU without MX units (GEMM method bf16) quantize-dequantizes,
 per layer: each Linear's input X along its features (Fprop; a shared input once: compiled
@@ -72,6 +80,85 @@ def step_calls(preset: str, tokens: int | None = None) -> dict[tuple, dict]:
         add((n, k), 1, "float32")                    # Fprop W
         add((n, k), 0, "float32")                    # Dgrad W
     return dict(calls)
+
+
+def step_gemms(preset: str, tokens: int | None = None) -> dict[tuple, int]:
+    """{(gemm, a shape, a axis, b shape, b axis): calls per step} of one step of ``preset``:
+    each Linear's Fprop (X, W along in), Dgrad (dY, W along out) and Wgrad (dY, X along
+    tokens), as ``MXLinear`` calls ``recipe_gemm``."""
+    c = PRESETS[preset]
+    t = tokens or TOKENS.get(preset, TOKENS_SMALL)
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    out = collections.Counter()
+    for k, n in ((c.dim, q), (c.dim, kv), (c.dim, kv), (q, c.dim), (c.dim, c.ffn_dim),
+                 (c.dim, c.ffn_dim), (c.ffn_dim, c.dim)):
+        out[("fprop", (t, k), 1, (n, k), 1)] += c.n_layers
+        out[("dgrad", (t, n), 1, (n, k), 0)] += c.n_layers
+        out[("wgrad", (t, n), 0, (t, k), 0)] += c.n_layers
+    return dict(out)
+
+
+def measure_gemms(preset: str, methods) -> list[dict]:
+    """Each GEMM of ``step_gemms(preset)`` timed in bf16 and as an MXFP4 GEMM per method."""
+    from ocpmx.native import recipes
+    from ocpmx.native.linear import GemmContext, recipe_gemm
+    rows = []
+    for (gemm, a_shape, a_axis, b_shape, b_axis), count in sorted(step_gemms(preset).items()):
+        # fp32 weights (the master copy MXLinear reads under autocast), bf16 activations
+        a_dt, b_dt = torch.bfloat16, torch.float32 if gemm != "wgrad" else torch.bfloat16
+        nbytes = a_shape[0] * a_shape[1] * 2 + b_shape[0] * b_shape[1] * b_dt.itemsize
+        n = max(2, min(32, -(-256 * 2 ** 20 // nbytes)))
+        inputs = [(torch.randn(a_shape, device=DEVICE, dtype=a_dt),
+                   torch.randn(b_shape, device=DEVICE, dtype=b_dt)) for _ in range(n)]
+        out_dtype = torch.bfloat16 if gemm == "fprop" else torch.float32
+        ways = [("bf16", recipes.get_recipe("bf16").gemm(gemm), GemmContext())] + [
+            (f"mxfp4 {m}", recipes.get_recipe("mxfp4_all").gemm(gemm), GemmContext(method=m))
+            for m in methods]
+        for name, g, ctx in ways:
+            try:
+                ms = gb.graphed_ms(lambda ab: recipe_gemm(gemm, g, ab[0], a_axis, ab[1], b_axis,
+                                                          out_dtype, ctx), inputs)
+            except Exception as e:  # a method that refuses this shape: say so, go on
+                rows.append(dict(preset=preset, gemm=gemm, a=list(a_shape), b=list(b_shape),
+                                 count=count, way=name,
+                                 error=f"{type(e).__name__}: {str(e)[:160]}"))
+                print(f"{gemm} {a_shape} x {b_shape} {name}: {rows[-1]['error']}", flush=True)
+                continue
+            rows.append(dict(preset=preset, gemm=gemm, a=list(a_shape), b=list(b_shape),
+                             count=count, way=name, ms=ms))
+            print(f"{gemm} {a_shape} x {b_shape} {name:20s} {ms * 1e3:9.1f} us", flush=True)
+    return rows
+
+
+def summarize_gemms(preset: str, rows, ways) -> list[str]:
+    lines = [f"## {preset}: the step's GEMMs (us per call; MXFP4 with its passes)", "",
+             "| GEMM | A | B | calls/step | " + " | ".join(ways) + " |",
+             "|---|---|---|---|" + "---|" * len(ways)]
+    keys = sorted({(r["gemm"], tuple(r["a"]), tuple(r["b"]), r["count"]) for r in rows})
+    tot = collections.Counter()
+    bad = collections.defaultdict(set)  # recipe -> ways that refused one of its GEMMs
+    ms = {(r["gemm"], tuple(r["a"]), tuple(r["b"]), r["way"]): r.get("ms") for r in rows}
+    for gemm, a, b, count in keys:
+        cells = []
+        for w in ways:
+            t = ms[(gemm, a, b, w)]
+            cells.append("refused" if t is None else f"{t * 1e3:.1f}")
+            # mxfp4_wgrad: Wgrad in this way, Fprop and Dgrad in bf16
+            for recipe, used in (("mxfp4_all", t), ("mxfp4_wgrad", t if gemm == "wgrad"
+                                                    else ms[(gemm, a, b, "bf16")])):
+                if used is None:
+                    bad[recipe].add(w)
+                else:
+                    tot[(recipe, w)] += count * used
+        lines.append(f"| {gemm} | {a[0]} x {a[1]} | {b[0]} x {b[1]} | {count} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "| GEMMs of a step (ms) | " + " | ".join(ways) + " |",
+              "|---|" + "---|" * len(ways)]
+    for r in ("mxfp4_all", "mxfp4_wgrad"):
+        lines.append(f"| {r} | " + " | ".join("—" if w in bad[r] else f"{tot[(r, w)]:.2f}"
+                                             for w in ways) + " |")
+    return lines + ["", "(bf16: the bf16 recipe's GEMMs; mxfp4_wgrad: its Fprop and Dgrad in "
+                    "bf16, Wgrad MXFP4.)", ""]
 
 
 def tunings(axis: int):
@@ -163,10 +250,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["125m", "30m"])
     ap.add_argument("--rotations", nargs="+", default=["none", "hadamard16"])
+    ap.add_argument("--gemms", nargs="+", metavar="METHOD",
+                    help="time the step's GEMMs under these MX GEMM methods instead")
     ap.add_argument("--out", default="results/native_gpu/step_shapes")
     args = ap.parse_args()
     rots = [None if r == "none" else r for r in args.rotations]
     head = gb.header()
+    if args.gemms:
+        rows, md = [], ["# The training step's GEMMs per GEMM method", "",
+                        *(f"- {k}: `{v}`" for k, v in head.items()), ""]
+        ways = ["bf16"] + [f"mxfp4 {m}" for m in args.gemms]
+        for preset in args.presets:
+            prows = measure_gemms(preset, args.gemms)
+            rows += prows
+            md += summarize_gemms(preset, prows, ways)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "step_gemms.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
+        (out / "step_gemms.md").write_text("\n".join(md))
+        print("\n".join(md))
+        return
     rows, md = [], ["# Quantize-dequantize at the training step's shapes", "",
                     *(f"- {k}: `{v}`" for k, v in head.items()), ""]
     for preset in args.presets:
