@@ -1,6 +1,6 @@
 """Instruction counts of the 32-block quantize kernels in sm_90a SASS, without a GPU.
 
-  python benchmarks/kernel_sass.py [--fmt e2m1] [--rotations 0 16 32] [--qdq]
+  python benchmarks/kernel_sass.py [--fmt e2m1] [--rotations 0 16 32] [--qdq | --fold G [--pow2]]
   python benchmarks/kernel_sass.py --columns [--rotations 0 16] [--json]   # the column kernel
 
 Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
@@ -40,18 +40,28 @@ from ocpmx.native.tuning import GPU, ColumnTile, RowTile, Tuning
 from ocpmx.spec import Rotation
 
 
-def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTile):
+def compile_rows32(fmt_name: str, rot: int, signs: bool, qdq: bool, tile: RowTile,
+                   fold: tuple | None = None):
     """The row kernel with the constexprs ``native.quantize`` passes on an NVIDIA GPU (bf16
-    input, the 'even' scale rule, RNE; 2^20 blocks)."""
+    input, the 'even' scale rule, RNE; 2^20 blocks); ``fold``: (group, pow2), the kernel
+    ``native.fold.quantize_folded`` launches (sm_90's E4M3 conversion instruction)."""
     rotation = Rotation(rot, 7 if signs else None) if rot else None
     n = ops.numerics(fmt_name, "even", "rne", rotation)
     tuning = Tuning(rows32=tile, rows32_qdq=tile)
-    consts, _ = rows32_constexprs(n, torch.bfloat16, 1 << 20, tuning, qdq, torch.device("cuda"))
+    out = None
+    if fold:
+        from ocpmx.native.fold import shift_range
+        out = launch.FoldOutput(fold[0], None, torch.empty(0) if fold[1] else None, None, None,
+                                0, shift_range(n.fmt)[1], True)
+    consts, _ = rows32_constexprs(n, torch.bfloat16, 1 << 20, tuning, qdq, torch.device("cuda"),
+                                  out)
     sig = {"x_ptr": "*i32", "data_ptr": "*i32" if qdq else "*u8", "scale_ptr": "*u8",
            "sign_mask": "i32", "n_blocks": "i32", "seed": "u64", "rot_scale": "fp32",
            # the fold's outputs, unused without FOLD_GROUP (the launch passes the scales)
            "exp_ptr": "*u8", "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8",
            "n_rows": "i32"}
+    if fold:  # the fold's outputs: exponents int32, 2^R float32, stats and total int64
+        sig.update(exp_ptr="*i32", pow2_ptr="*fp32", stats_ptr="*i64", total_ptr="*i64")
     return compile_sm90(kernels.quantize.quantize_rows32_kernel, sig, consts, range(3))
 
 
@@ -147,6 +157,9 @@ def main():
     ap.add_argument("--fmt", default="e2m1")
     ap.add_argument("--rotations", nargs="+", type=int, default=[0, 16, 32])
     ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
+    ap.add_argument("--fold", type=int, metavar="GROUP",
+                    help="rows: the fold into E4M3 in groups of GROUP blocks (quantize_folded)")
+    ap.add_argument("--pow2", action="store_true", help="with --fold: 2^R for cuBLAS too")
     ap.add_argument("--tile", nargs="+", type=int,
                     help="rows: BLOCKS WARPS (default: the kernel's GPU default); --columns: "
                          "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC MAXNREG SPLIT CONST_STRIDE "
@@ -180,14 +193,17 @@ def main():
     print(f"tile: {tile.blocks} blocks, {tile.warps} warps, register cap {tile.maxnreg}")
     for rot in args.rotations:
         for signs in ((False, True) if rot else (False,)):
-            ck = compile_rows32(args.fmt, rot, signs, args.qdq, tile)
+            ck = compile_rows32(args.fmt, rot, signs, args.qdq, tile,
+                                (args.fold, args.pow2) if args.fold else None)
             sass = disassemble(ck.asm["cubin"])
             ins = sass_instructions(sass)
             ops = common_path(ins)
             regs = registers(sass)
             top = ", ".join(f"{k} {v}" for k, v in collections.Counter(ops).most_common(8))
             print(f"{args.fmt} rotation {rot:2d}{' random signs' if signs else '             '}"
-                  f"{' qdq' if args.qdq else ''}: {len(ins)} instructions "
+                  f"{' qdq' if args.qdq else ''}"
+                  f"{f' fold {args.fold}' + (' pow2' if args.pow2 else '') if args.fold else ''}"
+                  f": {len(ins)} instructions "
                   f"({len(ins) / 32:.2f} per element); without NaN/Inf {len(ops)} "
                   f"({len(ops) / 32:.2f} per element: {top}); registers {regs}")
 

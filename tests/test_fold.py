@@ -870,6 +870,44 @@ def test_quantize_folded_is_fold_of_quantize(device, name, group, axis, rotation
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name, rotation, group, axis", [
+    ("e2m1", None, 4, -1), ("e2m1", "hadamard16", 32, -1), ("e2m1", "hadamard16", 1, 0),
+    ("e3m2", None, 8, -1), ("e2m3", "hadamard16", 4, 0), ("e3m2", "hadamard16", 2, 0)])
+def test_rne_quantize_folded_of_every_bf16_value(device, name, rotation, group, axis):
+    """The RNE fold in the quantize pass folds the rounded magnitudes, not the codes
+    (``kernels.fold.fold_values``: per-program branches for a NaN block and for blocks that
+    may round): over every bf16 value (65,536, shuffled into 64 x 1024, so groups hold blocks
+    far apart, NaN, Inf, zeros and subnormals among them), plus blocks scaled 2^-20 to 2^-60
+    below their neighbours and an all-zero group, its E4M3 codes, group exponents, MX scales,
+    2^R, wide flag and rounded-element count equal ``fold(quantize(x))``'s (the codes path),
+    along rows and along columns; and a copy without NaN/Inf takes the branch-free path
+    (no NaN block) with the same equality."""
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    rng = np.random.default_rng(group)
+    bits = rng.permutation(np.arange(1 << 16, dtype=np.uint32)) << 16
+    x = bits.view(np.float32).reshape(64, 1024).copy()
+    clean = np.where(np.isfinite(x), x, 1.0).astype(np.float32)
+    clean[7, :128] *= np.float32(2.0**-20)  # some blocks far below the rest of their group
+    clean[9, 256:288] *= np.float32(2.0**-60)
+    clean[11, :1024] = 0.0  # a whole row of zero blocks (all-zero groups)
+    for data in (x, clean):
+        xt = torch.from_numpy(data).to(torch.bfloat16).to(device)
+        if axis == 0:
+            xt = xt.t().contiguous()
+        kw = dict(axis=axis, rotation=rotation, scale_rule="even")
+        got = native_fold.quantize_folded(xt, name, group, pow2=True, **kw)
+        want = native_fold.fold(native.quantize(xt, name, **kw), group)
+        for field in ("codes", "exponents", "scales", "stats"):
+            assert torch.equal(getattr(got, field), getattr(want, field)), (field, data is x)
+        assert torch.equal(got.pow2.t().view(torch.int32),
+                           native_fold.group_scales(want).view(torch.int32))
+    # the far blocks rounded (a group of one block rounds nothing)
+    assert (int(got.stats[1]) > 0) == (group > 1)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name", ["e2m1", "e2m3", "e3m2"])
 @pytest.mark.parametrize("rotation", [None, "hadamard16", "random_sign16:12345"])
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])

@@ -62,25 +62,80 @@ def fold_elements(code, shift, nan_block, mask, BITS: tl.constexpr, EBITS: tl.co
     v = decode_values(code, tl.minimum(tl.maximum(shift + 127, 0), 254), IS_INT=False,
                       BITS=BITS, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
                       SUBQ=SUBQ)
+    tl.static_assert(MBITS <= T_MBITS)
+    return e4m3_of(v, nan_block, mask, HW_CVT=HW_CVT)
+
+
+@triton.jit
+def fold_values(q0, q1, q2, q3, shift, nan_block, mask, SUBQ: tl.constexpr,
+                HW_CVT: tl.constexpr):
+    """``fold_elements`` of a program's four quarters from the elements' values in units of
+    their block's scale instead of their codes: (E4M3 codes of each quarter, the rounded
+    elements' count, int64). Each ``q`` (signed float32, -0 for a negative element rounded
+    to zero) is decode(code) exactly, so q * 2^shift, the shift [NB, 1] clamped as
+    ``fold_elements`` clamps it (2^-127 a float32 subnormal), is the same float32 number (q has
+    at most MBITS + 1 <= 4 significant bits and a quantum of at least SUBQ, and SUBQ * 2^-127
+    is above float32's 2^-149: exact), and the codes and the count are the same. q * 2^shift
+    is a multiple of SUBQ * 2^shift, so a block with SUBQ * 2^shift >= 2^-9 (E4M3's quantum)
+    rounds no element: the per-element test runs only where a block of the program may, and
+    a NaN block's codes are cleared only where the program holds one (both branches per
+    program, not per element)."""
+    d = tl.minimum(tl.maximum(shift, -127), 127)
+    two_d = tl.where(d == -127, 0x00400000, (d + 127) << 23).to(tl.float32, bitcast=True)
+    v0 = q0 * two_d
+    v1 = q1 * two_d
+    v2 = q2 * two_d
+    v3 = q3 * two_d
+    f0 = e4m3_codes(v0, HW_CVT=HW_CVT)
+    f1 = e4m3_codes(v1, HW_CVT=HW_CVT)
+    f2 = e4m3_codes(v2, HW_CVT=HW_CVT)
+    f3 = e4m3_codes(v3, HW_CVT=HW_CVT)
+    if tl.max(tl.max(nan_block.to(tl.int32), axis=1), axis=0) > 0:
+        f0 = tl.where(nan_block, 0, f0)
+        f1 = tl.where(nan_block, 0, f1)
+        f2 = tl.where(nan_block, 0, f2)
+        f3 = tl.where(nan_block, 0, f3)
+    low = (two_d * SUBQ < T_SUBQ) & ~nan_block & mask  # [NB, 8]: may round (and exist)
+    n = tl.zeros((), tl.int32)
+    if tl.max(tl.max(low.to(tl.int32), axis=1), axis=0) > 0:
+        ch = (rounded(v0) & low).to(tl.int32) + (rounded(v1) & low).to(tl.int32) \
+            + (rounded(v2) & low).to(tl.int32) + (rounded(v3) & low).to(tl.int32)
+        n = tl.sum(tl.sum(ch, axis=1), axis=0)
+    return f0, f1, f2, f3, n.to(tl.int64)
+
+
+@triton.jit
+def e4m3_codes(v, HW_CVT: tl.constexpr):
+    """E4M3 codes (int32) of float32 values ``v`` with |v| <= 448 (a fold's), RNE."""
     if HW_CVT:
         # the GPU's float32 -> E4M3 conversion (sm_89+: cvt.rn.satfinite, round to nearest
         # even): |v| <= 448 always (shifts stop at D_MAX), so saturation never acts and the
         # code is the spec's RNE encoding, ``encode``'s bits (tests/test_fold.py checks every
         # code under every shift on the GPU); one instruction for ~40 integer operations
-        c8 = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
-    else:
-        u = v.to(tl.int32, bitcast=True)
-        c8 = encode(u & 0x7FFFFFFF, u < 0, 0, False, False, 0, OFF=0, ROUNDING=RNE,
-                    IS_INT=False, ENVELOPE=False, MBITS=T_MBITS, BIAS=T_BIAS, MAXC=T_MAXC,
-                    NANC=T_NANC, INFC=-1, NEGMAX=T_MAXC, SIGN=T_SIGN, CAST=True)
-    c8 = tl.where(nan_block, 0, c8)
-    # rounded: v not a multiple of E4M3's subnormal quantum 2^-9. Exact otherwise: v <= 448,
-    # and v's mantissa bits (MBITS <= 3 = E4M3's) fit wherever |v| >= 2^-6. (Comparing v with
-    # the code's value converted back to float32 instead counted thousands of exact elements
-    # on an H100 under Triton 3.6 though the codes were right; the cause was not isolated.)
-    tl.static_assert(MBITS <= T_MBITS)
+        return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+    u = v.to(tl.int32, bitcast=True)
+    return encode(u & 0x7FFFFFFF, u < 0, 0, False, False, 0, OFF=0, ROUNDING=RNE,
+                  IS_INT=False, ENVELOPE=False, MBITS=T_MBITS, BIAS=T_BIAS, MAXC=T_MAXC,
+                  NANC=T_NANC, INFC=-1, NEGMAX=T_MAXC, SIGN=T_SIGN, CAST=True)
+
+
+@triton.jit
+def rounded(v):
+    """float32 values ``v`` (|v| <= 448) that are not E4M3 numbers: not a multiple of E4M3's
+    subnormal quantum 2^-9. The others are: v <= 448, and v's mantissa bits (the element
+    format's MBITS <= 3 = E4M3's) fit wherever |v| >= 2^-6. (Comparing v with the code's value
+    converted back to float32 instead counted thousands of exact elements on an H100 under
+    Triton 3.6 though the codes were right; the cause was not isolated.)"""
     t = tl.abs(v) * (1.0 / T_SUBQ)  # exact: a power-of-two scaling of a small float32
-    return c8, (t != tl.floor(t)) & mask & ~nan_block
+    return t != tl.floor(t)
+
+
+@triton.jit
+def e4m3_of(v, nan_block, mask, HW_CVT: tl.constexpr):
+    """(E4M3 codes of float32 values ``v`` (a fold's, |v| <= 448), rounded: ``v`` not exactly an
+    E4M3 number), 0 and not rounded in a NaN block; ``mask``: elements that exist."""
+    c8 = tl.where(nan_block, 0, e4m3_codes(v, HW_CVT=HW_CVT))
+    return c8, rounded(v) & mask & ~nan_block
 
 
 @triton.jit
