@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import re
 import subprocess
@@ -81,30 +82,41 @@ def compile_sm90(fn, sig: dict, consts: dict, divisible):
 
 
 def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: int = 8192,
-                   inner: int = 14336):
+                   inner: int = 14336, fold: tuple | None = None):
     """The column kernel with the constexprs ``native.quantize`` passes on an NVIDIA GPU for a
     bf16 [k, inner] tensor quantized along axis 0 (the 'even' scale rule), on Hopper (the
-    tile's register cap applied)."""
+    tile's register cap applied); ``fold``: (group, pow2), as ``compile_rows32``'s."""
     n = ops.numerics(fmt_name, "even", rounding, Rotation(rot) if rot else None)
+    out = None
+    if fold:
+        from ocpmx.native.fold import shift_range
+        out = launch.FoldOutput(fold[0], None, torch.empty(0) if fold[1] else None, None, None,
+                                0, shift_range(n.fmt)[1], True)
     consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False,
-                                     on_hopper=True)
+                                     out, on_hopper=True)
     sig = {"x_ptr": "*i32" if consts["SPLIT"] else "*i16", "data_ptr": "*u8",
            "scale_ptr": "*u8", "sign_mask": "i32",
            "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
            "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
            "n_rows": "i32"}
+    if fold:  # the fold's outputs, as the row kernel's
+        sig.update(exp_ptr="*i32", pow2_ptr="*fp32", stats_ptr="*i64", total_ptr="*i64")
     # the pointers, K and inner as a launch specializes them (all divisible by 16)
     return compile_sm90(kernels.quantize.quantize_cols32_kernel, sig, consts, (0, 1, 2, 4, 5))
 
 
-def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile) -> dict:
+def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile,
+                 fold: tuple | None = None) -> dict:
     """What the column kernel compiles to for one tile (see the module doc)."""
-    ck = compile_cols32(fmt_name, rot, rounding, tile)
+    ck = compile_cols32(fmt_name, rot, rounding, tile, fold=fold)
     sass = disassemble(ck.asm["cubin"])
     ops_ = [op for _, _, op, _ in all_instructions(sass)]
     count = collections.Counter(op.split(".")[0] for op in ops_)
-    per_thread = tile.columns * tile.blocks_along(8192 // 32) * 32 / (tile.warps * 32)
+    kb = tile.blocks_along(8192 // 32)
+    kb = math.lcm(kb, fold[0]) if fold else kb
+    per_thread = tile.columns * kb * 32 / (tile.warps * 32)
     return dict(tile=str(tile), rotation=rot, rounding=rounding, registers=registers(sass),
+                **({"fold": fold[0], "pow2": fold[1]} if fold else {}),
                 per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
                 **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
                 loads=sorted({op for op in ops_ if op.startswith("LDG")}),
@@ -158,7 +170,7 @@ def main():
     ap.add_argument("--rotations", nargs="+", type=int, default=[0, 16, 32])
     ap.add_argument("--qdq", action="store_true", help="the quantize-dequantize variant")
     ap.add_argument("--fold", type=int, metavar="GROUP",
-                    help="rows: the fold into E4M3 in groups of GROUP blocks (quantize_folded)")
+                    help="the fold into E4M3 in groups of GROUP blocks (quantize_folded)")
     ap.add_argument("--pow2", action="store_true", help="with --fold: 2^R for cuBLAS too")
     ap.add_argument("--tile", nargs="+", type=int,
                     help="rows: BLOCKS WARPS (default: the kernel's GPU default); --columns: "
@@ -180,7 +192,8 @@ def main():
         else:
             from gpu_bench import COLUMN_TILES
             tiles = COLUMN_TILES
-        facts = [column_facts(args.fmt, rot, rnd, t) for rot in args.rotations
+        fold = (args.fold, args.pow2) if args.fold else None
+        facts = [column_facts(args.fmt, rot, rnd, t, fold) for rot in args.rotations
                  for rnd in args.rounding for t in tiles]
         if args.json:
             print(json.dumps(facts))
