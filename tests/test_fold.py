@@ -870,39 +870,67 @@ def test_quantize_folded_is_fold_of_quantize(device, name, group, axis, rotation
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
-@pytest.mark.parametrize("name, rotation, group, axis", [
-    ("e2m1", None, 4, -1), ("e2m1", "hadamard16", 32, -1), ("e2m1", "hadamard16", 1, 0),
-    ("e3m2", None, 8, -1), ("e2m3", "hadamard16", 4, 0), ("e3m2", "hadamard16", 2, 0)])
-def test_rne_quantize_folded_of_every_bf16_value(device, name, rotation, group, axis):
+@pytest.mark.parametrize("name, rotation, group, axis, dtype, rule, pow2", [
+    ("e2m1", None, 4, -1, "bfloat16", "even", True),
+    ("e2m1", "hadamard16", 32, -1, "bfloat16", "floor", True),
+    ("e2m1", "hadamard16", 1, 0, "bfloat16", "even", False),
+    ("e3m2", None, 8, -1, "float32", "floor", True),
+    ("e2m3", "hadamard16", 4, 0, "float16", "ceil", True),
+    ("e2m3", "random_sign16:12345", 2, -1, "bfloat16", "rceil", False),
+    ("e3m2", "hadamard16", 2, 0, "float32", "even", True)], ids=str)
+def test_rne_quantize_folded_of_every_bf16_value(device, name, rotation, group, axis, dtype,
+                                                 rule, pow2):
     """The RNE fold in the quantize pass folds the rounded magnitudes, not the codes
     (``kernels.fold.fold_values``: per-program branches for a NaN block and for blocks that
-    may round): over every bf16 value (65,536, shuffled into 64 x 1024, so groups hold blocks
-    far apart, NaN, Inf, zeros and subnormals among them), plus blocks scaled 2^-20 to 2^-60
-    below their neighbours and an all-zero group, its E4M3 codes, group exponents, MX scales,
-    2^R, wide flag and rounded-element count equal ``fold(quantize(x))``'s (the codes path),
-    along rows and along columns; and a copy without NaN/Inf takes the branch-free path
-    (no NaN block) with the same equality."""
+    may round): every 16-bit pattern of the input dtype (bf16 / float16: every value; float32:
+    65,536 random bit patterns), shuffled into 63 x 1024 (a last program cut short; groups hold
+    blocks far apart, NaN, Inf, zeros and subnormals among them), plus a copy without NaN/Inf
+    with a block 2^-20 below the rest of its group (and one 2^-60 below where the dtype holds
+    it) and a row of zero groups; every scale rule
+    among the cases (floor saturates), the rotation's 1/4 in the scale (bf16 and float16 under
+    H16) and not; along rows and columns; with the default tiles and with small ones (a row
+    tile of 32 blocks, the column kernel folding along columns), so that programs take and skip
+    each branch. Its E4M3 codes, group exponents, MX scales, 2^R, wide flag and rounded-element
+    count equal ``fold(quantize(x))``'s (through the codes)."""
+    import dataclasses
     import torch
     from ocpmx import native
     from ocpmx.native import fold as native_fold
     rng = np.random.default_rng(group)
-    bits = rng.permutation(np.arange(1 << 16, dtype=np.uint32)) << 16
-    x = bits.view(np.float32).reshape(64, 1024).copy()
+    n = 63 * 1024
+    if dtype == "float32":
+        x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        x = x * np.float32(1.0)  # (a copy as float32)
+    else:
+        bits = np.resize(rng.permutation(np.arange(1 << 16, dtype=np.uint16)), n)
+        x = bits.view(np.float16 if dtype == "float16" else np.uint16)
+        x = x.astype(np.float32) if dtype == "float16" else \
+            (x.astype(np.uint32) << 16).view(np.float32)
+    x = x.reshape(63, 1024).copy()
     clean = np.where(np.isfinite(x), x, 1.0).astype(np.float32)
-    clean[7, :128] *= np.float32(2.0**-20)  # some blocks far below the rest of their group
-    clean[9, 256:288] *= np.float32(2.0**-60)
+    clean = np.clip(clean, -2.0**100, 2.0**100)  # (float16 and float32 alike)
+    clean[7, 32:64] *= np.float32(2.0**-20)  # blocks far below the rest of their group
+    clean[9, 256:288] *= np.float32(2.0**-60)  # (zero in float16)
     clean[11, :1024] = 0.0  # a whole row of zero blocks (all-zero groups)
+    base = native.default_tuning()
+    small = dataclasses.replace(base, rows32=native.RowTile(32, 1),
+                                columns_fold="kernel", cols32_fold=native.ColumnTile(16, 1, 4))
     for data in (x, clean):
-        xt = torch.from_numpy(data).to(torch.bfloat16).to(device)
+        xt = torch.from_numpy(data).to(getattr(torch, dtype)).to(device)
         if axis == 0:
             xt = xt.t().contiguous()
-        kw = dict(axis=axis, rotation=rotation, scale_rule="even")
-        got = native_fold.quantize_folded(xt, name, group, pow2=True, **kw)
+        kw = dict(axis=axis, rotation=rotation, scale_rule=rule)
         want = native_fold.fold(native.quantize(xt, name, **kw), group)
-        for field in ("codes", "exponents", "scales", "stats"):
-            assert torch.equal(getattr(got, field), getattr(want, field)), (field, data is x)
-        assert torch.equal(got.pow2.t().view(torch.int32),
-                           native_fold.group_scales(want).view(torch.int32))
+        for tuning in (base, small):
+            got = native_fold.quantize_folded(xt, name, group, pow2=pow2, tuning=tuning, **kw)
+            for field in ("codes", "exponents", "scales", "stats"):
+                assert torch.equal(getattr(got, field), getattr(want, field)), \
+                    (field, data is x, tuning is small)
+            if pow2:
+                assert torch.equal(got.pow2.t().view(torch.int32),
+                                   native_fold.group_scales(want).view(torch.int32))
+            else:
+                assert got.pow2 is None
     # the far blocks rounded (a group of one block rounds nothing)
     assert (int(got.stats[1]) > 0) == (group > 1)
 

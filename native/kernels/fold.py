@@ -67,7 +67,7 @@ def fold_elements(code, shift, nan_block, mask, BITS: tl.constexpr, EBITS: tl.co
 
 
 @triton.jit
-def fold_values(q0, q1, q2, q3, shift, nan_block, mask, SUBQ: tl.constexpr,
+def fold_values(q0, q1, q2, q3, shift, nan_block, nonzero, mask, SUBQ: tl.constexpr,
                 HW_CVT: tl.constexpr):
     """``fold_elements`` of a program's four quarters from the elements' values in units of
     their block's scale instead of their codes: (E4M3 codes of each quarter, the rounded
@@ -77,7 +77,8 @@ def fold_values(q0, q1, q2, q3, shift, nan_block, mask, SUBQ: tl.constexpr,
     at most MBITS + 1 <= 4 significant bits and a quantum of at least SUBQ, and SUBQ * 2^-127
     is above float32's 2^-149: exact), and the codes and the count are the same. q * 2^shift
     is a multiple of SUBQ * 2^shift, so a block with SUBQ * 2^shift >= 2^-9 (E4M3's quantum)
-    rounds no element: the per-element test runs only where a block of the program may, and
+    rounds no element, nor does a block of zeros (``nonzero`` [NB, 1] False; its shift is
+    -127 - R): the per-element test runs only where a block of the program may, and
     a NaN block's codes are cleared only where the program holds one (both branches per
     program, not per element)."""
     d = tl.minimum(tl.maximum(shift, -127), 127)
@@ -95,7 +96,7 @@ def fold_values(q0, q1, q2, q3, shift, nan_block, mask, SUBQ: tl.constexpr,
         f1 = tl.where(nan_block, 0, f1)
         f2 = tl.where(nan_block, 0, f2)
         f3 = tl.where(nan_block, 0, f3)
-    low = (two_d * SUBQ < T_SUBQ) & ~nan_block & mask  # [NB, 8]: may round (and exist)
+    low = (two_d * SUBQ < T_SUBQ) & nonzero & ~nan_block & mask  # [NB, 8]: may round
     n = tl.zeros((), tl.int32)
     if tl.max(tl.max(low.to(tl.int32), axis=1), axis=0) > 0:
         ch = (rounded(v0) & low).to(tl.int32) + (rounded(v1) & low).to(tl.int32) \

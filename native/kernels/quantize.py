@@ -437,8 +437,8 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
         changed = ch0.to(tl.int32) + ch1.to(tl.int32) + ch2.to(tl.int32) + ch3.to(tl.int32)
         n_changed = tl.sum(tl.sum(changed, axis=1), axis=0).to(tl.int64)
     else:
-        f0, f1, f2, f3, n_changed = fold_values(c0, c1, c2, c3, d, nan_block, m, SUBQ=SUBQ,
-                                                HW_CVT=HW_CVT)
+        f0, f1, f2, f3, n_changed = fold_values(c0, c1, c2, c3, d, nan_block, nz[:, None], m,
+                                                SUBQ=SUBQ, HW_CVT=HW_CVT)
     store_codes(out_ptr, blk, f0, 0, valid, NB=NB, PACK=1, EVEN=EVEN)
     store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=EVEN)
     store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=EVEN)
@@ -582,6 +582,7 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
     if FOLD_GROUP > 0 and ROUNDING != STOCHASTIC:
         # RNE: the fold from the rounded magnitudes, no codes (``fold_values``: the same bits
         # as folding the codes, with about half the instructions)
+        tl.static_assert(not IS_INT, "only FP4/FP6 formats fold into E4M3")
         fold_quarters(signed(rounded_magnitudes(a0, sb, sp, OFF, MBITS=MBITS, BIAS=BIAS,
                                                 MAXV=MAXV), u0),
                       signed(rounded_magnitudes(a1, sb, sp, OFF, MBITS=MBITS, BIAS=BIAS,
