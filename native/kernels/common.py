@@ -333,6 +333,13 @@ def rotation_signs(sign_mask, pos):
 
 
 @triton.jit
+def pow2_scale(e):
+    """2^e as float32 for an integer e in [-127, 127]: an E8M0 scale's value (2^-127 the
+    float32 subnormal 0x00400000)."""
+    return tl.where(e == -127, 0x00400000, (e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def decode_values(code, sc, IS_INT: tl.constexpr, BITS: tl.constexpr, EBITS: tl.constexpr,
                   MBITS: tl.constexpr, BIAS: tl.constexpr, NANC: tl.constexpr,
                   INFC: tl.constexpr, SUBQ: tl.constexpr):

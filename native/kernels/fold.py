@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ...emulator.fold import NAN_EXPONENT, TARGET
 from ...spec import lower
-from .common import RNE, decode_values, encode, f32_to_bf16_bits, tile_ids
+from .common import RNE, decode_values, encode, f32_to_bf16_bits, pow2_scale, tile_ids
 
 NAN_EXP = tl.constexpr(NAN_EXPONENT)
 
@@ -63,7 +63,7 @@ def fold_elements(code, shift, nan_block, mask, BITS: tl.constexpr, EBITS: tl.co
                       BITS=BITS, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
                       SUBQ=SUBQ)
     tl.static_assert(MBITS <= T_MBITS)
-    return e4m3_of(v, nan_block, mask, HW_CVT=HW_CVT)
+    return tl.where(nan_block, 0, e4m3_codes(v, HW_CVT=HW_CVT)), rounded(v) & mask & ~nan_block
 
 
 @triton.jit
@@ -81,8 +81,7 @@ def fold_values(q0, q1, q2, q3, shift, nan_block, nonzero, mask, SUBQ: tl.conste
     -127 - R): the per-element test runs only where a block of the program may, and
     a NaN block's codes are cleared only where the program holds one (both branches per
     program, not per element)."""
-    d = tl.minimum(tl.maximum(shift, -127), 127)
-    two_d = tl.where(d == -127, 0x00400000, (d + 127) << 23).to(tl.float32, bitcast=True)
+    two_d = pow2_scale(tl.minimum(tl.maximum(shift, -127), 127))
     v0 = q0 * two_d
     v1 = q1 * two_d
     v2 = q2 * two_d
@@ -129,14 +128,6 @@ def rounded(v):
     Triton 3.6 though the codes were right; the cause was not isolated.)"""
     t = tl.abs(v) * (1.0 / T_SUBQ)  # exact: a power-of-two scaling of a small float32
     return t != tl.floor(t)
-
-
-@triton.jit
-def e4m3_of(v, nan_block, mask, HW_CVT: tl.constexpr):
-    """(E4M3 codes of float32 values ``v`` (a fold's, |v| <= 448), rounded: ``v`` not exactly an
-    E4M3 number), 0 and not rounded in a NaN block; ``mask``: elements that exist."""
-    c8 = tl.where(nan_block, 0, e4m3_codes(v, HW_CVT=HW_CVT))
-    return c8, rounded(v) & mask & ~nan_block
 
 
 @triton.jit

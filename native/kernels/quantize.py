@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from .common import (FLOOR, RGROUP, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
-                     encode, f32_to_bf16_bits, group_bits, load_key, rotation_signs,
-                     round_on_grid, stochastic_bits)
+                     encode, f32_to_bf16_bits, group_bits, load_key, pow2_scale,
+                     rotation_signs, round_on_grid, stochastic_bits)
 from .fold import (NAN_EXP, fold_elements, fold_values, group_exponents,
                    store_group_exponents)
 
@@ -254,8 +254,7 @@ def rounded_values(ab, neg, sb, special, off, MBITS: tl.constexpr, BIAS: tl.cons
     normal, 2^s (exact: at most MBITS + 1 significant bits), the sign as a bit, NaN for a
     NaN/Inf block."""
     r = rounded_magnitudes(ab, sb, special, off, MBITS=MBITS, BIAS=BIAS, MAXV=MAXV)
-    two_s = tl.where(sb == -127, 0x00400000, (sb + 127) << 23).to(tl.float32, bitcast=True)
-    val = (r * two_s).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
+    val = (r * pow2_scale(sb)).to(tl.int32, bitcast=True) | (neg.to(tl.int32) << 31)
     return tl.where(special, float("nan"), val.to(tl.float32, bitcast=True))
 
 
