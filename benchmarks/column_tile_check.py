@@ -21,8 +21,8 @@ import gpu_bench as gb
 from ocpmx import native
 from ocpmx.native import ColumnTile
 
+# (rotation, rounding) of each case, quantize and quantize-dequantize alike
 CASES = ((None, "rne"), ("hadamard16", "rne"), ("hadamard16", "stochastic"))
-QDQ_CASES = CASES  # quantize-dequantize: the same three
 
 
 def parse(spec: str) -> ColumnTile:
@@ -30,6 +30,8 @@ def parse(spec: str) -> ColumnTile:
          for s in spec.split(",")]
     names = ("columns", "warps", "kblocks", "hide", "kb_fast", "vec", "maxnreg", "split",
              "const_stride", "serial")
+    if not 2 <= len(v) <= len(names):
+        raise ValueError(f"{len(v)} fields, expected 2 to {len(names)}")
     return ColumnTile(**dict(zip(names, v)))
 
 
@@ -49,6 +51,12 @@ def main():
         "128,2,4,True,True,2,None,False,False,True", "64,1,4,True,True,2,None,False,False,True",
         "64,2,4,True,True,2,None,False,False,True"])
     args = ap.parse_args()
+    tiles = {}  # every tile read before the GPU work starts
+    for spec in args.tiles:
+        try:
+            tiles[spec] = parse(spec)
+        except (ValueError, TypeError) as e:
+            ap.error(f"--tiles {spec!r}: {e}")
     m, k = gb.TOKENS, 14336
     src = gb.rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
@@ -68,14 +76,14 @@ def main():
                                           rounding=rnd, seed=5, tuning=tun)
 
     ref = {c: q(bits, *c, tr) for c in CASES}
-    ref.update({(rot, "qdq", rnd): qdq(bits, rot, tr, rnd) for rot, rnd in QDQ_CASES})
+    ref.update({(rot, "qdq", rnd): qdq(bits, rot, tr, rnd) for rot, rnd in CASES})
     print(f"copy {copy_ms:.4f} ms; {torch.cuda.get_device_name()}", flush=True)
     bad = 0
     for spec in ["default"] + args.tiles:
         # a candidate serves every case, stochastic rounding too (cols32_sr None)
         tun = native.default_tuning(src().device) if spec == "default" else dataclasses.replace(
-            gb.GPU, columns="kernel", cols32=parse(spec), columns_qdq="kernel",
-            cols32_qdq=parse(spec), cols32_sr=None)
+            gb.GPU, columns="kernel", cols32=tiles[spec], columns_qdq="kernel",
+            cols32_qdq=tiles[spec], cols32_sr=None)
         out = []
         for rot, rnd in CASES:
             ok = same(q(bits, rot, rnd, tun), ref[(rot, rnd)])
@@ -83,7 +91,7 @@ def main():
             bad += not ok
             out.append(f"q {rot or 'none'} {rnd} {nq / ms / (4 * m * k / copy_ms):.3f}"
                        + ("" if ok else " BITS DIFFER"))
-        for rot, rnd in QDQ_CASES:
+        for rot, rnd in CASES:
             ok = same(qdq(bits, rot, tun, rnd), ref[(rot, "qdq", rnd)])
             ms = gb.bench(lambda: qdq(src(), rot, tun, rnd))
             bad += not ok

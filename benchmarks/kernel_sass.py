@@ -181,6 +181,12 @@ def main():
     ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
     ap.add_argument("--json", action="store_true", help="with --columns: one JSON list")
     args = ap.parse_args()
+    if args.fold is not None and (args.fold < 1 or args.fold & (args.fold - 1)):
+        ap.error(f"--fold takes a power of two, got {args.fold}")
+    if args.pow2 and not args.fold:
+        ap.error("--pow2 goes with --fold")
+    if args.fold and args.qdq:
+        ap.error("--fold and --qdq are two kernels: one at a time")
     if args.columns:
         if args.tile:
             if not 2 <= len(args.tile) <= 10:

@@ -21,9 +21,9 @@ steps merge the identical calls of wq/wk/wv and of w1/w3) and along tokens (Wgra
 Linear's dY along its features (Dgrad) and along tokens (Wgrad); each weight (fp32 master
 weights) along in_features (Fprop) and along out_features (Dgrad). mxfp4_wgrad runs only the
 two along tokens. The values come out bf16 whatever the input: an fp32 weight's qdq moves 6
-bytes an element against its copy's 8. Every call is timed in a CUDA graph over input sets of at least 256 MB (no
-L2 hits), as a graphed training step runs it; the totals are count x time per step (8b: per
-micro-batch of 8192 tokens).
+bytes an element against its copy's 8. Every call is timed in a CUDA graph over input sets of
+at least 256 MB (no L2 hits), as a graphed training step runs it; the totals are count x time
+per step (8b: per micro-batch of 8192 tokens).
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ import gpu_bench as gb
 from ocpmx import native
 from ocpmx.llama_train.model import PRESETS
 from ocpmx.native import ColumnTile, RowTile
+from ocpmx.spec import parse_rotation
 
 TOKENS = {"8b": 8192}  # tokens per GEMM: the 8b runs' micro-batch (8 sequences of 1024)
 TOKENS_SMALL = 32 * 1024  # the small presets' step: 32 sequences of 1024
@@ -55,26 +56,31 @@ COLUMN_TILES = [
     ColumnTile(64, 2, 4, True, True, vec=2), ColumnTile(128, 4, 4, True, True, vec=2)]
 
 
-def step_calls(preset: str, tokens: int | None = None) -> dict[tuple, dict]:
+def linears(preset: str) -> tuple[int, int, list[tuple[int, int, str]]]:
+    """(tokens a GEMM contracts, layers, each Linear of a layer as (in, out, the group of
+    Linears sharing its input)) of ``preset``."""
+    c = PRESETS[preset]
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    return TOKENS.get(preset, TOKENS_SMALL), c.n_layers, [
+        (c.dim, q, "attn"), (c.dim, kv, "attn"), (c.dim, kv, "attn"), (q, c.dim, "wo"),
+        (c.dim, c.ffn_dim, "ffn"), (c.dim, c.ffn_dim, "ffn"), (c.ffn_dim, c.dim, "w2")]
+
+
+def step_calls(preset: str) -> dict[tuple, dict]:
     """{(shape, axis, dtype): {"count": calls per step, "wgrad": along tokens (mxfp4_wgrad
     runs these)}} of one mxfp4_all step of ``preset``."""
-    c = PRESETS[preset]
-    tokens = tokens or TOKENS.get(preset, TOKENS_SMALL)
-    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-    linears = [("wq", c.dim, q, "attn"), ("wk", c.dim, kv, "attn"), ("wv", c.dim, kv, "attn"),
-               ("wo", q, c.dim, "wo"), ("w1", c.dim, c.ffn_dim, "ffn"),
-               ("w3", c.dim, c.ffn_dim, "ffn"), ("w2", c.ffn_dim, c.dim, "w2")]
+    tokens, layers, lins = linears(preset)
     calls = collections.defaultdict(lambda: dict(count=0, wgrad=False))
 
     def add(shape, axis, dtype, wgrad=False):
         e = calls[(shape, axis, dtype)]
-        e["count"] += c.n_layers
+        e["count"] += layers
         e["wgrad"] = wgrad
 
-    for k in {group: k for _, k, _, group in linears}.values():  # a shared input once
+    for k in {group: k for k, _, group in lins}.values():  # a shared input once
         add((tokens, k), 1, "bfloat16")              # Fprop X
         add((tokens, k), 0, "bfloat16", wgrad=True)  # Wgrad X
-    for _, k, n, _ in linears:
+    for k, n, _ in lins:
         add((tokens, n), 1, "bfloat16")              # Dgrad dY
         add((tokens, n), 0, "bfloat16", wgrad=True)  # Wgrad dY
         add((n, k), 1, "float32")                    # Fprop W
@@ -82,19 +88,16 @@ def step_calls(preset: str, tokens: int | None = None) -> dict[tuple, dict]:
     return dict(calls)
 
 
-def step_gemms(preset: str, tokens: int | None = None) -> dict[tuple, int]:
+def step_gemms(preset: str) -> dict[tuple, int]:
     """{(gemm, a shape, a axis, b shape, b axis): calls per step} of one step of ``preset``:
     each Linear's Fprop (X, W along in), Dgrad (dY, W along out) and Wgrad (dY, X along
     tokens), as ``MXLinear`` calls ``recipe_gemm``."""
-    c = PRESETS[preset]
-    t = tokens or TOKENS.get(preset, TOKENS_SMALL)
-    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    t, layers, lins = linears(preset)
     out = collections.Counter()
-    for k, n in ((c.dim, q), (c.dim, kv), (c.dim, kv), (q, c.dim), (c.dim, c.ffn_dim),
-                 (c.dim, c.ffn_dim), (c.ffn_dim, c.dim)):
-        out[("fprop", (t, k), 1, (n, k), 1)] += c.n_layers
-        out[("dgrad", (t, n), 1, (n, k), 0)] += c.n_layers
-        out[("wgrad", (t, n), 0, (t, k), 0)] += c.n_layers
+    for k, n, _ in lins:
+        out[("fprop", (t, k), 1, (n, k), 1)] += layers
+        out[("dgrad", (t, n), 1, (n, k), 0)] += layers
+        out[("wgrad", (t, n), 0, (t, k), 0)] += layers
     return dict(out)
 
 
@@ -246,32 +249,42 @@ def summarize(preset, calls, rows, rotation):
     return lines + [""]
 
 
+def write(out, name: str, title: str, head: dict, rows: list, md: list[str]) -> None:
+    """NAME.json (the header and the rows) and NAME.md (title, header, tables) in ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = "\n".join([f"# {title}", "", *(f"- {k}: `{v}`" for k, v in head.items()), "", *md])
+    (out / f"{name}.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
+    (out / f"{name}.md").write_text(text)
+    print(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", nargs="+", default=["125m", "30m"])
+    ap.add_argument("--presets", nargs="+", default=["125m", "30m"], choices=list(PRESETS))
     ap.add_argument("--rotations", nargs="+", default=["none", "hadamard16"])
     ap.add_argument("--gemms", nargs="+", metavar="METHOD",
+                    choices=["bf16", "dot_scaled", "fp8_exact", "fp8", "fp8_cublas"],
                     help="time the step's GEMMs under these MX GEMM methods instead")
     ap.add_argument("--out", default="results/native_gpu/step_shapes")
     args = ap.parse_args()
     rots = [None if r == "none" else r for r in args.rotations]
+    for r in rots:
+        try:
+            parse_rotation(r)
+        except ValueError as e:
+            ap.error(f"--rotations: {e}")
     head = gb.header()
+    rows, md = [], []
     if args.gemms:
-        rows, md = [], ["# The training step's GEMMs per GEMM method", "",
-                        *(f"- {k}: `{v}`" for k, v in head.items()), ""]
         ways = ["bf16"] + [f"mxfp4 {m}" for m in args.gemms]
         for preset in args.presets:
             prows = measure_gemms(preset, args.gemms)
             rows += prows
             md += summarize_gemms(preset, prows, ways)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "step_gemms.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
-        (out / "step_gemms.md").write_text("\n".join(md))
-        print("\n".join(md))
+        write(args.out, "step_gemms", "The training step's GEMMs per GEMM method", head, rows,
+              md)
         return
-    rows, md = [], ["# Quantize-dequantize at the training step's shapes", "",
-                    *(f"- {k}: `{v}`" for k, v in head.items()), ""]
     for preset in args.presets:
         calls = step_calls(preset)
         prows = []
@@ -280,11 +293,8 @@ def main():
         rows += [dict(r, preset=preset) for r in prows]
         for rot in rots:
             md += summarize(preset, calls, prows, rot)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_shapes.json").write_text(json.dumps(dict(header=head, rows=rows), indent=1))
-    (out / "step_shapes.md").write_text("\n".join(md))
-    print("\n".join(md))
+    write(args.out, "step_shapes", "Quantize-dequantize at the training step's shapes", head,
+          rows, md)
     bad = [r for r in rows if r.get("bits_equal") is False]
     raise SystemExit(1 if bad else 0)
 

@@ -184,9 +184,10 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # ``serial`` forms, a block at a time, spill none (results/native_gpu/sass_columns_kb2.txt), and
 # lose: quantize at most 0.56 / 0.57, quantize-dequantize 0.56 / 0.37 (column_tile_check_h100.txt,
 # twenty-first session), a column's two half sectors stored a pass apart do not merge
-# (column_probe_h100.md, mode serial: 0.34-0.48).) Stochastic rounding keeps a one-block tile for quantize and quantize-dequantize
-# alike (``cols32_sr``): (64, 1, kb_fast, vec 2), quantize H16 + SR 0.49 of copy
-# (bench_columns_h100.md) against 0.43-0.45 with the two-block quantize tile and 0.14 with
+# (column_probe_h100.md, mode serial: 0.34-0.48).) Stochastic rounding keeps a one-block tile
+# for quantize and quantize-dequantize alike (``cols32_sr``): (64, 1, kb_fast, vec 2), quantize
+# H16 + SR 0.49 of copy (bench_columns_h100.md) against 0.43-0.45 with the two-block quantize
+# tile and 0.14 with
 # (64, 2, 2), whose H16 + SR compiles to 353 shuffles and a spill; quantize-dequantize under SR
 # runs the tile it ran before d8d96d7.
 # Twenty-first session (results/native_gpu/step_shapes_h100.md: the quantize-dequantize calls of

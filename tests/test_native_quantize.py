@@ -208,10 +208,10 @@ def test_h16_where_the_quarter_is_inexact(device):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("tile", [(32, 1), (64, 2), (16, 1)], ids=str)
 def test_row_kernel_tiles_and_a_ragged_last_one(device, tile):
-    """The row kernel at the GPU's tile shapes ((16, 1): the H100's quantize-dequantize) gives the emulator's bits: nine full tiles and a
-    last one cut short (masked loads and stores), NaN/Inf and zero blocks in tiles that are not
-    the first, a negative NaN and Inf - Inf under rotations; codes, scales and the
-    quantize-dequantize output."""
+    """The row kernel at the GPU's tile shapes ((16, 1): the H100's quantize-dequantize) gives
+    the emulator's bits: nine full tiles and a last one cut short (masked loads and stores),
+    NaN/Inf and zero blocks in tiles that are not the first, a negative NaN and Inf - Inf under
+    rotations; codes, scales and the quantize-dequantize output."""
     tuning = native.Tuning(rows32=native.RowTile(*tile), rows32_qdq=native.RowTile(*tile))
     nb = tile[0]
     n_blocks = 9 * nb + 17
