@@ -66,9 +66,11 @@ def add_parsers(sub) -> None:
                         "packages via apt-get download (linux-doc, python3.11-doc); debian-xl: "
                         "the ablation v2 corpus (RFCs, manuals, dictionaries; llama_train/"
                         "corpus_xl.py), with MANIFEST.json (default: stdlib)")
-    d.add_argument("--packages", default="default", choices=["default", "large", "v2"],
+    d.add_argument("--packages", default="default", choices=["default", "large", "v2", "v3"],
                    help="Debian package set: default (34 M characters) or large (93 M, for "
-                        "the v1 ablation); debian-xl: v2 (its default) (default: default)")
+                        "the v1 ablation); debian-xl: v2 (its default; the ablation's 344.5 M "
+                        "tokens) or v3 (v2 and some 13,000 more packages: results/ablation_v2/"
+                        "CORPUS.md) (default: default)")
     d.add_argument("--manifest", default=None,
                    help="debian-xl: a previous build's MANIFEST.json; the same package versions "
                         "are downloaded and their .deb SHA-256 checked (default: none)")

@@ -34,8 +34,10 @@ with ``dpkg -x``) and ``pdftotext`` (``apt-get install poppler-utils``) for the 
 """
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
+import io
 import json
 import os
 import random
@@ -46,12 +48,14 @@ import sys
 import tarfile
 import tempfile
 import time
+import tokenize
 import unicodedata
 from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote
 
 from .corpus import CHUNK, _read, chunks, html_text
-from .corpus_xl_packages import COMPONENTS, XL_PACKAGES
+from .corpus_xl_packages import COMPONENTS, FAMILIES, XL_PACKAGES
 from .data import write_shard
 
 
@@ -184,12 +188,99 @@ def tar_comment_documents(path: Path, min_chars: int) -> list[str]:
     return docs
 
 
+# ---- source code of the v3 families: comments and docstrings ---------------------------------
+
+# a comment block that carries a licence or copyright notice: such blocks head thousands of files
+# in the same words, so they are dropped (v3's kinds only; c_comments keeps v2 as it was built)
+_LICENSE = re.compile(r"(?i)copyright|spdx-license|licen[cs]ed under|permission is hereby granted|"
+                      r"is free software|all rights reserved")
+# strings first, so that a '//' or '/*' inside one (a URL) starts no comment; then block
+# comments (not nested) and line comments ('//', '///', '//!')
+_CODE = {lang: re.compile(strings + r"|(?P<block>/\*.*?\*/)|(?P<line>//[^\n]*)", re.DOTALL)
+         for lang, strings in (
+             ("go", r'"(?:\\.|[^"\\\n])*"|`[^`]*`|\'(?:\\[^\'\n]{1,10}|[^\'\\\n])\''),
+             ("rust", r'"(?:\\.|[^"\\])*"|\'(?:\\[^\'\n]{1,10}|[^\'\\\n])\''))}
+_DIRECTIVE = re.compile(r"(go:|\+build|nolint|#\[|-\*-|vim?:|type:|noqa|pragma|pylint|!)")
+_MAX_SOURCE = 4_000_000  # bytes: larger source files are generated tables, not prose
+
+
+def _comment_text(blocks) -> str:
+    kept = [b for b in blocks if re.search(r"[A-Za-z]{3}", b) and not _LICENSE.search(b)]
+    return normalize("\n\n".join(kept))
+
+
+def code_comments(source: str, lang: str) -> str:
+    """The comments of a Go (``lang`` 'go') or Rust ('rust') source, block by block: string
+    literals skipped, consecutive line comments joined into one block, the '*' that starts a
+    line of a block comment removed; directives ('//go:build') and licence blocks dropped."""
+    blocks, run, run_end = [], [], -1
+    for m in _CODE[lang].finditer(source):
+        if m.group("line") is not None:
+            text = re.sub(r"^//[/!]?", "", m.group("line")).strip()
+            if _DIRECTIVE.match(text):
+                continue
+            if run and source.count("\n", run_end, m.start()) > 1:
+                blocks.append("\n".join(run))
+                run = []
+            run.append(text)
+            run_end = m.end()
+        elif m.group("block") is not None:
+            if run:
+                blocks.append("\n".join(run))
+                run = []
+            body = m.group("block")[2:-2].lstrip("*!")
+            lines = [re.sub(r"^\s*\*+ ?", "", l).rstrip() for l in body.split("\n")]
+            blocks.append("\n".join(lines).strip())
+    if run:
+        blocks.append("\n".join(run))
+    return _comment_text(blocks)
+
+
+def python_docs(source: str) -> str:
+    """A Python source's docstrings (module, classes, functions) and comments (consecutive comment
+    lines as one block), in source order; directives (coding, noqa, type:) and licence blocks
+    dropped. A file that does not parse (Python 2) gives its comments alone."""
+    items = []
+    try:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    items.append((node.body[0].lineno, doc))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    run, last = [], -2
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(source).readline):
+            if t.type != tokenize.COMMENT:
+                continue
+            text = t.string.lstrip("#").strip()
+            if _DIRECTIVE.match(text) or "coding" in text[:20]:
+                continue
+            if run and t.start[0] != last + 1:
+                items.append((run[0][0], "\n".join(x for _, x in run)))
+                run = []
+            run.append((t.start[0], text))
+            last = t.start[0]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        pass
+    if run:
+        items.append((run[0][0], "\n".join(x for _, x in run)))
+    return _comment_text(b for _, b in sorted(items, key=lambda i: i[0]))
+
+
 def file_documents(path: Path, kind: str, min_chars: int = 200) -> list[str]:
     """The documents of one file of kind ``kind``."""
     if kind == "pdf":
         texts = [pdf_text(path)]
     elif kind == "c_comments_tar":
         return tar_comment_documents(path, min_chars)
+    elif kind in ("go_comments", "rust_comments", "python_docs"):
+        if path.stat().st_size > _MAX_SOURCE:
+            return []
+        raw = path.read_bytes().decode("utf-8", "replace")
+        texts = [python_docs(raw) if kind == "python_docs" else
+                 code_comments(raw, kind.split("_")[0])]
     else:
         raw = _read(path)
         if kind == "html":
@@ -297,31 +388,117 @@ def _apt(work: Path) -> list[str]:
             f"-oDir::State::Lists={lists}", f"-oDir::Cache={work / 'cache'}"]
 
 
-def fetch_debs(packages, work: Path, pins: dict[str, str] | None = None) -> dict[str, Path]:
-    """{package: its .deb in work/debs}, downloaded with ``apt-get download`` (``name=version``
-    where ``pins`` names a version); .debs already there are reused."""
+def available_packages(work: Path) -> list[str]:
+    """The names of the packages the archive (this machine's Debian suites, ``COMPONENTS``)
+    serves, from ``apt-cache pkgnames`` over the package lists in ``work``."""
+    apt = _apt(work)
+    if not any((work / "lists").glob("*_Packages*")):
+        subprocess.run(apt + ["update"], check=True, capture_output=True)
+    done = subprocess.run(["apt-cache", *apt[1:], "pkgnames"], check=True, capture_output=True,
+                          text=True)
+    return sorted(set(done.stdout.split()))
+
+
+def expand_families(entries, names) -> list[str]:
+    """``entries`` with each family (a key of ``FAMILIES``) replaced by the names in ``names``
+    that it matches, sorted; a name already listed (by itself or by an earlier family) stays
+    where it was first listed."""
+    out, seen = [], set()
+    for e in entries:
+        members = sorted(n for n in names if re.fullmatch(e, n)) if e in FAMILIES else [e]
+        for m in members:
+            if m not in seen:
+                seen.add(m)
+                out.append(m)
+    return out
+
+
+def family_of(pkg: str) -> str | None:
+    """The first family whose expression matches ``pkg`` (None: no family)."""
+    return next((f for f in FAMILIES if re.fullmatch(f, pkg)), None)
+
+
+def _debs_by_name(debs: Path) -> dict[str, list[Path]]:
+    """{package: its .debs in ``debs``} from the file names (``name_version_arch.deb``)."""
+    found: dict[str, list[Path]] = {}
+    for d in sorted(debs.glob("*.deb")):
+        found.setdefault(d.name.split("_", 1)[0], []).append(d)
+    return found
+
+
+def _file_version(deb: Path) -> str:
+    """The version in a .deb's file name as apt-get download writes it (epoch ':' as '%3a')."""
+    return unquote(deb.name.split("_")[1])
+
+
+def _download(uri: str, dest: Path, size: int, sha256: str) -> None:
+    """``uri`` into ``dest`` (a temporary name, then a rename), checked against the size and
+    SHA-256 the archive's signed package lists give (what apt-get itself checks)."""
+    import urllib.request
+    tmp = dest.with_name(dest.name + ".part")
+    h = hashlib.sha256()
+    with urllib.request.urlopen(uri, timeout=120) as r, open(tmp, "wb") as f:
+        for block in iter(lambda: r.read(1 << 20), b""):
+            h.update(block)
+            f.write(block)
+    if tmp.stat().st_size != size or h.hexdigest() != sha256:
+        tmp.unlink()
+        raise RuntimeError(f"{uri}: size or SHA-256 differs from the package lists'")
+    os.replace(tmp, dest)
+
+
+def fetch_debs(packages, work: Path, pins: dict[str, str] | None = None,
+               batch: int = 500, connections: int = 8) -> dict[str, Path]:
+    """{package: its .deb in work/debs}, ``name=version`` where ``pins`` names a version; .debs
+    already there are reused. apt-get resolves the names (``download --print-uris``, ``batch``
+    names a call; a batch that fails is retried name by name, so that the error names the
+    package) and each .deb comes over one of ``connections`` at once, checked against the
+    size and SHA-256 that the archive's signed lists give (thousands of small packages: one
+    apt-get call each would take hours)."""
     for tool in ("apt-get", "dpkg"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"source 'debian-xl' needs {tool} (a Debian or Ubuntu machine)")
+    pins = pins or {}
     debs = work / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    have = {p: sorted(debs.glob(f"{p}_*.deb")) for p in packages}
-    missing = [p for p in packages if not have[p]
-               or (pins and p in pins and not any(_deb_version(d) == pins[p] for d in have[p]))]
+
+    def wanted(p, have):
+        return [d for d in have.get(p, []) if p not in pins or _file_version(d) == pins[p]]
+
+    have = _debs_by_name(debs)
+    missing = [p for p in packages if not wanted(p, have)]
     if missing:
         apt = _apt(work)
         subprocess.run(apt + ["update"], check=True, capture_output=True)
-        for p in missing:
-            name = f"{p}={pins[p]}" if pins and p in pins else p
-            done = subprocess.run(apt + ["download", name], cwd=debs, capture_output=True,
+        names = [f"{p}={pins[p]}" if p in pins else p for p in missing]
+        uris = []
+        for i in range(0, len(names), batch):
+            part = names[i:i + batch]
+            done = subprocess.run(apt + ["download", "--print-uris", *part], capture_output=True,
                                   text=True)
+            lines = done.stdout.splitlines()
             if done.returncode:
-                raise RuntimeError(f"apt-get download {name} failed: {done.stderr.strip()}")
+                lines = []
+                for name in part:
+                    one = subprocess.run(apt + ["download", "--print-uris", name],
+                                         capture_output=True, text=True)
+                    if one.returncode:
+                        raise RuntimeError(f"apt-get download {name} failed: "
+                                           f"{one.stderr.strip()}")
+                    lines += one.stdout.splitlines()
+            for line in lines:
+                m = re.match(r"'(\S+)' (\S+) (\d+) SHA256:([0-9a-f]{64})", line)
+                if m:
+                    uris.append((m.group(1), debs / m.group(2), int(m.group(3)), m.group(4)))
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(connections) as pool:
+            list(pool.map(lambda u: _download(*u), uris))
+        have = _debs_by_name(debs)
     out = {}
     for p in packages:
-        found = sorted(debs.glob(f"{p}_*.deb"))
-        if pins and p in pins:
-            found = [d for d in found if _deb_version(d) == pins[p]]
+        found = wanted(p, have)
+        if not found:
+            raise RuntimeError(f"{p}: no .deb in {debs} after the download")
         out[p] = found[-1]
     return out
 
@@ -381,7 +558,8 @@ def _extractor_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def _extracted(work: Path, pkg: str, deb: Path, sha: str, rules, min_chars: int):
+def _extracted(work: Path, pkg: str, deb: Path, sha: str, rules, min_chars: int,
+               processes: int | None = None):
     """(files' document count, cleaned and filtered documents) of one package: unpacked and
     extracted (the slow part: PDFs, HTML), or read back from ``work/docs`` where the same .deb
     was extracted by the same code and rules before, so that an interrupted build resumes
@@ -398,7 +576,7 @@ def _extracted(work: Path, pkg: str, deb: Path, sha: str, rules, min_chars: int)
         shutil.rmtree(root)
     root.mkdir(parents=True)
     subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
-    docs = package_documents(root, rules, min_chars)
+    docs = package_documents(root, rules, min_chars, processes)
     n_files = len(docs)
     docs = [d for d in drop_boilerplate(docs) if len(d) >= min_chars and mostly_words(d)]
     shutil.rmtree(root)
@@ -410,13 +588,25 @@ def _extracted(work: Path, pkg: str, deb: Path, sha: str, rules, min_chars: int)
     return n_files, docs
 
 
+def _package_job(args):
+    """One package in a worker of the build's pool: (SHA-256 of its .deb, version, extracted
+    texts, documents); the documents are None where the .deb's hash differs from ``want``."""
+    work, pkg, deb, want, rules, min_chars = args
+    sha = _sha256_file(deb)
+    if want is not None and sha != want:
+        return sha, None, 0, None
+    n_files, docs = _extracted(work, pkg, deb, sha, rules, min_chars, processes=1)
+    return sha, _deb_version(deb), n_files, docs
+
+
 def _key(text: str, seed: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}\0{text}".encode()).digest()[:8], "little")
 
 
 def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
           val_fraction: float = 0.01, seed: int = 0, min_chars: int = 200, workdir=None,
-          manifest: dict | None = None, keep_work: bool = True, log=print) -> dict:
+          manifest: dict | None = None, keep_work: bool = True, log=print,
+          processes: int | None = None) -> dict:
     """Build the corpus in ``out_dir`` (C4 layout: c4-train.NNNNN-of-NNNNN.json.gz,
     c4-validation.00000-of-00001.json.gz, MANIFEST.json, CORPUS.json); returns the manifest.
 
@@ -428,12 +618,21 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     rules, or none has enough text: a glob is wrong, or the package's layout changed) is an
     error, except in a rebuild of a manifest that records it so (then a warning).
     ``workdir`` keeps the downloads and each package's extracted documents (both reused by a
-    later build: an interrupted build resumes where it stopped) and the temporary buckets."""
+    later build: an interrupted build resumes where it stopped) and the temporary buckets.
+    ``packages`` may name families (keys of ``FAMILIES``): each stands for the archive's packages
+    it matches (``expand_families``); a family's member may give no document. ``processes``
+    packages are extracted at once (default: one per CPU); documents are assigned in package
+    order, so the shards do not depend on it."""
     t_start = time.time()
     table = table or XL_PACKAGES
     # the manifest's row of each package it pins (every package of a rebuild)
     pinned = {p["package"]: p for p in manifest["packages"]} if manifest is not None else {}
     packages = list(packages or pinned or table)
+    out = Path(out_dir)
+    work = Path(workdir or tempfile.mkdtemp(prefix="ocpmx-xl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if any(p in FAMILIES for p in packages):
+        packages = expand_families(packages, available_packages(work))
     if manifest is not None:
         asked = dict(seed=seed, val_fraction=val_fraction, min_chars=min_chars,
                      n_train_shards=n_train_shards)
@@ -445,13 +644,10 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
         if missing:
             raise ValueError(f"packages not in the manifest being rebuilt: {missing}")
     else:
-        unknown = [p for p in packages if p not in table]
+        unknown = [p for p in packages if p not in table and family_of(p) is None]
         if unknown:
             raise ValueError(f"packages without extraction rules: {unknown}")
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(workdir or tempfile.mkdtemp(prefix="ocpmx-xl-"))
-    work.mkdir(parents=True, exist_ok=True)
     buckets_dir = work / "buckets"
     if buckets_dir.exists():
         shutil.rmtree(buckets_dir)
@@ -462,48 +658,65 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     rows, t_fetch = [], time.time()
     debs = fetch_debs(packages, work, {p: row["version"] for p, row in pinned.items()})
     t_fetch = time.time() - t_fetch
+    plan = {}  # package -> (category, rules, family)
     for pkg in packages:
-        t0 = time.time()
-        deb = debs[pkg]
-        sha = _sha256_file(deb)
         if pkg in pinned:
-            want = pinned[pkg]["deb_sha256"]
-            if sha != want:
-                raise RuntimeError(f"{deb.name}: SHA-256 {sha} differs from the manifest's {want}")
-            category = pinned[pkg]["category"]
-            rules = [tuple(r) for r in pinned[pkg]["rules"]]
+            row = pinned[pkg]
+            plan[pkg] = (row["category"], [tuple(r) for r in row["rules"]], row.get("family"))
+        elif pkg in table:
+            plan[pkg] = (*table[pkg], None)
         else:
-            category, rules = table[pkg]
-        n_files, docs = _extracted(work, pkg, deb, sha, rules, min_chars)
-        text_hash, kept, chars, dups = hashlib.sha256(), 0, 0, 0
-        for d in docs:
-            digest = hashlib.sha256(d.encode()).digest()[:16]
-            if digest in seen:
-                dups += 1
-                continue
-            seen.add(digest)
-            text_hash.update(digest)
-            k = _key(d, seed)
-            name = "validation" if k % 1_000_000 < val_fraction * 1_000_000 else \
-                names[(k >> 20) % n_train_shards]
-            bucket[name].write(json.dumps({"text": d}) + "\n")
-            kept += 1
-            chars += len(d)
-        if kept == 0 and dups == 0:  # (a package all of whose documents others had is fine)
-            if pinned.get(pkg, {}).get("documents") != 0:
-                raise RuntimeError(
-                    f"{pkg}: no document from {deb.name} ({n_files} texts of at least "
-                    f"{min_chars} characters before cleaning): no file matches its rules "
-                    f"{rules}, or none has enough text")
-            log(f"warning: {pkg}: no document, as in the manifest being rebuilt")
-        row = {"package": pkg, "version": _deb_version(deb), "category": category,
-               "deb": deb.name, "deb_sha256": sha, "deb_bytes": deb.stat().st_size,
-               "rules": [list(r) for r in rules], "extracted_documents": n_files,
-               "documents": kept, "duplicates_dropped": dups, "characters": chars,
-               "text_sha256": text_hash.hexdigest(), "seconds": round(time.time() - t0, 1)}
-        rows.append(row)
-        log(f"{pkg} {row['version']}: {kept} documents, {chars / 1e6:.1f} M characters "
-            f"({row['seconds']} s)")
+            family = family_of(pkg)
+            plan[pkg] = (*FAMILIES[family], family)
+    jobs = [(work, pkg, debs[pkg], pinned[pkg]["deb_sha256"] if pkg in pinned else None,
+             plan[pkg][1], min_chars) for pkg in packages]
+    import multiprocessing as mp
+    processes = processes or os.cpu_count() or 1
+    pool = mp.get_context("fork").Pool(processes) if processes > 1 else None
+    try:
+        results = pool.imap(_package_job, jobs) if pool else map(_package_job, jobs)
+        for pkg, (sha, version, n_files, docs) in zip(packages, results):
+            deb = debs[pkg]
+            category, rules, family = plan[pkg]
+            if docs is None:
+                raise RuntimeError(f"{deb.name}: SHA-256 {sha} differs from the manifest's "
+                                   f"{pinned[pkg]['deb_sha256']}")
+            text_hash, kept, chars, dups = hashlib.sha256(), 0, 0, 0
+            for d in docs:
+                digest = hashlib.sha256(d.encode()).digest()[:16]
+                if digest in seen:
+                    dups += 1
+                    continue
+                seen.add(digest)
+                text_hash.update(digest)
+                k = _key(d, seed)
+                name = "validation" if k % 1_000_000 < val_fraction * 1_000_000 else \
+                    names[(k >> 20) % n_train_shards]
+                bucket[name].write(json.dumps({"text": d}) + "\n")
+                kept += 1
+                chars += len(d)
+            # (a package all of whose documents others had is fine; so is a family's member
+            # without any)
+            if kept == 0 and dups == 0 and family is None:
+                if pinned.get(pkg, {}).get("documents") != 0:
+                    raise RuntimeError(
+                        f"{pkg}: no document from {deb.name} ({n_files} texts of at least "
+                        f"{min_chars} characters before cleaning): no file matches its rules "
+                        f"{rules}, or none has enough text")
+                log(f"warning: {pkg}: no document, as in the manifest being rebuilt")
+            row = {"package": pkg, "version": version, "category": category,
+                   "deb": deb.name, "deb_sha256": sha, "deb_bytes": deb.stat().st_size,
+                   "rules": [list(r) for r in rules], "extracted_documents": n_files,
+                   "documents": kept, "duplicates_dropped": dups, "characters": chars,
+                   "text_sha256": text_hash.hexdigest()}
+            if family is not None:
+                row["family"] = family
+            rows.append(row)
+            if family is None or kept:
+                log(f"{pkg} {version}: {kept} documents, {chars / 1e6:.1f} M characters")
+    finally:
+        if pool:
+            pool.terminate()
     for f in bucket.values():
         f.close()
     shards, totals = [], Counter()

@@ -604,6 +604,129 @@ def test_build_corpus_rebuilds_a_manifest_with_its_packages(monkeypatch, tmp_pat
     corpus.build_corpus(tmp_path, "debian-xl", packages="v2", manifest={"packages": []})
     assert seen == [None, P.PACKAGE_SETS["v2"], P.PACKAGE_SETS["v2"]]
 
+def test_source_comments_and_docstrings():
+    """v3's code kinds: a '//' inside a string (Go, Rust) starts no comment; consecutive line
+    comments make one block, a block comment's leading '*' goes; directives and licence blocks
+    are dropped; Python's docstrings and comment runs come in source order, and a file that
+    does not parse (Python 2) still gives its comments."""
+    go = ("// Copyright 2019 The Go Authors. All rights reserved.\n// Use is governed by a "
+          "BSD-style license.\n\n//go:build linux\n\n// Package foo does things with widgets."
+          "\n// It is the second line.\npackage foo\n\nvar u = \"http://example.com/x\" // note "
+          "on the URL\nvar r = `raw // not a comment`\n/*\n * Block words here.\n */\n"
+          "func f() rune { return '/' }\n")
+    assert X.code_comments(go, "go") == ("Package foo does things with widgets.\nIt is the "
+                                         "second line.\n\nnote on the URL\n\nBlock words here.")
+    rs = ("//! Crate docs in words.\n\n/// Returns the thing.\nfn f<'a>(x: &'a str) -> &'a str "
+          "{ let s = \"a // b\"; let c = '\"'; x }\n")
+    assert X.code_comments(rs, "rust") == "Crate docs in words.\n\nReturns the thing."
+    py = ('#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n# Copyright (c) 2010 Someone\n'
+          '"""Module words."""\nimport os  # noqa\n# First comment line.\n# Second line.\n'
+          'class A:\n    """Class words."""\n    def f(self):\n        """Function words."""\n'
+          '        return 1  # type: int\n')
+    assert X.python_docs(py) == ("Module words.\n\nFirst comment line.\nSecond line.\n\n"
+                                 "Class words.\n\nFunction words.")
+    assert X.python_docs('print "two"\n# a comment in Python 2 code\n') == \
+        "a comment in Python 2 code"
+
+
+def test_package_families_expand_in_order():
+    """A family stands for the archive's names it matches, sorted, where it is listed; a name
+    listed before keeps its place; family_of names the first family that matches."""
+    names = ["libb-perl", "liba-perl", "python3-x", "python3-x-dbg", "perl", "python-y-doc"]
+    fams = list(P.FAMILIES)
+    perl, py3 = r"lib.+-perl", r"python3-.+(?<!-dbg)"
+    assert perl in fams and py3 in fams
+    assert X.expand_families(["libb-perl", perl, py3, "perl"], names) == \
+        ["libb-perl", "liba-perl", "python3-x", "perl"]
+    assert X.family_of("python3-x") == py3 and X.family_of("python3-x-dbg") is None
+    assert X.family_of("python-y-doc") == r"python-.+-doc" and X.family_of("perl") is None
+    v3 = P.PACKAGE_SETS["v3"]
+    assert v3[:len(P.PACKAGE_SETS["v2"])] == P.PACKAGE_SETS["v2"] and set(fams) <= set(v3)
+    assert all(p in P.XL_PACKAGES or p in P.FAMILIES for p in v3)
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("apt-get") is None,
+                    reason="needs dpkg and apt-get (a Debian machine)")
+def test_corpus_builder_takes_package_families(monkeypatch, tmp_path):
+    """A family in the package list expands to the archive's matching names; a member without
+    any document is recorded (family, 0 documents) and is no error, while a named package
+    without one still is; the manifest rebuilds the same shards."""
+    table = _fake_packages(tmp_path)
+    rng = random.Random(3)
+    _fake_deb(tmp_path, "python3-fakea", "1", {"usr/lib/python3/dist-packages/a.py": (
+        f'"""{_prose(rng)}"""\n# {_prose(rng, 20)}\ndef f():\n    """{_prose(rng)}"""\n'
+    ).encode()})
+    _fake_deb(tmp_path, "python3-fakeb", "1", {"usr/lib/python3/dist-packages/b.py": b"x = 1\n"})
+    monkeypatch.setattr(X, "available_packages",
+                        lambda work: ["python3-fakea", "python3-fakeb", "python3-fakeb-dbg"])
+    work = tmp_path / "work"
+    family = r"python3-.+(?<!-dbg)"
+    info = X.build(tmp_path / "a", packages=["fake-html", family], table=table,
+                   n_train_shards=2, workdir=work, log=lambda *a: None, processes=2)
+    rows = {r["package"]: r for r in info["packages"]}
+    assert list(rows) == ["fake-html", "python3-fakea", "python3-fakeb"]
+    assert rows["python3-fakea"]["documents"] == 1 and rows["python3-fakea"]["family"] == family
+    assert rows["python3-fakeb"]["documents"] == 0 and "family" not in rows["fake-html"]
+    manifest = json.loads((tmp_path / "a" / "MANIFEST.json").read_text())
+    again = X.build(tmp_path / "b", table=table, n_train_shards=2, workdir=work,
+                    manifest=manifest, log=lambda *a: None, processes=1)
+    assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
+    empty = dict(table, **{"fake-b": ("comments", P.PYTHON)})
+    _fake_deb(tmp_path, "fake-b", "1", {"usr/lib/python3/dist-packages/b.py": b"x = 1\n"})
+    with pytest.raises(RuntimeError, match="fake-b: no document"):
+        X.build(tmp_path / "c", packages=["fake-b"], table=empty, n_train_shards=2,
+                workdir=work, log=lambda *a: None)
+
+
+def test_fetch_debs_downloads_in_parallel_and_checks_hashes(monkeypatch, tmp_path):
+    """fetch_debs asks apt-get for the URIs (a stand-in apt-get here, file:// URIs), fetches
+    them at once, reuses what is there, names a package apt-get does not know, and keeps no
+    file whose SHA-256 differs from the list's."""
+    import hashlib
+    import sys
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for name in ("pa", "pb", "pbad"):
+        (pool / f"{name}_1.0_all.deb").write_bytes(name.encode() * 100)
+    fake = tmp_path / "bin" / "apt-get"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!{sys.executable}
+import hashlib, sys, pathlib
+args = [a for a in sys.argv[1:] if not a.startswith("-o")]
+if args[0] == "update":
+    sys.exit(0)
+names = [a for a in args[1:] if a != "--print-uris"]
+pool = pathlib.Path({str(pool)!r})
+for n in names:
+    f = pool / f"{{n}}_1.0_all.deb"
+    if not f.exists():
+        print(f"E: Unable to locate package {{n}}", file=sys.stderr)
+        sys.exit(100)
+for n in names:
+    f = pool / f"{{n}}_1.0_all.deb"
+    data = f.read_bytes()
+    sha = hashlib.sha256(b"other" if n == "pbad" else data).hexdigest()
+    print(f"'{{f.as_uri()}}' {{f.name}} {{len(data)}} SHA256:{{sha}}")
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{__import__('os').environ['PATH']}")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "sources.list").write_text("deb http://example.invalid/debian x main\n")
+    got = X.fetch_debs(["pa", "pb"], work, batch=1, connections=2)
+    assert {p: d.name for p, d in got.items()} == {"pa": "pa_1.0_all.deb", "pb": "pb_1.0_all.deb"}
+    assert got["pa"].read_bytes() == b"pa" * 100
+    (pool / "pa_1.0_all.deb").unlink()  # reused: not asked for again
+    assert X.fetch_debs(["pa"], work)["pa"].exists()
+    with pytest.raises(RuntimeError, match="apt-get download nope failed: E: Unable to locate"):
+        X.fetch_debs(["pb", "nope"], work, batch=5)
+    with pytest.raises(RuntimeError, match="SHA-256 differs"):
+        X.fetch_debs(["pbad"], work)
+    assert not list((work / "debs").glob("pbad*")), "a file that failed its check is kept"
+    assert hashlib.sha256(got["pb"].read_bytes()).hexdigest() == \
+        hashlib.sha256(b"pb" * 100).hexdigest()
+
+
 def test_text_cleaners():
     assert X.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"
                       "RFC 1   Title   May 1990\n\n   1. Intro ........ 4\n") == \
