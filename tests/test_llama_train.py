@@ -302,7 +302,8 @@ def _torchrun(args, tmp_path, nproc=2):
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # PYTHONFAULTHANDLER: a rank that aborts prints every thread's Python stack
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     # --tee 3: each rank's lines prefixed with its rank, so a failure shows whose they are
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
            f"--master-port={port}", "--tee", "3", "-m", "ocpmx.cli", "train", *args]
@@ -311,6 +312,8 @@ def _torchrun(args, tmp_path, nproc=2):
     # keep every rank-prefixed stderr line, the last 40)
     ranks = [ln for ln in done.stderr.splitlines() if ln.startswith("[default")]
     assert done.returncode == 0, "\n".join(ranks[-40:]) + "\n...\n" + done.stderr[-2000:]
+    # rank 0's summary, printed before the rank ends without the interpreter's teardown
+    assert "[default0]:steps " in done.stdout, done.stdout[-2000:]
 
 
 @pytest.mark.parametrize("fmt", ["full", "sharded"])
