@@ -431,20 +431,31 @@ def _file_version(deb: Path) -> str:
     return unquote(deb.name.split("_")[1])
 
 
-def _download(uri: str, dest: Path, size: int, sha256: str) -> None:
+def _download(uri: str, dest: Path, size: int, sha256: str, tries: int = 4) -> None:
     """``uri`` into ``dest`` (a temporary name, then a rename), checked against the size and
-    SHA-256 the archive's signed package lists give (what apt-get itself checks)."""
+    SHA-256 the archive's signed package lists give (what apt-get itself checks); a failed or
+    differing transfer is tried again (``tries`` in all, 1, 2, 4 s apart)."""
     import urllib.request
     tmp = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
-    with urllib.request.urlopen(uri, timeout=120) as r, open(tmp, "wb") as f:
-        for block in iter(lambda: r.read(1 << 20), b""):
-            h.update(block)
-            f.write(block)
-    if tmp.stat().st_size != size or h.hexdigest() != sha256:
-        tmp.unlink()
-        raise RuntimeError(f"{uri}: size or SHA-256 differs from the package lists'")
-    os.replace(tmp, dest)
+    for attempt in range(tries):
+        problem = None
+        try:
+            h = hashlib.sha256()
+            with urllib.request.urlopen(uri, timeout=120) as r, open(tmp, "wb") as f:
+                for block in iter(lambda: r.read(1 << 20), b""):
+                    h.update(block)
+                    f.write(block)
+            if tmp.stat().st_size != size or h.hexdigest() != sha256:
+                problem = "size or SHA-256 differs from the package lists'"
+        except OSError as e:  # URLError, timeouts, resets
+            problem = f"{type(e).__name__}: {e}"
+        if problem is None:
+            os.replace(tmp, dest)
+            return
+        tmp.unlink(missing_ok=True)
+        if attempt < tries - 1:
+            time.sleep(2 ** attempt)
+    raise RuntimeError(f"{uri}: {problem} ({tries} tries)")
 
 
 def fetch_debs(packages, work: Path, pins: dict[str, str] | None = None,
