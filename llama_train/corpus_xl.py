@@ -55,7 +55,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from .corpus import CHUNK, _read, chunks, html_text
-from .corpus_xl_packages import COMPONENTS, FAMILIES, XL_PACKAGES
+from .corpus_xl_packages import COMPONENTS, FAMILIES, FAMILY_EXCLUDED, XL_PACKAGES
 from .data import write_shard
 
 
@@ -401,11 +401,12 @@ def available_packages(work: Path) -> list[str]:
 
 def expand_families(entries, names) -> list[str]:
     """``entries`` with each family (a key of ``FAMILIES``) replaced by the names in ``names``
-    that it matches, sorted; a name already listed (by itself or by an earlier family) stays
-    where it was first listed."""
+    that it matches, sorted, less ``FAMILY_EXCLUDED``; a name already listed (by itself or by
+    an earlier family) stays where it was first listed."""
     out, seen = [], set()
     for e in entries:
-        members = sorted(n for n in names if re.fullmatch(e, n)) if e in FAMILIES else [e]
+        members = sorted(n for n in names if re.fullmatch(e, n) and n not in FAMILY_EXCLUDED) \
+            if e in FAMILIES else [e]
         for m in members:
             if m not in seen:
                 seen.add(m)
