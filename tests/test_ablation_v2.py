@@ -15,6 +15,7 @@ import torch
 
 from ocpmx import cli
 from ocpmx.llama_train import ablation as A
+from ocpmx.llama_train import corpus_extract as E
 from ocpmx.llama_train import corpus_xl as X
 from ocpmx.llama_train import corpus_xl_packages as P
 from ocpmx.llama_train import mechanism as M
@@ -614,19 +615,29 @@ def test_source_comments_and_docstrings():
           "\n// It is the second line.\npackage foo\n\nvar u = \"http://example.com/x\" // note "
           "on the URL\nvar r = `raw // not a comment`\n/*\n * Block words here.\n */\n"
           "func f() rune { return '/' }\n")
-    assert X.code_comments(go, "go") == ("Package foo does things with widgets.\nIt is the "
+    assert E.code_comments(go, "go") == ("Package foo does things with widgets.\nIt is the "
                                          "second line.\n\nnote on the URL\n\nBlock words here.")
     rs = ("//! Crate docs in words.\n\n/// Returns the thing.\nfn f<'a>(x: &'a str) -> &'a str "
           "{ let s = \"a // b\"; let c = '\"'; x }\n")
-    assert X.code_comments(rs, "rust") == "Crate docs in words.\n\nReturns the thing."
+    assert E.code_comments(rs, "rust") == "Crate docs in words.\n\nReturns the thing."
     py = ('#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n# Copyright (c) 2010 Someone\n'
           '"""Module words."""\nimport os  # noqa\n# First comment line.\n# Second line.\n'
           'class A:\n    """Class words."""\n    def f(self):\n        """Function words."""\n'
           '        return 1  # type: int\n')
-    assert X.python_docs(py) == ("Module words.\n\nFirst comment line.\nSecond line.\n\n"
+    assert E.python_docs(py) == ("Module words.\n\nFirst comment line.\nSecond line.\n\n"
                                  "Class words.\n\nFunction words.")
-    assert X.python_docs('print "two"\n# a comment in Python 2 code\n') == \
+    assert E.python_docs('print "two"\n# a comment in Python 2 code\n') == \
         "a comment in Python 2 code"
+    # only an encoding line (1-2) is a directive: a comment about decoding is text
+    assert E.python_docs("# -*- coding: latin-1 -*-\n# Decoding the header comes first.\n") == \
+        "Decoding the header comes first."
+    # Rust raw strings: one ending in a backslash or holding '"' flips nothing
+    rs = ('let p = r"C:\\";\n// Real comment here, words.\nlet u = "http://example.com/x";\n'
+          'let q = r#"a " quote"#;\n/// Parses the thing.\nlet v = "see https://docs.rs/x";\n')
+    assert E.code_comments(rs, "rust") == "Real comment here, words.\n\nParses the thing."
+    # a block comment left open runs to the end of the file, in linear time
+    open_block = "var a = 1\n/* " + "words and more words " * 20000
+    assert E.code_comments(open_block, "go").startswith("words and more words")
 
 
 def test_package_families_expand_in_order():
@@ -669,8 +680,16 @@ def test_corpus_builder_takes_package_families(monkeypatch, tmp_path):
     assert rows["python3-fakea"]["documents"] == 1 and rows["python3-fakea"]["family"] == family
     assert rows["python3-fakeb"]["documents"] == 0 and "family" not in rows["fake-html"]
     manifest = json.loads((tmp_path / "a" / "MANIFEST.json").read_text())
-    again = X.build(tmp_path / "b", table=table, n_train_shards=2, workdir=work,
-                    manifest=manifest, log=lambda *a: None, processes=1)
+    # rebuilt in one process from a fresh work directory (the .debs alone: every package
+    # extracted again), with the family named again: its members are the manifest's, not
+    # what the archive lists today
+    fresh = tmp_path / "fresh"
+    shutil.copytree(work / "debs", fresh / "debs")
+    monkeypatch.setattr(X, "available_packages", None)
+    again = X.build(tmp_path / "b", packages=["fake-html", family, "fake-html"], table=table,
+                    n_train_shards=2, workdir=fresh, manifest=manifest, log=lambda *a: None,
+                    processes=1)
+    assert [r["package"] for r in again["packages"]] == list(rows)
     assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in info["shards"]]
     empty = dict(table, **{"fake-b": ("comments", P.PYTHON)})
     _fake_deb(tmp_path, "fake-b", "1", {"usr/lib/python3/dist-packages/b.py": b"x = 1\n"})
@@ -698,14 +717,21 @@ if args[0] == "update":
     sys.exit(0)
 names = [a for a in args[1:] if a != "--print-uris"]
 pool = pathlib.Path({str(pool)!r})
+def deb(n):
+    name, _, version = n.partition("=")
+    return pool / f"{{name}}_{{version.replace(':', '%3a') or '1.0'}}_all.deb"
 for n in names:
-    f = pool / f"{{n}}_1.0_all.deb"
-    if not f.exists():
+    if not deb(n).exists():
         print(f"E: Unable to locate package {{n}}", file=sys.stderr)
         sys.exit(100)
 for n in names:
-    f = pool / f"{{n}}_1.0_all.deb"
+    f = deb(n)
     data = f.read_bytes()
+    if n == "psilent":
+        continue
+    if n == "p512":
+        print(f"'{{f.as_uri()}}' {{f.name}} {{len(data)}} SHA512:{{hashlib.sha512(data).hexdigest()}}")
+        continue
     sha = hashlib.sha256(b"other" if n == "pbad" else data).hexdigest()
     print(f"'{{f.as_uri()}}' {{f.name}} {{len(data)}} SHA256:{{sha}}")
 """)
@@ -720,9 +746,20 @@ for n in names:
     assert got["pa"].read_bytes() == b"pa" * 100
     (pool / "pa_1.0_all.deb").unlink()  # reused: not asked for again
     assert X.fetch_debs(["pa"], work)["pa"].exists()
+    # a pinned version with an epoch: the file name carries it as %3a
+    (pool / "pe_1%3a2.0_all.deb").write_bytes(b"pe" * 50)
+    assert X.fetch_debs(["pe"], work, pins={"pe": "1:2.0"})["pe"].name == "pe_1%3a2.0_all.deb"
+    (pool / "pe_1%3a2.0_all.deb").unlink()
+    assert X.fetch_debs(["pe"], work, pins={"pe": "1:2.0"})["pe"].exists()  # reused
+    # apt names SHA512 where the lists carry it; a package without a URI line is an error
+    (pool / "p512_1.0_all.deb").write_bytes(b"p5" * 50)
+    assert X.fetch_debs(["p512"], work)["p512"].read_bytes() == b"p5" * 50
+    (pool / "psilent_1.0_all.deb").write_bytes(b"ps" * 50)
+    with pytest.raises(RuntimeError, match="gave 0 URIs for 1 packages"):
+        X.fetch_debs(["psilent"], work)
     with pytest.raises(RuntimeError, match="apt-get download nope failed: E: Unable to locate"):
         X.fetch_debs(["pb", "nope"], work, batch=5)
-    with pytest.raises(RuntimeError, match="SHA-256 differs.*4 tries"):
+    with pytest.raises(RuntimeError, match="SHA256 differs.*4 tries"):
         X.fetch_debs(["pbad"], work)
     assert not list((work / "debs").glob("pbad*")), "a file that failed its check is kept"
     assert hashlib.sha256(got["pb"].read_bytes()).hexdigest() == \
@@ -730,16 +767,16 @@ for n in names:
 
 
 def test_text_cleaners():
-    assert X.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"
+    assert E.rfc_text("   Hello world\n\nAuth   Informational   [Page 1]\n\f\n"
                       "RFC 1   Title   May 1990\n\n   1. Intro ........ 4\n") == \
         "Hello world\n\n1. Intro 4"
-    assert X.man_text('.TH X 1\n.SH NAME\nx \\- y\n.B "bold"\n.\\" c\n') == \
+    assert E.man_text('.TH X 1\n.SH NAME\nx \\- y\n.B "bold"\n.\\" c\n') == \
         "X 1\n\nNAME\nx - y\nbold"
-    assert X.c_comments("/* a\n * b long */ int x; // trailing note\n") == \
+    assert E.c_comments("/* a\n * b long */ int x; // trailing note\n") == \
         "a\nb long\n\ntrailing note"
-    assert X.mostly_words("plain words here") and not X.mostly_words("0x1f 0x2e 0x3d ====")
+    assert E.mostly_words("plain words here") and not E.mostly_words("0x1f 0x2e 0x3d ====")
     docs = [f"doc {i} unique words\nThis line recurs everywhere in the package" for i in range(30)]
-    assert X.drop_boilerplate(docs)[0] == "doc 0 unique words"
+    assert E.drop_boilerplate(docs)[0] == "doc 0 unique words"
     assert "sources" not in X.apt_sources().split()[0] and " non-free" in X.apt_sources()
 
 
