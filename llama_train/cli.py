@@ -72,8 +72,9 @@ def add_parsers(sub) -> None:
                         "tokens) or v3 (v2 and some 13,000 more packages: results/ablation_v2/"
                         "CORPUS.md) (default: default)")
     d.add_argument("--manifest", default=None,
-                   help="debian-xl: a previous build's MANIFEST.json; the same package versions "
-                        "are downloaded and their .deb SHA-256 checked (default: none)")
+                   help="debian-xl: a previous build's MANIFEST.json (or .json.gz); the same "
+                        "package versions are downloaded and their .deb SHA-256 checked "
+                        "(default: none)")
     d.add_argument("--workdir", default=None,
                    help="debian-xl: where downloads are kept (reused by a later build; "
                         "default: a temporary directory)")
@@ -233,7 +234,8 @@ def cmd_data(args) -> int:
             kw["val_fraction"] = args.val_fraction
         if args.source == "debian-xl":
             if args.manifest:
-                kw["manifest"] = json.loads(Path(args.manifest).read_text())
+                from .corpus_xl import read_manifest
+                kw["manifest"] = read_manifest(args.manifest)
             kw["workdir"] = args.workdir
         elif args.manifest or args.workdir:
             print("--manifest and --workdir apply to --source debian-xl only", file=sys.stderr)

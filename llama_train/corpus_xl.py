@@ -1,20 +1,26 @@
-"""The ablation's v2 corpus (``ocpmx data build-corpus --source debian-xl``): enough unique,
-mostly natural-language text that a run of several hundred million tokens never sees a token
-twice, built offline and reproducibly from packages that Debian's archive serves by name.
+"""The debian-xl corpora (``ocpmx data build-corpus --source debian-xl --packages v2|v3``):
+enough unique, mostly natural-language text that a run of several hundred million tokens never
+sees a token twice, built offline and reproducibly from packages that Debian's archive serves by
+name. v2 is the ablation's corpus (344.5 M tokens); v3 adds some 13,000 packages (issue 16's
+>= 600 M tokens; results/ablation_v2/CORPUS.md).
 
-What goes in (``XL_PACKAGES`` in ``corpus_xl_packages``, one table: package -> (category,
-[(file glob, kind)]); a module of its own so that the extraction cache, keyed by this module's
-code, survives a change of the table):
+What goes in (``corpus_xl_packages``: ``XL_PACKAGES``, one table: package -> (category,
+[(file glob, kind)]), and ``FAMILIES``, the same for every package whose name matches a
+regular expression; the text extraction itself is ``corpus_extract``, whose code alone keys
+the extraction cache):
 * ``rfc``: the IETF RFCs (``doc-rfc-*``, Debian's non-free component), their plain-text
   editions with the page headers, footers and dot leaders removed;
 * ``manual``: TeX Live's package manuals (the PDFs, through ``pdftotext``), HTML manuals of
   large projects (Erlang/OTP, the JDK, pandas, SciPy, statsmodels, scikit-learn, SageMath,
   Django, Rust, Racket, Qt, ...), GNU info manuals (GCC, GDB, glibc, gawk, make, Bison, Emacs),
   man pages, the Debian Administrator's Handbook, the v1 set (Linux and Python docs, Perl, git,
-  PostgreSQL);
+  PostgreSQL); v3: more manuals and API references, every Perl module's man pages, every
+  Python package's Sphinx manual;
 * ``dictionary``: GCIDE, WordNet, the Jargon File, FOLDOC, the Devil's Dictionary;
 * ``comments``: the comments of the Linux kernel's and GCC's C sources (natural language about
-  code; a minority of the corpus, listed separately in the manifest).
+  code; a minority of the corpus, listed separately in the manifest); v3: glibc's, binutils'
+  and GDB's, Go's and Rust's own sources and every Go and Rust package's, and the docstrings
+  and comments of every Python package (licence blocks dropped).
 
 Every document is cleaned (whitespace, boilerplate lines that recur across a package's
 documents), filtered (at least ``min_chars`` characters, mostly letters), de-duplicated across
@@ -23,11 +29,11 @@ validation split (``val_fraction``) or to one of ``n_train_shards`` training sha
 within its shard. Training shards are thus uniform random samples of the corpus: any subset of
 them is one too, and validation is drawn across the whole corpus.
 
-``MANIFEST.json`` (written to OUT, committed as results/ablation_v2/corpus_manifest.json) lists
-every package with its version, the SHA-256 of its .deb, its documents, characters and the
-SHA-256 of its extracted text, the tools' versions and the shards' SHA-256. Given a manifest,
-``build(..., manifest=...)`` downloads exactly those versions (``apt-get download name=version``)
-and fails if a .deb's hash differs.
+``MANIFEST.json`` (written to OUT; v2's committed as results/ablation_v2/corpus_manifest.json,
+v3's as corpus_v3_manifest.json.gz) lists every package with its version, the SHA-256 of its
+.deb, its documents, characters and the SHA-256 of its extracted text (and its family, if
+any), the tools' versions and the shards' SHA-256. Given a manifest, ``build(...,
+manifest=...)`` downloads exactly those versions and fails if a .deb's hash differs.
 
 Needs apt-get and dpkg (a Debian or Ubuntu machine; nothing is installed, packages are unpacked
 with ``dpkg -x``) and ``pdftotext`` (``apt-get install poppler-utils``) for the PDF manuals.
@@ -321,6 +327,14 @@ def _package_job(args):
     if want is not None and sha != want:
         return sha, None, None
     return sha, _deb_version(deb), _extracted(work, pkg, deb, sha, rules, min_chars, processes=1)
+
+
+def read_manifest(path) -> dict:
+    """A build's MANIFEST.json, plain or gzipped (``.gz``: v3's, with ~13,000 packages)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _key(text: str, seed: int) -> int:

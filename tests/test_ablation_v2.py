@@ -680,6 +680,9 @@ def test_corpus_builder_takes_package_families(monkeypatch, tmp_path):
     assert rows["python3-fakea"]["documents"] == 1 and rows["python3-fakea"]["family"] == family
     assert rows["python3-fakeb"]["documents"] == 0 and "family" not in rows["fake-html"]
     manifest = json.loads((tmp_path / "a" / "MANIFEST.json").read_text())
+    packed = tmp_path / "m.json.gz"
+    packed.write_bytes(gzip.compress((tmp_path / "a" / "MANIFEST.json").read_bytes()))
+    assert X.read_manifest(packed) == manifest == X.read_manifest(tmp_path / "a" / "MANIFEST.json")
     # rebuilt in one process from a fresh work directory (the .debs alone: every package
     # extracted again), with the family named again: its members are the manifest's, not
     # what the archive lists today
