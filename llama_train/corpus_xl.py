@@ -348,8 +348,10 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     """Build the corpus in ``out_dir`` (C4 layout: c4-train.NNNNN-of-NNNNN.json.gz,
     c4-validation.00000-of-00001.json.gz, MANIFEST.json, CORPUS.json); returns the manifest.
 
-    ``packages``: names from ``table`` (default ``XL_PACKAGES``), all by default; ``manifest``:
-    a previous build's manifest, rebuilt as it was: its packages in its order (by default; a
+    ``packages``: names from ``table`` (default ``XL_PACKAGES``) and families (keys of
+    ``FAMILIES``: each stands for the archive's packages it matches, ``expand_families``; a
+    family's member may give no document); by default the manifest's packages, else the v2
+    set (``table`` the default) or all of ``table``. ``manifest``: a previous build's manifest, rebuilt as it was: its packages in its order (by default; a
     name it lacks is an error), its versions (the .deb hashes must match), its categories and
     extraction rules (not the table's later ones), and its seed, split and minimum length (an
     argument that differs is an error). A package that gives no document (no file matches its
@@ -357,9 +359,7 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     error, except in a rebuild of a manifest that records it so (then a warning).
     ``workdir`` keeps the downloads and each package's extracted documents (both reused by a
     later build: an interrupted build resumes where it stopped) and the temporary buckets.
-    ``packages`` may name families (keys of ``FAMILIES``): each stands for the archive's packages
-    it matches (``expand_families``); a family's member may give no document. ``processes``
-    packages are extracted at once (default: one per CPU); documents are assigned in package
+    ``processes`` packages are extracted at once (default: one per CPU); documents are assigned in package
     order, so the shards do not depend on it."""
     t_start = time.time()
     table = table or XL_PACKAGES
