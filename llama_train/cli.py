@@ -64,8 +64,9 @@ def add_parsers(sub) -> None:
     d.add_argument("--source", default="stdlib", choices=["stdlib", "debian", "debian-xl"],
                    help="stdlib: Python's docstrings (any machine); debian: Debian documentation "
                         "packages via apt-get download (linux-doc, python3.11-doc); debian-xl: "
-                        "the ablation v2 corpus (RFCs, manuals, dictionaries; llama_train/"
-                        "corpus_xl.py), with MANIFEST.json (default: stdlib)")
+                        "the ablation's corpora, v2 or v3 (RFCs, manuals, dictionaries, source "
+                        "comments; llama_train/corpus_xl.py), with MANIFEST.json (default: "
+                        "stdlib)")
     d.add_argument("--packages", default="default", choices=["default", "large", "v2", "v3"],
                    help="Debian package set: default (34 M characters) or large (93 M, for "
                         "the v1 ablation); debian-xl: v2 (its default; the ablation's 344.5 M "

@@ -124,6 +124,12 @@ def info_documents(text: str, size: int = CHUNK) -> list[str]:
 
 _C_COMMENT = re.compile(r"/\*(.*?)\*/|//([^\n]*)", re.DOTALL)
 _C_SOURCES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hh", ".def")
+_MAX_SOURCE = 4_000_000  # bytes: larger source files are generated tables, not prose
+
+
+def _unstarred(body: str) -> str:
+    """A comment's lines without the '*' that starts each line of a block comment."""
+    return "\n".join(re.sub(r"^\s*\*+ ?", "", l).rstrip() for l in body.split("\n")).strip()
 
 
 def c_comments(source: str) -> str:
@@ -132,8 +138,7 @@ def c_comments(source: str) -> str:
     blocks = []
     for m in _C_COMMENT.finditer(source):
         body = m.group(1) if m.group(1) is not None else m.group(2)
-        lines = [re.sub(r"^\s*\*+ ?", "", l).rstrip() for l in body.split("\n")]
-        block = "\n".join(lines).strip()
+        block = _unstarred(body)
         if block and re.search(r"[A-Za-z]{3}", block):
             blocks.append(block)
     return normalize("\n\n".join(blocks))
@@ -144,7 +149,7 @@ def tar_comment_documents(path: Path, min_chars: int) -> list[str]:
     docs = []
     with tarfile.open(path, "r:*") as tar:
         for m in tar:
-            if not (m.isfile() and m.name.endswith(_C_SOURCES)) or m.size > 4_000_000:
+            if not (m.isfile() and m.name.endswith(_C_SOURCES)) or m.size > _MAX_SOURCE:
                 continue
             f = tar.extractfile(m)
             text = c_comments(f.read().decode("utf-8", "replace"))
@@ -170,9 +175,6 @@ _CODE = {lang: re.compile(strings + r"|(?P<block>/\*.*?(?:\*/|\Z))|(?P<line>//[^
                       r'\'(?:\\[^\'\n]{1,10}|[^\'\\\n])\''))}
 _DIRECTIVE = re.compile(r"(go:|\+build|nolint|#\[|-\*-|vim?:|type:|noqa|pragma|pylint|!)")
 _ENCODING = re.compile(r"coding[:=]")  # PEP 263, on line 1 or 2
-_MAX_SOURCE = 4_000_000  # bytes: larger source files are generated tables, not prose
-
-
 def _comment_text(blocks) -> str:
     kept = [b for b in blocks if re.search(r"[A-Za-z]{3}", b) and not _LICENSE.search(b)]
     return normalize("\n\n".join(kept))
@@ -197,9 +199,7 @@ def code_comments(source: str, lang: str) -> str:
             if run:
                 blocks.append("\n".join(run))
                 run = []
-            body = m.group("block")[2:].removesuffix("*/").lstrip("*!")
-            lines = [re.sub(r"^\s*\*+ ?", "", l).rstrip() for l in body.split("\n")]
-            blocks.append("\n".join(lines).strip())
+            blocks.append(_unstarred(m.group("block")[2:].removesuffix("*/").lstrip("*!")))
     if run:
         blocks.append("\n".join(run))
     return _comment_text(blocks)

@@ -40,6 +40,7 @@ with ``dpkg -x``) and ``pdftotext`` (``apt-get install poppler-utils``) for the 
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -219,12 +220,15 @@ def fetch_debs(packages, work: Path, pins: dict[str, str] | None = None,
     def wanted(p, have):
         return [d for d in have.get(p, []) if p not in pins or _file_version(d) == pins[p]]
 
+    def spec(p):  # what apt-get is asked for
+        return f"{p}={pins[p]}" if p in pins else p
+
     have = _debs_by_name(debs)
     missing = [p for p in packages if not wanted(p, have)]
     if missing:
         apt = _apt(work)
         subprocess.run(apt + ["update"], check=True, capture_output=True)
-        names = [f"{p}={pins[p]}" if p in pins else p for p in missing]
+        names = [spec(p) for p in missing]
         found = []
         for i in range(0, len(names), batch):
             part = names[i:i + batch]
@@ -240,7 +244,7 @@ def fetch_debs(packages, work: Path, pins: dict[str, str] | None = None,
             list(pool.map(lambda m: _download(m.group(1), debs / m.group(2), int(m.group(3)),
                                               m.group(4), m.group(5)), direct))
         for i in range(0, len(by_apt), batch):
-            part = [f"{p}={pins[p]}" if p in pins else p for p in by_apt[i:i + batch]]
+            part = [spec(p) for p in by_apt[i:i + batch]]
             subprocess.run(apt + ["download", *part], cwd=debs, check=True, capture_output=True)
         have = _debs_by_name(debs)
     out = {}
@@ -267,9 +271,10 @@ def _sha256_file(path: Path) -> str:
 
 # ---- the build --------------------------------------------------------------------------------
 
+@functools.cache
 def _extractor_hash() -> str:
-    """SHA-256 of the extraction code (corpus_extract.py and corpus.py): a cached package's
-    documents are reused only by the code that made them."""
+    """SHA-256 of the extraction code (corpus_extract.py and corpus.py), read once a process:
+    a cached package's documents are reused only by the code that made them."""
     h = hashlib.sha256()
     here = Path(__file__)
     for f in (here.with_name("corpus_extract.py"), here.with_name("corpus.py")):
@@ -351,16 +356,17 @@ def build(out_dir, packages=None, table=None, n_train_shards: int = 32,
     ``packages``: names from ``table`` (default ``XL_PACKAGES``) and families (keys of
     ``FAMILIES``: each stands for the archive's packages it matches, ``expand_families``; a
     family's member may give no document); by default the manifest's packages, else the v2
-    set (``table`` the default) or all of ``table``. ``manifest``: a previous build's manifest, rebuilt as it was: its packages in its order (by default; a
-    name it lacks is an error), its versions (the .deb hashes must match), its categories and
+    set (``table`` the default) or all of ``table``. ``manifest``: a previous build's
+    manifest, rebuilt as it was: its packages in its order (by default; a name it lacks is an
+    error), its versions (the .deb hashes must match), its categories and
     extraction rules (not the table's later ones), and its seed, split and minimum length (an
     argument that differs is an error). A package that gives no document (no file matches its
     rules, or none has enough text: a glob is wrong, or the package's layout changed) is an
     error, except in a rebuild of a manifest that records it so (then a warning).
     ``workdir`` keeps the downloads and each package's extracted documents (both reused by a
     later build: an interrupted build resumes where it stopped) and the temporary buckets.
-    ``processes`` packages are extracted at once (default: one per CPU); documents are assigned in package
-    order, so the shards do not depend on it."""
+    ``processes`` packages are extracted at once (default: one per CPU); documents are
+    assigned in package order, so the shards do not depend on it."""
     t_start = time.time()
     table = table or XL_PACKAGES
     # the manifest's row of each package it pins (every package of a rebuild)

@@ -1,14 +1,15 @@
 """The packages of the debian-xl corpora (``corpus_xl``) and how each one's text is found: one
 table, package -> (category, [(file glob, kind)]), plus ``FAMILIES``, the same for every package
-of Debian 12 whose name matches a regular expression; kinds: ``corpus_xl.file_documents``. Kept
-apart from the extraction code, whose hash keys the extraction cache: editing this table
+of Debian 12 whose name matches a regular expression; kinds: ``corpus_extract.file_documents``.
+Kept apart from the extraction code, whose hash keys the extraction cache: editing this table
 re-extracts only the packages whose rules changed (the cache is keyed by each package's rules
 too).
 
 Package sets: ``v2`` (the ablation's corpus, 344.5 M tokens) and ``v3`` (v2, the further manuals
-and source comments measured in results/ablation_v2/CORPUS.md, five API references, and five
-families: Perl modules' man pages, Python packages' docstrings and comments, Sphinx manuals of
-Python packages, Go and Rust packages' comments; issue 16's >= 600 M tokens)."""
+and source comments measured in results/ablation_v2/CORPUS.md, five API references, and six
+families: Qt 5's HTML manuals, Perl modules' man pages, Python packages' docstrings and
+comments, Sphinx manuals of Python packages, Go and Rust packages' comments; issue 16's
+>= 600 M tokens)."""
 from __future__ import annotations
 
 HTML = [("**/*.html", "html"), ("**/*.htm", "html"), ("**/*.html.gz", "html")]
