@@ -338,8 +338,14 @@ def read_manifest(path) -> dict:
     """A build's MANIFEST.json, plain or gzipped (``.gz``: v3's, with ~13,000 packages)."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (ValueError, EOFError, gzip.BadGzipFile) as e:  # JSON, UTF-8, gzip errors
+        raise ValueError(f"{path}: not a corpus manifest ({e})") from e
+    if not isinstance(manifest, dict) or "packages" not in manifest:
+        raise ValueError(f"{path}: not a corpus manifest (no 'packages')")
+    return manifest
 
 
 def _key(text: str, seed: int) -> int:

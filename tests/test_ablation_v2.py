@@ -683,6 +683,11 @@ def test_corpus_builder_takes_package_families(monkeypatch, tmp_path):
     packed = tmp_path / "m.json.gz"
     packed.write_bytes(gzip.compress((tmp_path / "a" / "MANIFEST.json").read_bytes()))
     assert X.read_manifest(packed) == manifest == X.read_manifest(tmp_path / "a" / "MANIFEST.json")
+    (tmp_path / "bad.json.gz").write_bytes(gzip.compress(b"not json"))
+    (tmp_path / "other.json").write_text("[1, 2]")
+    for bad in ("bad.json.gz", "other.json"):
+        with pytest.raises(ValueError, match=f"{bad}: not a corpus manifest"):
+            X.read_manifest(tmp_path / bad)
     # rebuilt in one process from a fresh work directory (the .debs alone: every package
     # extracted again), with the family named again: its members are the manifest's, not
     # what the archive lists today
