@@ -43,6 +43,11 @@ def main(root):
              "| busy / step | host ops ms (profiled step) | × bf16 same mode |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if not r["timed_steps"]:  # a run that stopped (or failed) before step 10: no time
+            lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
+                         f"{r['gemm_method_run'] or '—'} | no timed step (see the run's log) |"
+                         + " — |" * 6)
+            continue
         base = by.get((r["preset"], r["mode"], "bf16"))
         rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         busy = r["gpu_busy_ms"]

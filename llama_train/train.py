@@ -294,6 +294,12 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
     val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences,
                          cfg.eval.eval_sampling)
     method_run = gemm_method_run(model, device)
+    if method_run in FOLD_METHODS:
+        # the running count of rounded fold elements, from 0 for this run; created here, before
+        # any compiled step: made lazily inside a CUDA graph's warm-up it would be a tensor of
+        # the graph's memory pool that no graph output tracks (torch.compile's reduce-overhead
+        # refuses to record)
+        fold.reset_inexact_total(device)
     if dist.main:
         facts = {"model": asdict(mcfg), "world": dist.world,  # config.RUN_FACTS
                  "gemm_method_run": method_run}

@@ -90,7 +90,9 @@ def inexact_total(device) -> torch.Tensor:
     rounded since the process started or ``reset_inexact_total``: what a training run logs so
     that a rounded fold is never silent (reading it waits for the device). The custom op
     ``ocpmx::quantize_folded`` adds to it without declaring the mutation (the total is no
-    argument of the op): read it outside a compiled region, not inside one."""
+    argument of the op): read it outside a compiled region, not inside one. Under CUDA graphs
+    (``torch.compile(mode="reduce-overhead")``) call this once before the first compiled call,
+    so that the total lives outside the graphs' memory pool (``llama_train`` does)."""
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
