@@ -410,8 +410,9 @@ def test_reduce_overhead_trains_like_default_compile(corpus, tmp_path, recipe, m
     from torch._dynamo.utils import counters
     kw = dict(max_steps=4, recipe=recipe, grad_accum=2, backend="triton", device="cuda",
               compile=True, eval_every=4, save_every=0, gemm_method=method,
-              # cuBLAS's blockwise FP8 GEMM takes K in multiples of 128: not tiny's 64
-              preset="30m" if method == "fp8_cublas" else "tiny")
+              # cuBLAS's blockwise FP8 GEMM takes K in multiples of 128: not tiny's 64 nor 64
+              # tokens a micro-batch (Wgrad's K)
+              **(dict(preset="30m", batch_size=4) if method == "fp8_cublas" else {}))
     with inductor_config.patch(deterministic=True):
         torch._dynamo.reset()
         counters.clear()
