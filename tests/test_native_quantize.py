@@ -649,6 +649,22 @@ def test_serial_applies_to_several_blocks_without_a_fold():
     assert not c["SERIAL"] and kb == 2 and c["FOLD_GROUP"] == 2
 
 
+def test_column_fold_uses_the_gpu_conversion_only_with_one_column_per_thread():
+    """The column kernel's fold encodes E4M3 with the GPU's conversion (``HW_CVT``, where the
+    fold asks for it) only in tiles of vec = 1: on an H100 under Triton 3.6 that conversion
+    gave wrong codes in vec = 2 tiles (results/native_gpu/column_fold_cvt_h100.txt), which
+    ``encode`` gets right; the rest of the fold's key is unchanged."""
+    from ocpmx.native import launch, ops
+    n = ops.numerics("e2m1", "floor", "rne", None)
+    e = torch.zeros(1, dtype=torch.int32)
+    for hw in (True, False):
+        fold = launch.FoldOutput(2, e, e, e, e, 64, 6, hw)
+        for vec, want in ((1, hw), (2, False), (4, False)):
+            c = launch.cols32_constexprs(n, torch.bfloat16, 256, 64, 256 * 64,
+                                         native.ColumnTile(64, 1, 2, vec=vec), False, fold)[0]
+            assert (c["HW_CVT"], c["FOLD_GROUP"], c["D_MAX"], c["POW2"]) == (want, 2, 6, True)
+
+
 @pytest.mark.parametrize("device", devices())
 def test_split_column_tile_runs_unsplit_where_it_cannot(device):
     """A split tile splits only bf16 with an even number of columns (``SPLIT`` in the launch),
