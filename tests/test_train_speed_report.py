@@ -56,3 +56,20 @@ def test_table_medians_ratios_and_host_time(tmp_path, report):
     assert mx.endswith(f"| — | {(800.0 + median) / (1000.0 + median):.2f} |")
     eager = next(line for line in lines if "mxfp4_wgrad | eager" in line)
     assert eager.endswith("| — | — | — | nan |")  # no bf16 eager run, no breakdown
+
+
+def test_a_run_without_timed_steps_is_a_row_that_says_so(tmp_path, report):
+    """A run that stopped before step 10 (a failed compile, say) leaves a metrics file with no
+    timed step: its row says so, with as many columns as the others, and the table of the
+    other runs is still written."""
+    _run(tmp_path, "30m-bf16-graphs", "bf16", "reduce-overhead", 1000.0, None)
+    d = tmp_path / "30m-mx-graphs"
+    _run(tmp_path, d.name, "mxfp4_all", "reduce-overhead", 800.0, None)
+    (d / "metrics.jsonl").write_text("")  # nothing logged
+    report.main(tmp_path)
+    rows = {r["run"]: r for r in json.loads((tmp_path / "train_speed.json").read_text())}
+    assert rows["30m-mx-graphs"]["timed_steps"] == 0 and rows["30m-mx-graphs"]["step_ms"] is None
+    lines = (tmp_path / "train_speed.md").read_text().splitlines()
+    failed = next(line for line in lines if "mxfp4_all" in line)
+    assert "no timed step" in failed and failed.count("|") == lines[0].count("|")
+    assert any("| bf16 | graphs |" in line and line.endswith("| 1.00 |") for line in lines)
