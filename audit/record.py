@@ -312,6 +312,15 @@ def _fold_calls(fmts, groups):
     return out
 
 
+def _both_axes_calls(fmts, dtypes, rules=("even",), shape=(64, 256)):
+    """Quantize-dequantize along both axes in one pass (``kernels.both_axes``)."""
+    from .. import native
+    return [(f"quantize_dequantize_both_axes({fmt} {rule} {_dt(dt)} {shape})",
+             lambda x=_x(shape, dt), fmt=fmt, rule=rule:
+             native.quantize_dequantize_both_axes(x, fmt, scale_rule=rule))
+            for fmt, rule, dt in itertools.product(fmts, rules, dtypes)]
+
+
 def _cast_calls(fmts, roundings, dtypes):
     from .. import native
     return [(f"cast({fmt} {rnd} {_dt(dt)})",
@@ -389,12 +398,16 @@ def full_workload(arch=None) -> list:
     calls += _matmul_calls([("e2m1", "e2m1"), ("e4m3", "e2m1")], (torch.float32,),
                            mnk=(100, 72, 544))  # M and N not multiples of 16
     calls += _fold_calls(("e2m1", "e2m3", "e3m2"), (4, 16))
+    float_formats = [f for f in ALL_FORMATS if f != "int8"]
+    calls += _both_axes_calls(float_formats, DTYPES)
+    calls += _both_axes_calls(("e2m1",), (torch.bfloat16,), SCALE_RULES, shape=(64, 96))
     mx_recipes = [r.name for r in RECIPES.values() if r.uses_mx]
     calls += _mxlinear_calls(mx_recipes, (torch.bfloat16, torch.float32))
     # tensors of 2^31 elements and more (64-bit offsets)
     big = _quantize_calls(("e2m1", "e4m3"), ("even",), ("rne", "stochastic"),
                           ("none", "hadamard16"), bf16, (-1, 0))
     big += _dequantize_calls(("e2m1", "e4m3"), (torch.float32, torch.bfloat16))
+    big += _both_axes_calls(("e2m1",), (torch.bfloat16,))
     calls += [(f"{label} [BIG]", fn, True) for label, fn in big]
     # conversion='gfx950': on gfx950 its instructions, and for what they lack in the kernel (FP6,
     # stochastic from 16-bit sources) the software conversion, which every other chip runs

@@ -8,7 +8,7 @@
 #   mkdir -p /tmp/ocpmx_run2 && CUDA_VISIBLE_DEVICES=2 OCPMX_RUN=/tmp/ocpmx_run2 setsid nohup \
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench fold gemm linear launch columns colprobe colcheck shapes gemms
+# Steps: env tests sass bench fold gemm linear launch columns colprobe colcheck shapes both gemms
 # host probe sweep cublas cublas_profile cublas_model emulate accum conform conform_fold speed.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
@@ -61,6 +61,12 @@ for s in "$@"; do
       # tile's bits differ)
       python3 benchmarks/step_shapes.py --presets ${SHAPES_PRESETS:-125m 30m} \
         --out $RUN/step_shapes > $RUN/step_shapes.log 2>&1
+      done_ $s $? ;;
+    both)
+      # quantize-dequantize along both axes in one pass against the two calls, at the step's
+      # shapes, per tile (exit 1: a tile's bits differ)
+      python3 benchmarks/step_shapes.py --both-axes --presets ${SHAPES_PRESETS:-125m 30m} \
+        --out $RUN/step_both_axes > $RUN/step_both_axes.log 2>&1
       done_ $s $? ;;
     gemms)
       # the step's GEMMs at the small presets' shapes, bf16 and MXFP4 per GEMM method

@@ -7,6 +7,7 @@ say how the kernels run on the narrow tensors of the small presets (32768 tokens
 
   python benchmarks/step_shapes.py [--presets 125m 30m 8b] [--out DIR]
   python benchmarks/step_shapes.py --gemms bf16 fp8 fp8_cublas [--presets ...]
+  python benchmarks/step_shapes.py --both-axes [--presets ...]
 
 With ``--gemms METHOD ...`` it times instead the step's GEMMs (``linear.recipe_gemm``, each
 Linear's Fprop, Dgrad and Wgrad at its shapes, fp32 master weights) whole: in bf16 (the
@@ -14,6 +15,12 @@ reference recipe's GEMMs) and as MXFP4 GEMMs under each GEMM method (its quantiz
 passes of both operands included), in CUDA graphs; per step, the MXFP4 GEMMs' time against
 the bf16 GEMMs' for mxfp4_all (all three) and mxfp4_wgrad (Wgrad only). A method that
 refuses a shape (cuBLAS's blockwise FP8 wants K in 128s) says so in its row.
+
+With ``--both-axes`` it times, for each bf16 activation the step quantize-dequantizes along
+both axes (X, ∇Y), ``quantize_dequantize_both_axes`` (one read, per tile of
+``BOTH_AXES_TILES``) against the two one-axis calls under this GPU's defaults (what MXLinear
+runs without ``Tuning.linear_both_axes``), bits compared, and a same-shape copy; per step, the
+two ways' totals (mxfp4_all, no rotation).
 
 A step of recipe mxfp4_all on a GPU without MX units (GEMM method bf16) quantize-dequantizes,
 per layer: each Linear's input X along its features (Fprop; a shared input once: compiled
@@ -54,6 +61,9 @@ COLUMN_TILES = [
     ColumnTile(256, 8, 2, True, True, vec=2), ColumnTile(32, 1, 2, True, True, vec=2),
     ColumnTile(64, 1, 1, True, True, vec=2), ColumnTile(128, 2, 1, True, True, vec=2),
     ColumnTile(64, 2, 4, True, True, vec=2), ColumnTile(128, 4, 4, True, True, vec=2)]
+
+
+BOTH_AXES_TILES = [(32, 1), (64, 1), (64, 2), (128, 2), (128, 4), (256, 4), (256, 8)]
 
 
 def linears(preset: str) -> tuple[int, int, list[tuple[int, int, str]]]:
@@ -249,6 +259,62 @@ def summarize(preset, calls, rows, rotation):
     return lines + [""]
 
 
+def measure_both_axes(preset: str) -> tuple[list[dict], list[str]]:
+    """Each bf16 (shape) the step quantize-dequantizes along both axes: the two calls against
+    the one-pass kernel per tile (rows) and the per-step totals (markdown)."""
+    calls = step_calls(preset)
+    shapes = sorted({shape for shape, axis, dt in calls if dt == "bfloat16"
+                     and (shape, 1 - axis, dt) in calls})
+    rows, lines = [], [f"## {preset}: along both axes in one pass", "",
+                       "| shape | calls/step | copy us | two calls us | one pass (default) us | "
+                       "best tile | best us | of copy (6 bytes/elem) |",
+                       "|---|---|---|---|---|---|---|---|"]
+    tot = collections.Counter()
+    for shape in shapes:
+        count = min(calls[(shape, 0, "bfloat16")]["count"], calls[(shape, 1, "bfloat16")]["count"])
+        n = max(2, min(64, -(-256 * 2 ** 20 // (shape[0] * shape[1] * 2))))
+        inputs = [torch.randn(shape, device=DEVICE, dtype=torch.bfloat16) for _ in range(n)]
+        dst = torch.empty(shape, device=DEVICE, dtype=torch.bfloat16)
+        copy_ms = gb.graphed_ms(lambda x: dst.copy_(x), inputs)
+        two_ms = gb.graphed_ms(lambda x: (qdq(x, 1, None, None), qdq(x, 0, None, None)), inputs)
+        bits = random_bits(shape, torch.bfloat16)
+        ref = (qdq(bits, 1, None, None), qdq(bits, 0, None, None))
+        found = {}
+        for bn, warps in BOTH_AXES_TILES:
+            tun = dataclasses.replace(native.default_tuning(torch.device(DEVICE)),
+                                      both_axes=(bn, warps))
+
+            def both(x):
+                return native.quantize_dequantize_both_axes(x, "e2m1", scale_rule="even",
+                                                            tuning=tun)
+            got = both(bits)
+            same = all(torch.equal(g.view(torch.int16), w.contiguous().view(torch.int16))
+                       for g, w in zip(got, ref))
+            ms = gb.graphed_ms(both, inputs)
+            found[(bn, warps)] = (ms, same)
+            rows.append(dict(preset=preset, shape=list(shape), tile=[bn, warps], ms=ms,
+                             two_calls_ms=two_ms, copy_ms=copy_ms, bits_equal=same))
+            print(f"{preset} {shape} both axes {(bn, warps)} {ms * 1e3:8.1f} us (two calls "
+                  f"{two_ms * 1e3:.1f}, copy {copy_ms * 1e3:.1f})"
+                  + ("" if same else " BITS DIFFER"), flush=True)
+        default = native.default_tuning(torch.device(DEVICE)).both_axes
+        d_ms = found[default][0] if default in found else float("nan")
+        best = min((t for t in found if found[t][1]), key=lambda t: found[t][0])
+        b_ms = found[best][0]
+        lines.append(f"| {shape[0]} x {shape[1]} | {count} | {copy_ms * 1e3:.1f} | "
+                     f"{two_ms * 1e3:.1f} | {d_ms * 1e3:.1f} | {best} | {b_ms * 1e3:.1f} | "
+                     f"{copy_ms * 1.5 / b_ms:.2f} |")
+        tot["copy"] += count * copy_ms
+        tot["two"] += count * two_ms
+        tot["default"] += count * d_ms
+        tot["best"] += count * b_ms
+    lines += ["", "| per step (ms) | copies | two calls | one pass (default tile) | one pass "
+              "(best tile per shape) |", "|---|---|---|---|---|",
+              f"| mxfp4_all, X and ∇Y | {tot['copy']:.2f} | {tot['two']:.2f} | "
+              f"{tot['default']:.2f} | {tot['best']:.2f} |", ""]
+    return rows, lines
+
+
 def write(out, name: str, title: str, head: dict, rows: list, md: list[str]) -> None:
     """NAME.json (the header and the rows) and NAME.md (title, header, tables) in ``out``."""
     out = Path(out)
@@ -266,8 +332,12 @@ def main():
     ap.add_argument("--gemms", nargs="+", metavar="METHOD",
                     choices=["bf16", "dot_scaled", "fp8_exact", "fp8", "fp8_cublas"],
                     help="time the step's GEMMs under these MX GEMM methods instead")
+    ap.add_argument("--both-axes", action="store_true",
+                    help="time quantize_dequantize_both_axes against the two calls instead")
     ap.add_argument("--out", default="results/native_gpu/step_shapes")
     args = ap.parse_args()
+    if args.both_axes and args.gemms:
+        ap.error("--both-axes and --gemms are two measurements: one at a time")
     rots = [None if r == "none" else r for r in args.rotations]
     for r in rots:
         try:
@@ -276,6 +346,14 @@ def main():
             ap.error(f"--rotations: {e}")
     head = gb.header()
     rows, md = [], []
+    if args.both_axes:
+        for preset in args.presets:
+            prows, pmd = measure_both_axes(preset)
+            rows += prows
+            md += pmd
+        write(args.out, "step_both_axes", "Quantize-dequantize along both axes in one pass",
+              head, rows, md)
+        raise SystemExit(1 if any(not r["bits_equal"] for r in rows) else 0)
     if args.gemms:
         ways = ["bf16"] + [f"mxfp4 {m}" for m in args.gemms]
         for preset in args.presets:

@@ -15,7 +15,8 @@ from .baselines import bf16_matmul, fp8_matmul, fp8_per_tensor
 from .dispatch import BACKENDS, interpreting
 from .gemm import METHODS, mx_matmul
 from .linear import GemmContext, MXLinear, convert_linears, mix_seed, recipe_gemm, set_step
-from .ops import cast, dequantize, move_axis_last, quantize, quantize_dequantize
+from .ops import (cast, dequantize, move_axis_last, quantize, quantize_dequantize,
+                  quantize_dequantize_both_axes)
 from .recipes import GEMMS, PRECISIONS, RECIPES, GemmRecipe, Recipe, get_recipe
 from .interop import (data_as_torch_dtype, from_torch_dtypes, from_torchao, scales_as_torch_dtype,
                       to_torchao, torch_dtype)
@@ -27,7 +28,7 @@ __all__ = [
     "MXLinear", "MXTensor", "Recipe", "RowTile", "StridedTile", "Tuning", "bf16_matmul", "cast",
     "convert_linears", "default_tuning", "dequantize", "fp8_matmul", "fp8_per_tensor",
     "get_recipe", "interpreting", "mix_seed", "move_axis_last", "mx_matmul", "quantize",
-    "quantize_dequantize", "recipe_gemm", "set_step",
+    "quantize_dequantize", "quantize_dequantize_both_axes", "recipe_gemm", "set_step",
     # interop (native/interop.py; native/torchao_config.py, imported on first use: it imports
     # torchao when installed)
     "MXRecipeConfig", "data_as_torch_dtype", "from_torch_dtypes", "from_torchao",

@@ -295,6 +295,29 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
                 **register_cap(tile, on_hopper, fold_key))
 
 
+def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor, n: Numerics,
+                  tuning: Tuning) -> None:
+    """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows and columns multiples of 32): its
+    quantize-dequantized values along the last axis into ``rows_out``, along axis 0 into
+    ``cols_out`` (bf16, x's shape)."""
+    n_rows, n_cols = x.shape
+    bn, warps = tuning.both_axes
+    bn = min(bn, 1 << (n_cols - 1).bit_length())  # (no program wider than the matrix)
+    consts = _both_axes_constexprs(n, x.dtype, bn, warps, n_cols % bn == 0,
+                                   x.numel() >= BIG_NUMEL)
+    run(kernels.both_axes.qdq_both_axes_kernel, (-(-n_cols // bn), n_rows // 32),
+        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
+        cols_out.view(torch.int16), n_rows, n_cols, **consts)
+
+
+@functools.lru_cache(maxsize=256)
+def _both_axes_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
+                          big: bool) -> dict:
+    c = n.constexprs(in_dtype)  # (the kernel rounds RNE without a rotation: no such constexprs)
+    return dict({k: v for k, v in c.items() if k not in ("ROUNDING", "ROT", "SIGNS", "PACK")},
+                BN=bn, EVEN=even, BIG=big, num_warps=warps)
+
+
 def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):
     """The column kernel's grid, or None where a dimension exceeds CUDA's limits (then the
     caller transposes and runs the row kernel)."""

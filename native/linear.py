@@ -36,9 +36,10 @@ from .dispatch import pick_backend
 from .fold import quantize_folded
 from .gemm import (FOLD_METHODS, FOLD_MODELS, auto_method, bf16_product, check_cublas_shapes,
                    fit_method, folded_product, mx_matmul)
-from .ops import dequantize, quantize, quantize_dequantize
+from .ops import dequantize, quantize, quantize_dequantize, quantize_dequantize_both_axes
 from .recipes import (FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe,
                       check_accumulation, get_recipe)
+from .tuning import default_tuning
 
 _MASK64 = (1 << 64) - 1
 
@@ -109,14 +110,15 @@ def needs_keys(g: GemmRecipe) -> bool:
 def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch.Tensor,
                 b_axis: int, out_dtype: torch.dtype, ctx: GemmContext,
                 bias: torch.Tensor | None = None,
-                keys: torch.Tensor | None = None) -> torch.Tensor:
+                keys: torch.Tensor | None = None, ready=(None, None)) -> torch.Tensor:
     """One training GEMM under recipe entry ``g``: contracts ``a`` along ``a_axis`` with ``b``
     along ``b_axis`` (2-D operands); returns (a's other dim, b's other dim) in ``out_dtype``,
     plus ``bias`` (Fprop). The one place that decides how each precision computes.
 
     ``keys``: the layer's key buffer (``GemmContext.keys``, shape (3, 2, 2) on the operands'
     device); where ``g`` draws per-step random bits the kernels read them there, else from
-    ``ctx`` on the host."""
+    ``ctx`` on the host. ``ready``: per operand, its quantize-dequantized values where the
+    caller already has them (``both_axes_options``; GEMM method 'bf16' only), else None."""
     am = a if a_axis == 1 else a.t()
     bm = b if b_axis == 1 else b.t()
     if g.precision == "bf16":  # exactly what nn.Linear's forward and backward compute
@@ -127,12 +129,50 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
     # the recipe fixes the precision of the MX and FP8 GEMMs: not an ambient autocast (which
     # AOT autograd would also apply to the backward it traces under the forward's autocast)
     with torch.autocast(a.device.type, enabled=False):
-        return _add_bias(_quantized_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys),
-                         bias)
+        return _add_bias(_quantized_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
+                                         ready), bias)
+
+
+def mx_method(g: GemmRecipe, device: torch.device, m: int, n: int, k: int,
+              ctx: GemmContext) -> str:
+    """How an M x N x K MX GEMM under ``g`` multiplies: 'emulator' on the emulator backend,
+    else ``ctx.method`` with 'auto' resolved on ``device`` (``auto_method``, ``fit_method``;
+    a fold method only for the OCP conversion)."""
+    if pick_backend(device, ctx.backend) == "emulator":
+        return "emulator"
+    method = ctx.method
+    if method == "auto":
+        fmt = get_format(g.element)
+        method = fit_method(auto_method(device), fmt, fmt, m, n, k)
+        if method in FOLD_METHODS and g.conversion != "ocp":
+            method = "bf16"  # the folds take OCP conversions only
+    return method
+
+
+def both_axes_options(t: torch.Tensor, uses, ctx: GemmContext, keys) -> dict | None:
+    """Where operand ``t`` of two GEMMs that contract it along different axes can be
+    quantize-dequantized along both in one pass (``quantize_dequantize_both_axes``), the
+    options of that call; else None. ``uses``: two (gemm, recipe entry, operand index, M, N,
+    K). It can where both GEMMs are MX GEMMs of method 'bf16' without an accumulation model
+    and give ``t`` the same format and quantize options but the axis: RNE, no rotation, the
+    OCP conversion (the one-pass kernel's numerics; the same bits as the GEMMs' own calls)."""
+    if ctx.accumulation is not None or t.dim() != 2:
+        return None
+    found = []
+    for gemm, g, j, m, n, k in uses:
+        if not g.is_mx or mx_method(g, t.device, m, n, k, ctx) != "bf16":
+            return None
+        kw = dict(_operand_options(gemm, g, 1, 1, ctx, keys)[j])
+        kw.pop("axis")  # (the axes differ: that is the point)
+        if kw["rounding"] != "rne" or kw["rotation"] is not None or set(kw) != {
+                "scale_rule", "rounding", "rotation", "backend"}:
+            return None
+        found.append((g.element, kw))
+    return found[0][1] if found[0] == found[1] else None
 
 
 def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out_dtype,
-                    ctx: GemmContext, keys) -> torch.Tensor:
+                    ctx: GemmContext, keys, ready=(None, None)) -> torch.Tensor:
     """The FP8 and MX precisions of ``recipe_gemm``."""
     am = a if a_axis == 1 else a.t()
     bm = b if b_axis == 1 else b.t()
@@ -141,14 +181,10 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         return fp8_matmul(am, bm, FP8_ELEMENT[names[0]], FP8_ELEMENT[names[1]], out_dtype)
     if ctx.accumulation is not None:
         return _emulated_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys)
-    on_emulator = pick_backend(a.device, ctx.backend) == "emulator"
-    method = ctx.method
-    if method == "auto" and not on_emulator:
-        fmt = get_format(g.element)
-        method = fit_method(auto_method(a.device), fmt, fmt, am.shape[0], bm.shape[0],
-                            am.shape[1])
-        if method in FOLD_METHODS and g.conversion != "ocp":
-            method = "bf16"  # the folds take OCP conversions only
+    method = mx_method(g, a.device, am.shape[0], bm.shape[0], am.shape[1], ctx)
+    on_emulator = method == "emulator"
+    if any(r is not None for r in ready) and method != "bf16":
+        raise ValueError(f"quantize-dequantized operands feed GEMM method 'bf16', not {method!r}")
     if method in FOLD_METHODS and not on_emulator:
         if g.conversion != "ocp":
             raise ValueError(f"GEMM method {method!r} folds OCP conversions only; recipe "
@@ -157,10 +193,11 @@ def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, ou
         return _folded_gemm(method, gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
                             am.shape[0], bm.shape[0], am.shape[1])
     ops = []
-    for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)):
+    for t, kw, done in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys), ready):
         # without MX units: one quantize-dequantize pass per operand feeds a bf16 GEMM (the
         # same bits as dequantize(quantize(.)), without the packed round trip)
-        ops.append(quantize_dequantize(t, g.element, **kw) if method == "bf16" and not on_emulator
+        ops.append(done if done is not None else
+                   quantize_dequantize(t, g.element, **kw) if method == "bf16"
                    else quantize(t, g.element, **kw))
     if on_emulator:
         da = dequantize(ops[0], backend="emulator")
@@ -245,11 +282,24 @@ class _MXLinearFn(torch.autograd.Function):
     def forward(fctx, x, weight, bias, keys, recipe: Recipe, ctx: GemmContext):
         x2 = x.reshape(-1, x.shape[-1])
         out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
-        y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx, bias, keys)
-        fctx.save_for_backward(x2, weight, keys)
+        x_rows = x_cols = None
+        if fctx.needs_input_grad[1] and default_tuning(x.device).linear_both_axes:
+            # X along in-features (Fprop) and along tokens (Wgrad, kept for the backward
+            # instead of X) in one pass, where the recipe allows
+            t, n = x2.shape[0], weight.shape[0]
+            kw = both_axes_options(x2, (("fprop", recipe.fprop, 0, t, n, x2.shape[1]),
+                                        ("wgrad", recipe.wgrad, 1, n, x2.shape[1], t)),
+                                   ctx, keys)
+            if kw is not None:
+                x_rows, x_cols = quantize_dequantize_both_axes(x2, recipe.fprop.element, **kw)
+        y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx, bias, keys,
+                        ready=(x_rows, None))
+        fctx.save_for_backward(x2 if x_cols is None else x_cols, weight, keys)
+        fctx.x_ready = x_cols is not None  # (the saved X is Wgrad's operand, quantized)
         fctx.recipe, fctx.ctx = recipe, ctx
         fctx.has_bias, fctx.x_shape, fctx.bias_dtype = bias is not None, x.shape, \
             None if bias is None else bias.dtype
+        fctx.x_dtype = x.dtype
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
@@ -258,13 +308,23 @@ class _MXLinearFn(torch.autograd.Function):
         recipe, ctx = fctx.recipe, fctx.ctx
         gy2 = gy.reshape(-1, gy.shape[-1])
         gx = gw = gb = None
+        dy_rows = dy_cols = None
+        if fctx.needs_input_grad[0] and fctx.needs_input_grad[1] and \
+                default_tuning(gy.device).linear_both_axes:
+            # ∇Y along out-features (Dgrad) and along tokens (Wgrad) in one pass
+            t, n, k = gy2.shape[0], gy2.shape[1], weight.shape[1]
+            kw = both_axes_options(gy2, (("dgrad", recipe.dgrad, 0, t, k, n),
+                                         ("wgrad", recipe.wgrad, 0, n, k, t)), ctx, keys)
+            if kw is not None:
+                dy_rows, dy_cols = quantize_dequantize_both_axes(gy2, recipe.dgrad.element,
+                                                                 **kw)
         if fctx.needs_input_grad[0]:
             gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx,
-                             keys=keys)
-            gx = gx.to(x2.dtype).reshape(fctx.x_shape)
+                             keys=keys, ready=(dy_rows, None))
+            gx = gx.to(fctx.x_dtype).reshape(fctx.x_shape)
         if fctx.needs_input_grad[1]:
             gw = recipe_gemm("wgrad", recipe.wgrad, gy2, 0, x2, 0, torch.float32, ctx,
-                             keys=keys)
+                             keys=keys, ready=(dy_cols, x2 if fctx.x_ready else None))
             gw = gw.to(weight.dtype)
         if fctx.has_bias and fctx.needs_input_grad[2]:
             gb = gy2.float().sum(0).to(fctx.bias_dtype)

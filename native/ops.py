@@ -245,6 +245,50 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
     return out
 
 
+def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", rounding="rne",
+                                  seed: int = 0, rotation=None, backend: str | None = None,
+                                  tuning: Tuning | None = None,
+                                  keys: torch.Tensor | None = None,
+                                  conversion="ocp") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(quantize_dequantize(x, fmt, axis=-1, ...), quantize_dequantize(x, fmt, axis=0, ...))``
+    of a matrix ``x``, bit for bit: the operand of two bf16 GEMMs that contract x along
+    different axes (X in Fprop and Wgrad, ∇Y in Dgrad and Wgrad). In one pass, reading x once
+    (``kernels.both_axes``), where the kernel applies: the Triton backend, a float format, RNE,
+    no rotation, the OCP conversion; elsewhere the two calls (with every option they take)."""
+    n = numerics(fmt, scale_rule, rounding, rotation, conversion=conversion)
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"quantize_dequantize_both_axes takes a matrix, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    for axis in (1, 0):
+        _check_input(x, axis, BLOCK_SIZE, n.rotation)
+    _check_keys(keys, x)
+    if not both_axes_applies(x, n, backend):
+        kw = dict(scale_rule=scale_rule, rounding=rounding, seed=seed, rotation=rotation,
+                  backend=backend, tuning=tuning, keys=keys, conversion=conversion)
+        return (quantize_dequantize(x, fmt, axis=-1, **kw),
+                quantize_dequantize(x, fmt, axis=0, **kw))
+    if torch.compiler.is_compiling():
+        from . import library
+        return library.quantize_dequantize_both_axes(x, n, backend)
+    return both_axes_impl(x, n, tuning)
+
+
+def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool:
+    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on ``x``."""
+    return (pick_backend(x.device, backend) == "triton" and n.fmt.kind != "int"
+            and n.rounding == Rounding.RNE and n.rotation is None
+            and n.conversion == Conversion.OCP and x.numel() > 0)
+
+
+def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None):
+    """The one-pass kernel's (values along the last axis, values along axis 0)."""
+    x = x.detach().contiguous()
+    rows = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    cols = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    launch.qdq_both_axes(x, rows, cols, n, tuning or default_tuning(x.device))
+    return rows, cols
+
+
 def cast(x: torch.Tensor, fmt, *, rounding="rne", seed: int = 0, int8_min: int = -127,
          backend: str | None = None, tuning: Tuning | None = None) -> torch.Tensor:
     """Element conversion with scale 2^0 (``ocpmx.emulator.cast``): float values -> uint8

@@ -7,7 +7,8 @@ sweeps tiles by passing objects, never by setting a global.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -102,6 +103,15 @@ class Tuning:
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
+    both_axes            (columns, warps) per program of the both-axes quantize-dequantize
+                         (``kernels.both_axes``: 32 rows by ``columns``)
+    linear_both_axes     MXLinear quantize-dequantizes X in Fprop and ∇Y in backward along both
+                         axes in one pass (``quantize_dequantize_both_axes``) where its recipe
+                         gives both of the operand's GEMMs the same RNE numerics without a
+                         rotation (GEMM method 'bf16'); the same bits either way. Each layer
+                         then keeps X along tokens for its backward instead of X: in eager
+                         mode Linears that share an input (wq, wk, wv) keep a copy each
+                         (compiled, identical calls merge). Off until timed on a GPU.
     """
     rows32: RowTile = RowTile(32, 1, 72)
     rows32_qdq: RowTile = RowTile(32, 1)
@@ -116,6 +126,8 @@ class Tuning:
     other_axis: StridedTile = StridedTile(64, 64, 4)
     dequantize: StridedTile = StridedTile(16, 256, 4)
     transpose: tuple[int, int] = (64, 64)
+    both_axes: tuple[int, int] = (128, 4)
+    linear_both_axes: bool = False
     notes: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -125,6 +137,10 @@ class Tuning:
             if getattr(self, name) not in (None, "transpose", "kernel"):
                 raise ValueError(f"{name} must be None, 'transpose' or 'kernel', "
                                  f"got {getattr(self, name)!r}")
+        cols, warps = self.both_axes
+        if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
+            raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "
+                             f"got {self.both_axes}")
 
     def column_path(self, op: str = "quantize",
                     stochastic: bool = False) -> tuple[str, ColumnTile]:
@@ -243,9 +259,21 @@ def default_tuning(device=None) -> Tuning:
     return _device_tuning(device)
 
 
+# OCPMX_LINEAR_BOTH_AXES=1 (or 0) turns ``Tuning.linear_both_axes`` on (off) over every GPU's
+# default, to time MXLinear both ways without a code change (benchmarks/train_speed.sh); the
+# same bits either way
+_LINEAR_BOTH_AXES = os.environ.get("OCPMX_LINEAR_BOTH_AXES")
+
+
 @functools.lru_cache(maxsize=64)
 def _device_tuning(device) -> Tuning:
-    device = torch.device(device)
+    t = _gpu_tuning(torch.device(device))
+    if _LINEAR_BOTH_AXES in ("0", "1"):
+        t = replace(t, linear_both_axes=_LINEAR_BOTH_AXES == "1")
+    return t
+
+
+def _gpu_tuning(device: torch.device) -> Tuning:
     if blackwell(device):
         return BLACKWELL
     # by name, not compute capability: the H100 boards (SXM, PCIe, NVL) share the tuning that

@@ -2,7 +2,8 @@
 encode and decode, shared by every family), ``quantize`` (the strided tile kernel and the
 32-block row and column kernels), ``dequantize``, ``gemm`` (``tl.dot_scaled``), ``emulate`` (a
 GEMM under a declared accumulation model, bit for bit the emulator's), ``fold`` (FP4/FP6 into
-E4M3, and the FP8 GEMM of folded operands), ``gfx950`` (block quantize through gfx950's own
+E4M3, and the FP8 GEMM of folded operands), ``both_axes`` (quantize-dequantize along both
+axes of a matrix in one pass), ``gfx950`` (block quantize through gfx950's own
 conversion instructions, AMD's conversion model) and ``transpose``.
 
 Launch code lives in ``ocpmx.native.launch``; these modules hold only ``@triton.jit``
@@ -11,6 +12,7 @@ functions. Every kernel takes the format's parameters as one block of constexprs
 NANC, INFC, NEGMAX, RNUM, RSHIFT, SUBQ, MAXV, ENVELOPE) and the options as the named constants
 of ``common`` (scale rules FLOOR..EVEN, roundings RNE and STOCHASTIC).
 """
-from . import common, dequantize, emulate, fold, gemm, gfx950, quantize, transpose
+from . import both_axes, common, dequantize, emulate, fold, gemm, gfx950, quantize, transpose
 
-__all__ = ["common", "dequantize", "emulate", "fold", "gemm", "gfx950", "quantize", "transpose"]
+__all__ = ["both_axes", "common", "dequantize", "emulate", "fold", "gemm", "gfx950", "quantize",
+           "transpose"]

@@ -1,0 +1,87 @@
+"""Quantize-dequantize along both axes of a 2-D tensor in one pass: one read of X, the values
+of ``quantize_dequantize(X, axis=-1)`` and of ``quantize_dequantize(X, axis=0)`` written side
+by side (an MX GEMM without MX units takes X along its rows for Fprop and along its tokens for
+Wgrad; ∇Y likewise for Dgrad and Wgrad: 6 bytes of traffic per bf16 element instead of 8).
+
+A program holds 32 rows (one block along axis 0) by BN columns (BN / 32 blocks along the last
+axis): each column's 32 values are one block of the axis-0 operand, each row's 32-column
+pieces blocks of the row operand; the two sets of blocks are scaled, rounded (RNE) and
+dequantized independently with the 32-block kernels' helpers, so each output has the bits the
+one-axis kernels give. Float formats, no rotation, RNE; rows a multiple of 32, columns a
+multiple of 32 (``native.ops.quantize_dequantize_both_axes`` takes the kernel only there).
+Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): ~44 SASS instructions
+per element, no spill, 128-bit loads and stores, against 15.3 for the row kernel's
+quantize-dequantize plus 33.1 for the column kernel's (H100 tiles).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import block_scale, f32_to_bf16_bits
+from .quantize import load_tile_f32, rounded_values
+
+
+@triton.jit
+def _qdq_values(ab, neg, amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl.constexpr,
+                BIAS: tl.constexpr, RNUM: tl.constexpr, RSHIFT: tl.constexpr,
+                MAXV: tl.constexpr):
+    """The RNE quantize-dequantize values (float32) of elements ``ab`` (|x|'s float32 bits),
+    ``neg`` (their signs) in blocks whose amax bits ``amax`` broadcast against them."""
+    s, special, _ = block_scale(amax, RULE=RULE, EMAX=EMAX, MBITS=MBITS, RNUM=RNUM,
+                                RSHIFT=RSHIFT)
+    return rounded_values(ab, neg, s, special, 0, MBITS=MBITS, BIAS=BIAS, MAXV=MAXV)
+
+
+@triton.jit
+def _bf16_bits(val, EXACT: tl.constexpr):
+    """bf16 bits (int16) of float32 values, as the row kernel's quantize-dequantize stores them:
+    cut where every value is a bf16 number (EXACT: E2M1, E2M3, E3M2 times any 2^s; NaN stays
+    NaN), else rounded to nearest even."""
+    if EXACT:
+        return ((val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF).to(tl.int16)
+    return f32_to_bf16_bits(val).to(tl.int16)
+
+
+@triton.jit
+def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols,
+                         # the format (``KernelFormat.constexprs``; the float ones read here)
+                         IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                         EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                         EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                         INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                         RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                         ENVELOPE: tl.constexpr,
+                         # the numerics, the input, the tile
+                         RULE: tl.constexpr, IN_BF16: tl.constexpr, BN: tl.constexpr,
+                         EVEN: tl.constexpr, BIG: tl.constexpr):
+    """x [n_rows, n_cols] (bf16 as int16 bits, float16 or float32) -> rows_ptr / cols_ptr
+    [n_rows, n_cols] bf16 bits (int16): quantize-dequantized along the last axis / axis 0.
+    EVEN: n_cols a multiple of BN (no mask); BIG: 2^31 elements or more (64-bit offsets)."""
+    tl.static_assert(not IS_INT, "float formats only")
+    EXACT: tl.constexpr = BIAS + MBITS <= 7
+    r = tl.program_id(1) * 32 + tl.arange(0, 32)
+    c = tl.program_id(0) * BN + tl.arange(0, BN)
+    if BIG:
+        offs = r.to(tl.int64)[:, None] * n_cols + c[None, :]
+    else:
+        offs = r[:, None] * n_cols + c[None, :]
+    mask = (c < n_cols)[None, :] & (r >= 0)[:, None]
+    u = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN).to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    neg = u < 0
+    # along axis 0: each column's 32 values are a block
+    cols = _qdq_values(ab, neg, tl.max(ab, axis=0)[None, :], RULE=RULE, EMAX=EMAX,
+                       MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
+    # along the last axis: 32-column pieces of each row
+    ab3 = tl.reshape(ab, (32, BN // 32, 32))
+    rows = _qdq_values(ab3, tl.reshape(neg, (32, BN // 32, 32)),
+                       tl.max(ab3, axis=2)[:, :, None], RULE=RULE, EMAX=EMAX, MBITS=MBITS,
+                       BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
+    rows = tl.reshape(rows, (32, BN))
+    if EVEN:
+        tl.store(cols_ptr + offs, _bf16_bits(cols, EXACT=EXACT))
+        tl.store(rows_ptr + offs, _bf16_bits(rows, EXACT=EXACT))
+    else:
+        tl.store(cols_ptr + offs, _bf16_bits(cols, EXACT=EXACT), mask=mask)
+        tl.store(rows_ptr + offs, _bf16_bits(rows, EXACT=EXACT), mask=mask)

@@ -1,0 +1,194 @@
+"""``native.quantize_dequantize_both_axes``: a matrix quantize-dequantized along its last axis
+and along axis 0 in one pass (``kernels.both_axes``), the bits of the two one-axis calls.
+
+Runs on the GPU when there is one, else on the CPU through the Triton interpreter."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from ocpmx import native
+from ocpmx.native import launch
+from native_util import devices
+from test_native_quantize import all_bf16_blocks
+
+
+def bits(t):
+    return t.contiguous().view(torch.int16).cpu().numpy()
+
+
+def two_calls(x, fmt, **kw):
+    return (native.quantize_dequantize(x, fmt, axis=-1, **kw),
+            native.quantize_dequantize(x, fmt, axis=0, **kw))
+
+
+def one_pass(x, fmt, columns=None, **kw):
+    """The kernel's two outputs (``columns``: its tile width), checking that it ran."""
+    tuning = native.default_tuning(x.device)
+    if columns:
+        tuning = dataclasses.replace(tuning, both_axes=(columns, 2))
+    launched = []
+    real = launch.qdq_both_axes
+    try:
+        launch.qdq_both_axes = lambda *a: launched.append(1) or real(*a)
+        out = native.quantize_dequantize_both_axes(x, fmt, tuning=tuning, **kw)
+    finally:
+        launch.qdq_both_axes = real
+    assert launched, "the one-pass kernel did not run"
+    return out
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("fmt", ["e2m1", "e3m2", "e2m3", "e4m3", "e5m2"])
+def test_every_bf16_value_along_both_axes(device, fmt):
+    """Every bf16 bit pattern (NaN, Inf, subnormals; shuffled blocks and blocks of neighbouring
+    magnitudes) as a (2048, 32) matrix, each 32-row band a block along axis 0 and each row one
+    along the last axis, under every scale rule (E2M1; the other formats under 'even' and
+    'rceil'): the bits of the two one-axis calls."""
+    x = torch.from_numpy(all_bf16_blocks(3)).to(torch.bfloat16).to(device)
+    for rule in ("floor", "ceil", "rceil", "even") if fmt == "e2m1" else ("even", "rceil"):
+        got = one_pass(x, fmt, scale_rule=rule)
+        want = two_calls(x, fmt, scale_rule=rule)
+        for g, w, axis in zip(got, want, ("last", "0")):
+            assert g.shape == w.shape and g.dtype == torch.bfloat16
+            assert np.array_equal(bits(g), bits(w)), (rule, axis)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_shapes_dtypes_and_tiles(device):
+    """float32, float16 and bf16 input, matrices narrower than a tile, a last program cut
+    short (96 columns on tiles of 64), several bands of rows, tiles of 32 to 256 columns, and
+    a matrix of 2^25 elements (every program of a large grid): the two one-axis calls' bits."""
+    rng = np.random.default_rng(1)
+    for (rows, cols, columns) in ((64, 96, 64), (32, 32, 128), (96, 64, 32), (32, 512, 256),
+                                  (128, 160, 32)):
+        x = rng.standard_normal((rows, cols)) * np.exp2(rng.integers(-30, 30, (rows, cols)))
+        x[3, :32] = 0
+        x[:, 5] *= 2.0 ** -120
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
+            got = one_pass(t, "e2m1", columns, scale_rule="even")
+            want = two_calls(t, "e2m1", scale_rule="even")
+            for g, w in zip(got, want):
+                assert np.array_equal(bits(g), bits(w)), (rows, cols, columns, dtype)
+    if device != "cpu":  # (the interpreter's cost is per program)
+        t = torch.randn(4096, 8192, device=device, dtype=torch.bfloat16)
+        for g, w in zip(one_pass(t, "e2m1", scale_rule="even"),
+                        two_calls(t, "e2m1", scale_rule="even")):
+            assert torch.equal(g.view(torch.int16), w.view(torch.int16))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_other_numerics_are_the_two_calls(device):
+    """Where the kernel does not apply (stochastic rounding, a rotation, the emulator backend)
+    the function is the two calls, options passed on."""
+    x = torch.randn(64, 64).to(device)
+    for kw in (dict(rounding="stochastic", seed=5), dict(rotation="hadamard16"),
+               dict(backend="emulator")):
+        if kw.get("backend") == "emulator":
+            x = x.cpu()
+        for g, w in zip(native.quantize_dequantize_both_axes(x, "e2m1", **kw),
+                        two_calls(x, "e2m1", **kw)):
+            assert np.array_equal(bits(g), bits(w)), kw
+
+
+def test_bad_input_is_named():
+    x = torch.randn(64, 64)
+    with pytest.raises(ValueError, match="takes a matrix"):
+        native.quantize_dequantize_both_axes(x.reshape(4, 16, 64), "e2m1")
+    with pytest.raises(ValueError, match="axis 0 has length 48, not divisible"):
+        native.quantize_dequantize_both_axes(x[:48], "e2m1")
+    with pytest.raises(ValueError, match="axis 1 has length 40, not divisible"):
+        native.quantize_dequantize_both_axes(x[:, :40], "e2m1")
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        native.quantize_dequantize_both_axes(x.to(torch.int32), "e2m1")
+    with pytest.raises(ValueError, match="both_axes takes"):
+        native.Tuning(both_axes=(48, 2))
+
+
+def _linear_step(recipe, x, gy, both, monkeypatch, calls, compiled=False):
+    """One MXLinear forward and backward (Triton backend, GEMM method 'bf16': the one the
+    one-pass path feeds) with ``Tuning.linear_both_axes``
+    on or off: (y, x.grad, weight.grad) as bf16/float bits."""
+    from ocpmx.native import linear
+    tuning = dataclasses.replace(native.default_tuning(x.device), linear_both_axes=both)
+    monkeypatch.setattr(linear, "default_tuning", lambda device=None: tuning)
+    if calls is None:  # (compiled: no Python side effect in the traced code)
+        real = getattr(linear.quantize_dequantize_both_axes, "real", None)
+        if real is not None:
+            monkeypatch.setattr(linear, "quantize_dequantize_both_axes", real)
+        return _run_linear(recipe, x, gy, compiled)
+    real = getattr(linear.quantize_dequantize_both_axes, "real", None) or \
+        linear.quantize_dequantize_both_axes
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+    counted.real = real
+    monkeypatch.setattr(linear, "quantize_dequantize_both_axes", counted)
+    return _run_linear(recipe, x, gy, compiled)
+
+
+def _run_linear(recipe, x, gy, compiled):
+    torch.manual_seed(0)
+    lin = native.MXLinear(64, 96, bias=False, recipe=recipe, backend="triton",
+                          method="bf16").to(x.device)
+    xx = x.clone().requires_grad_(True)
+    f = torch.compile(lin, fullgraph=True) if compiled else lin
+    y = f(xx)
+    y.backward(gy)
+    return [t.detach().float().cpu().numpy().view(np.int32) for t in (y, xx.grad, lin.weight.grad)]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("recipe", ["mxfp4_all", "mxfp8", "mxfp4_all_h16", "mxfp4_wgrad",
+                                    "mxfp4_all_sr_wgrad"])
+def test_mxlinear_takes_both_axes_in_one_pass_with_the_same_bits(device, recipe, monkeypatch):
+    """With ``Tuning.linear_both_axes`` MXLinear quantize-dequantizes X (Fprop + Wgrad) and ∇Y
+    (Dgrad + Wgrad) in one pass each where the recipe gives both GEMMs RNE without a rotation
+    (``mxfp4_all``, ``mxfp8``: two calls; ``mxfp4_all_sr_wgrad``: its Wgrad rounds ∇Y
+    stochastically, so neither; ``mxfp4_all_h16``, ``mxfp4_wgrad``: none), and the output and
+    both gradients keep their bits."""
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(rng.standard_normal((2, 32, 64)).astype(np.float32)).to(device)
+    gy = torch.from_numpy(rng.standard_normal((2, 32, 96)).astype(np.float32)).to(device)
+    calls = []
+    want = _linear_step(recipe, x, gy, False, monkeypatch, calls)
+    assert not calls
+    got = _linear_step(recipe, x, gy, True, monkeypatch, calls)
+    assert len(calls) == {"mxfp4_all": 2, "mxfp8": 2}.get(recipe, 0), recipe
+    for g, w, what in zip(got, want, ("y", "x.grad", "weight.grad")):
+        assert np.array_equal(g, w), (recipe, what)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_mxlinear_both_axes_compiles_whole(device, monkeypatch):
+    """Under ``torch.compile(fullgraph=True)`` (the custom op
+    ``ocpmx::quantize_dequantize_both_axes``) the same bits as eager without it."""
+    torch._dynamo.reset()
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.standard_normal((2, 32, 64)).astype(np.float32)).to(device)
+    gy = torch.from_numpy(rng.standard_normal((2, 32, 96)).astype(np.float32)).to(device)
+    want = _linear_step("mxfp4_all", x, gy, False, monkeypatch, [])
+    ran = []  # the op's implementation, called by the compiled graph
+    real = native.ops.both_axes_impl
+    monkeypatch.setattr(native.ops, "both_axes_impl", lambda *a: ran.append(1) or real(*a))
+    got = _linear_step("mxfp4_all", x, gy, True, monkeypatch, None, compiled=True)
+    assert len(ran) == 2  # X in the forward, ∇Y in the backward
+    for g, w, what in zip(got, want, ("y", "x.grad", "weight.grad")):
+        assert np.array_equal(g, w), what
+    torch._dynamo.reset()
+
+
+def test_environment_turns_linear_both_axes_on_or_off(monkeypatch):
+    """OCPMX_LINEAR_BOTH_AXES=1 / 0 (read at import) over a GPU's default tuning."""
+    from ocpmx.native import tuning
+    for value, want in (("1", True), ("0", False), (None, tuning.GPU.linear_both_axes)):
+        monkeypatch.setattr(tuning, "_LINEAR_BOTH_AXES", value)
+        tuning._device_tuning.cache_clear()
+        got = tuning._device_tuning(torch.device("cpu"))
+        assert got.linear_both_axes is want
+        assert dataclasses.replace(got, linear_both_axes=False) == \
+            dataclasses.replace(tuning.GPU, linear_both_axes=False)
+    tuning._device_tuning.cache_clear()
