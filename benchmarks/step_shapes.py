@@ -20,7 +20,7 @@ With ``--both-axes`` it times, for each bf16 activation the step quantize-dequan
 both axes (X, ∇Y), ``quantize_dequantize_both_axes`` (one read, per tile of
 ``BOTH_AXES_TILES``) against the two one-axis calls under this GPU's defaults (what MXLinear
 runs without ``Tuning.linear_both_axes``), bits compared, and a same-shape copy; per step, the
-two ways' totals (mxfp4_all, no rotation).
+two ways' totals (mxfp4_all; mxfp4_all_h16 with ``--rotations hadamard16``).
 
 A step of recipe mxfp4_all on a GPU without MX units (GEMM method bf16) quantize-dequantizes,
 per layer: each Linear's input X along its features (Fprop; a shared input once: compiled
@@ -259,13 +259,14 @@ def summarize(preset, calls, rows, rotation):
     return lines + [""]
 
 
-def measure_both_axes(preset: str) -> tuple[list[dict], list[str]]:
-    """Each bf16 (shape) the step quantize-dequantizes along both axes: the two calls against
-    the one-pass kernel per tile (rows) and the per-step totals (markdown)."""
+def measure_both_axes(preset: str, rot) -> tuple[list[dict], list[str]]:
+    """Each bf16 (shape) the step quantize-dequantizes along both axes (rotation ``rot``): the
+    two calls against the one-pass kernel per tile (rows) and the per-step totals
+    (markdown)."""
     calls = step_calls(preset)
     shapes = sorted({shape for shape, axis, dt in calls if dt == "bfloat16"
                      and (shape, 1 - axis, dt) in calls})
-    rows, lines = [], [f"## {preset}: along both axes in one pass", "",
+    rows, lines = [], [f"## {preset}, rotation {rot}: along both axes in one pass", "",
                        "| shape | calls/step | copy us | two calls us | one pass (default) us | "
                        "best tile | best us | of copy (6 bytes/elem) |",
                        "|---|---|---|---|---|---|---|---|"]
@@ -276,9 +277,9 @@ def measure_both_axes(preset: str) -> tuple[list[dict], list[str]]:
         inputs = [torch.randn(shape, device=DEVICE, dtype=torch.bfloat16) for _ in range(n)]
         dst = torch.empty(shape, device=DEVICE, dtype=torch.bfloat16)
         copy_ms = gb.graphed_ms(lambda x: dst.copy_(x), inputs)
-        two_ms = gb.graphed_ms(lambda x: (qdq(x, 1, None, None), qdq(x, 0, None, None)), inputs)
+        two_ms = gb.graphed_ms(lambda x: (qdq(x, 1, rot, None), qdq(x, 0, rot, None)), inputs)
         bits = random_bits(shape, torch.bfloat16)
-        ref = (qdq(bits, 1, None, None), qdq(bits, 0, None, None))
+        ref = (qdq(bits, 1, rot, None), qdq(bits, 0, rot, None))
         found = {}
         for bn, warps in BOTH_AXES_TILES:
             tun = dataclasses.replace(native.default_tuning(torch.device(DEVICE)),
@@ -286,21 +287,22 @@ def measure_both_axes(preset: str) -> tuple[list[dict], list[str]]:
 
             def both(x):
                 return native.quantize_dequantize_both_axes(x, "e2m1", scale_rule="even",
-                                                            tuning=tun)
+                                                            rotation=rot, tuning=tun)
             got = both(bits)
             same = all(torch.equal(g.view(torch.int16), w.contiguous().view(torch.int16))
                        for g, w in zip(got, ref))
             ms = gb.graphed_ms(both, inputs)
             found[(bn, warps)] = (ms, same)
-            rows.append(dict(preset=preset, shape=list(shape), tile=[bn, warps], ms=ms,
-                             two_calls_ms=two_ms, copy_ms=copy_ms, bits_equal=same))
-            print(f"{preset} {shape} both axes {(bn, warps)} {ms * 1e3:8.1f} us (two calls "
-                  f"{two_ms * 1e3:.1f}, copy {copy_ms * 1e3:.1f})"
+            rows.append(dict(preset=preset, shape=list(shape), rotation=rot, tile=[bn, warps],
+                             ms=ms, two_calls_ms=two_ms, copy_ms=copy_ms, bits_equal=same))
+            print(f"{preset} {shape} rot={rot} both axes {(bn, warps)} {ms * 1e3:8.1f} us "
+                  f"(two calls {two_ms * 1e3:.1f}, copy {copy_ms * 1e3:.1f})"
                   + ("" if same else " BITS DIFFER"), flush=True)
         default = native.default_tuning(torch.device(DEVICE)).both_axes
         d_ms = found[default][0] if default in found else float("nan")
-        best = min((t for t in found if found[t][1]), key=lambda t: found[t][0])
-        b_ms = found[best][0]
+        equal = [t for t in found if found[t][1]]
+        best = min(equal, key=lambda t: found[t][0]) if equal else "none: every tile's bits differ"
+        b_ms = found[best][0] if equal else float("nan")
         lines.append(f"| {shape[0]} x {shape[1]} | {count} | {copy_ms * 1e3:.1f} | "
                      f"{two_ms * 1e3:.1f} | {d_ms * 1e3:.1f} | {best} | {b_ms * 1e3:.1f} | "
                      f"{copy_ms * 1.5 / b_ms:.2f} |")
@@ -310,7 +312,8 @@ def measure_both_axes(preset: str) -> tuple[list[dict], list[str]]:
         tot["best"] += count * b_ms
     lines += ["", "| per step (ms) | copies | two calls | one pass (default tile) | one pass "
               "(best tile per shape) |", "|---|---|---|---|---|",
-              f"| mxfp4_all, X and ∇Y | {tot['copy']:.2f} | {tot['two']:.2f} | "
+              f"| mxfp4_all{'_h16' if rot else ''}, X and ∇Y | {tot['copy']:.2f} | "
+              f"{tot['two']:.2f} | "
               f"{tot['default']:.2f} | {tot['best']:.2f} |", ""]
     return rows, lines
 
@@ -348,9 +351,10 @@ def main():
     rows, md = [], []
     if args.both_axes:
         for preset in args.presets:
-            prows, pmd = measure_both_axes(preset)
-            rows += prows
-            md += pmd
+            for rot in rots:
+                prows, pmd = measure_both_axes(preset, rot)
+                rows += prows
+                md += pmd
         write(args.out, "step_both_axes", "Quantize-dequantize along both axes in one pass",
               head, rows, md)
         raise SystemExit(1 if any(not r["bits_equal"] for r in rows) else 0)

@@ -299,7 +299,8 @@ def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tenso
                   tuning: Tuning) -> None:
     """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows and columns multiples of 32): its
     quantize-dequantized values along the last axis into ``rows_out``, along axis 0 into
-    ``cols_out`` (bf16, x's shape)."""
+    ``cols_out`` (bf16, x's shape); ``n``: RNE, a float format, no rotation or a Hadamard one
+    without random signs."""
     n_rows, n_cols = x.shape
     bn, warps = tuning.both_axes
     bn = min(bn, 1 << (n_cols - 1).bit_length())  # (no program wider than the matrix)
@@ -307,14 +308,14 @@ def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tenso
                                    x.numel() >= BIG_NUMEL)
     run(kernels.both_axes.qdq_both_axes_kernel, (-(-n_cols // bn), n_rows // 32),
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
-        cols_out.view(torch.int16), n_rows, n_cols, **consts)
+        cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
 
 
 @functools.lru_cache(maxsize=256)
 def _both_axes_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
                           big: bool) -> dict:
-    c = n.constexprs(in_dtype)  # (the kernel rounds RNE without a rotation: no such constexprs)
-    return dict({k: v for k, v in c.items() if k not in ("ROUNDING", "ROT", "SIGNS", "PACK")},
+    c = n.constexprs(in_dtype)  # (RNE, no random signs, values out: no such constexprs)
+    return dict({k: v for k, v in c.items() if k not in ("ROUNDING", "SIGNS", "PACK")},
                 BN=bn, EVEN=even, BIG=big, num_warps=warps)
 
 

@@ -143,20 +143,20 @@ def quantize_dequantize(x, n: Numerics, axis: int, block_size: int, seed: int, k
 # ---- quantize-dequantize along both axes --------------------------------------------------------
 
 @_op("quantize_dequantize_both_axes")
-def quantize_dequantize_both_axes_op(x: Tensor, fmt: str, scale_rule: str,
+def quantize_dequantize_both_axes_op(x: Tensor, fmt: str, scale_rule: str, rotation: str,
                                      backend: str) -> tuple[Tensor, Tensor]:
-    n = _numerics(fmt, scale_rule, "rne", "none", -127)
+    n = _numerics(fmt, scale_rule, "rne", rotation, -127)
     return ops.both_axes_impl(x, n, None)
 
 
 @torch.library.register_fake("ocpmx::quantize_dequantize_both_axes")
-def _(x, fmt, scale_rule, backend):
+def _(x, fmt, scale_rule, rotation, backend):
     return x.new_empty(x.shape, dtype=torch.bfloat16), x.new_empty(x.shape, dtype=torch.bfloat16)
 
 
 def quantize_dequantize_both_axes(x, n: Numerics, backend):
-    """(RNE, no rotation, OCP conversion: the only numerics the one-pass kernel takes.)"""
-    return quantize_dequantize_both_axes_op(x, n.fmt.name, n.scale_rule.label, backend or "")
+    """(RNE and the OCP conversion: the numerics the one-pass kernel takes.)"""
+    return quantize_dequantize_both_axes_op(x, *_args(n)[:2], _args(n)[3], backend or "")
 
 
 # ---- dequantize -------------------------------------------------------------------------------

@@ -154,8 +154,9 @@ def both_axes_options(t: torch.Tensor, uses, ctx: GemmContext, keys) -> dict | N
     quantize-dequantized along both in one pass (``quantize_dequantize_both_axes``), the
     options of that call; else None. ``uses``: two (gemm, recipe entry, operand index, M, N,
     K). It can where both GEMMs are MX GEMMs of method 'bf16' without an accumulation model
-    and give ``t`` the same format and quantize options but the axis: RNE, no rotation, the
-    OCP conversion (the one-pass kernel's numerics; the same bits as the GEMMs' own calls)."""
+    and give ``t`` the same format and quantize options but the axis: RNE, no rotation or a
+    fixed Hadamard one, the OCP conversion (the one-pass kernel's numerics; the same bits as
+    the GEMMs' own calls)."""
     if ctx.accumulation is not None or t.dim() != 2:
         return None
     found = []
@@ -164,7 +165,8 @@ def both_axes_options(t: torch.Tensor, uses, ctx: GemmContext, keys) -> dict | N
             return None
         kw = dict(_operand_options(gemm, g, 1, 1, ctx, keys)[j])
         kw.pop("axis")  # (the axes differ: that is the point)
-        if kw["rounding"] != "rne" or kw["rotation"] is not None or set(kw) != {
+        rot = kw["rotation"]
+        if kw["rounding"] != "rne" or (rot is not None and rot.has_signs) or set(kw) != {
                 "scale_rule", "rounding", "rotation", "backend"}:
             return None
         found.append((g.element, kw))

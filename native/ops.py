@@ -254,7 +254,8 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
     of a matrix ``x``, bit for bit: the operand of two bf16 GEMMs that contract x along
     different axes (X in Fprop and Wgrad, ∇Y in Dgrad and Wgrad). In one pass, reading x once
     (``kernels.both_axes``), where the kernel applies: the Triton backend, a float format, RNE,
-    no rotation, the OCP conversion; elsewhere the two calls (with every option they take)."""
+    no rotation or a fixed Hadamard one (no random signs), the OCP conversion; elsewhere the two
+    calls (with every option they take)."""
     n = numerics(fmt, scale_rule, rounding, rotation, conversion=conversion)
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"quantize_dequantize_both_axes takes a matrix, got "
@@ -274,9 +275,11 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
 
 
 def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool:
-    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on ``x``."""
+    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on ``x`` (what
+    ``kernels.both_axes`` takes)."""
     return (pick_backend(x.device, backend) == "triton" and n.fmt.kind != "int"
-            and n.rounding == Rounding.RNE and n.rotation is None
+            and n.rounding == Rounding.RNE
+            and (n.rotation is None or not n.rotation.has_signs)
             and n.conversion == Conversion.OCP and x.numel() > 0)
 
 

@@ -10,6 +10,7 @@ import torch
 
 from ocpmx import native
 from ocpmx.native import launch
+from ocpmx.spec import Rotation
 from native_util import devices
 from test_native_quantize import all_bf16_blocks
 
@@ -80,11 +81,28 @@ def test_shapes_dtypes_and_tiles(device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_fixed_hadamard_rotations_along_each_axis(device):
+    """H16 and H32 (no random signs): each output's blocks rotated along its own axis in the
+    emulator's order, then quantize-dequantized: the two one-axis calls' bits, formats with
+    and without exact bf16 values, bf16 and float32 input, a masked last program, NaN/Inf."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((64, 96)) * np.exp2(rng.integers(-20, 20, (64, 96)))
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+    x[7, 32:64] = 0
+    for rot in ("hadamard16", "hadamard32"):
+        for fmt, dtype in (("e2m1", torch.bfloat16), ("e4m3", torch.float32)):
+            t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
+            kw = dict(scale_rule="even", rotation=rot)
+            for g, w in zip(one_pass(t, fmt, 64, **kw), two_calls(t, fmt, **kw)):
+                assert np.array_equal(bits(g), bits(w)), (rot, fmt, dtype)
+
+
+@pytest.mark.parametrize("device", devices())
 def test_other_numerics_are_the_two_calls(device):
-    """Where the kernel does not apply (stochastic rounding, a rotation, the emulator backend)
-    the function is the two calls, options passed on."""
+    """Where the kernel does not apply (stochastic rounding, a rotation with random signs,
+    the emulator backend) the function is the two calls, options passed on."""
     x = torch.randn(64, 64).to(device)
-    for kw in (dict(rounding="stochastic", seed=5), dict(rotation="hadamard16"),
+    for kw in (dict(rounding="stochastic", seed=5), dict(rotation=Rotation(16, 11)),
                dict(backend="emulator")):
         if kw.get("backend") == "emulator":
             x = x.cpu()
@@ -143,13 +161,14 @@ def _run_linear(recipe, x, gy, compiled):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("recipe", ["mxfp4_all", "mxfp8", "mxfp4_all_h16", "mxfp4_wgrad",
-                                    "mxfp4_all_sr_wgrad"])
+                                    "mxfp4_all_sr_wgrad", "mxfp4_all_rht_wgrad"])
 def test_mxlinear_takes_both_axes_in_one_pass_with_the_same_bits(device, recipe, monkeypatch):
     """With ``Tuning.linear_both_axes`` MXLinear quantize-dequantizes X (Fprop + Wgrad) and ∇Y
-    (Dgrad + Wgrad) in one pass each where the recipe gives both GEMMs RNE without a rotation
-    (``mxfp4_all``, ``mxfp8``: two calls; ``mxfp4_all_sr_wgrad``: its Wgrad rounds ∇Y
-    stochastically, so neither; ``mxfp4_all_h16``, ``mxfp4_wgrad``: none), and the output and
-    both gradients keep their bits."""
+    (Dgrad + Wgrad) in one pass each where the recipe gives both GEMMs RNE and no rotation or
+    the same fixed one (``mxfp4_all``, ``mxfp8``, ``mxfp4_all_h16``: two calls;
+    ``mxfp4_all_sr_wgrad``: its Wgrad rounds both operands stochastically, and
+    ``mxfp4_all_rht_wgrad`` rotates them with random signs, so neither; ``mxfp4_wgrad``: Fprop
+    and Dgrad in bf16, none), and the output and both gradients keep their bits."""
     rng = np.random.default_rng(2)
     x = torch.from_numpy(rng.standard_normal((2, 32, 64)).astype(np.float32)).to(device)
     gy = torch.from_numpy(rng.standard_normal((2, 32, 96)).astype(np.float32)).to(device)
@@ -157,7 +176,7 @@ def test_mxlinear_takes_both_axes_in_one_pass_with_the_same_bits(device, recipe,
     want = _linear_step(recipe, x, gy, False, monkeypatch, calls)
     assert not calls
     got = _linear_step(recipe, x, gy, True, monkeypatch, calls)
-    assert len(calls) == {"mxfp4_all": 2, "mxfp8": 2}.get(recipe, 0), recipe
+    assert len(calls) == {"mxfp4_all": 2, "mxfp8": 2, "mxfp4_all_h16": 2}.get(recipe, 0), recipe
     for g, w, what in zip(got, want, ("y", "x.grad", "weight.grad")):
         assert np.array_equal(g, w), (recipe, what)
 

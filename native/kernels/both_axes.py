@@ -7,11 +7,15 @@ A program holds 32 rows (one block along axis 0) by BN columns (BN / 32 blocks a
 axis): each column's 32 values are one block of the axis-0 operand, each row's 32-column
 pieces blocks of the row operand; the two sets of blocks are scaled, rounded (RNE) and
 dequantized independently with the 32-block kernels' helpers, so each output has the bits the
-one-axis kernels give. Float formats, no rotation, RNE; rows a multiple of 32, columns a
-multiple of 32 (``native.ops.quantize_dequantize_both_axes`` takes the kernel only there).
+one-axis kernels give. A fixed Hadamard rotation (16 or 32 points, no random signs) rotates
+each output's blocks along its own axis first, in the emulator's order (butterfly stages
+h = 1, 2, 4, ... then the multiply by 1/sqrt(size)). Float formats, RNE; rows a multiple of
+32, columns a multiple of 32 (``native.ops.quantize_dequantize_both_axes`` takes the kernel
+only there).
 Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): ~44 SASS instructions
-per element, no spill, 128-bit loads and stores, against 15.3 for the row kernel's
-quantize-dequantize plus 33.1 for the column kernel's (H100 tiles).
+per element without a rotation (62 with H16: its transposes go through shared memory), no
+spill, 128-bit loads and stores, against 15.3 for the row kernel's quantize-dequantize plus
+33.1 for the column kernel's (H100 tiles, no rotation).
 """
 from __future__ import annotations
 
@@ -34,6 +38,17 @@ def _qdq_values(ab, neg, amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl
 
 
 @triton.jit
+def _fwht(g, M: tl.constexpr, R: tl.constexpr):
+    """Butterfly stages h = 1, 2, ..., R / 2 along the last axis of g [M, R] (R a power of two):
+    the unnormalized Walsh-Hadamard transform of each row, in ``rotate_quarters``' order."""
+    for st in tl.static_range(R.bit_length() - 1):
+        t = tl.reshape(g, (M, (R // 2) >> st, 2, 1 << st))
+        a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
+        g = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (M, R))
+    return g
+
+
+@triton.jit
 def _bf16_bits(val, EXACT: tl.constexpr):
     """bf16 bits (int16) of float32 values, as the row kernel's quantize-dequantize stores them:
     cut where every value is a bf16 number (EXACT: E2M1, E2M3, E3M2 times any 2^s; NaN stays
@@ -44,7 +59,7 @@ def _bf16_bits(val, EXACT: tl.constexpr):
 
 
 @triton.jit
-def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols,
+def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
                          # the format (``KernelFormat.constexprs``; the float ones read here)
                          IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                          EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
@@ -53,10 +68,11 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols,
                          RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
                          ENVELOPE: tl.constexpr,
                          # the numerics, the input, the tile
-                         RULE: tl.constexpr, IN_BF16: tl.constexpr, BN: tl.constexpr,
-                         EVEN: tl.constexpr, BIG: tl.constexpr):
+                         RULE: tl.constexpr, ROT: tl.constexpr, IN_BF16: tl.constexpr,
+                         BN: tl.constexpr, EVEN: tl.constexpr, BIG: tl.constexpr):
     """x [n_rows, n_cols] (bf16 as int16 bits, float16 or float32) -> rows_ptr / cols_ptr
-    [n_rows, n_cols] bf16 bits (int16): quantize-dequantized along the last axis / axis 0.
+    [n_rows, n_cols] bf16 bits (int16): quantize-dequantized along the last axis / axis 0;
+    ROT > 0: rotated first by the ROT-point Hadamard along each axis, times ``rot_scale``.
     EVEN: n_cols a multiple of BN (no mask); BIG: 2^31 elements or more (64-bit offsets)."""
     tl.static_assert(not IS_INT, "float formats only")
     EXACT: tl.constexpr = BIAS + MBITS <= 7
@@ -67,15 +83,24 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols,
     else:
         offs = r[:, None] * n_cols + c[None, :]
     mask = (c < n_cols)[None, :] & (r >= 0)[:, None]
-    u = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN).to(tl.int32, bitcast=True)
-    ab = u & 0x7FFFFFFF
-    neg = u < 0
+    x = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
+    if ROT > 0:  # each axis's own rotation of its blocks
+        xc = _fwht(tl.reshape(tl.trans(x), (BN * 32 // ROT, ROT)), BN * 32 // ROT, ROT)
+        xc = tl.trans(tl.reshape(xc * rot_scale, (BN, 32)))
+        xr = _fwht(tl.reshape(x, (32 * BN // ROT, ROT)), 32 * BN // ROT, ROT)
+        xr = tl.reshape(xr * rot_scale, (32, BN))
+    else:
+        xc = x
+        xr = x
     # along axis 0: each column's 32 values are a block
-    cols = _qdq_values(ab, neg, tl.max(ab, axis=0)[None, :], RULE=RULE, EMAX=EMAX,
+    u = xc.to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    cols = _qdq_values(ab, u < 0, tl.max(ab, axis=0)[None, :], RULE=RULE, EMAX=EMAX,
                        MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
     # along the last axis: 32-column pieces of each row
-    ab3 = tl.reshape(ab, (32, BN // 32, 32))
-    rows = _qdq_values(ab3, tl.reshape(neg, (32, BN // 32, 32)),
+    u = xr.to(tl.int32, bitcast=True)
+    ab3 = tl.reshape(u & 0x7FFFFFFF, (32, BN // 32, 32))
+    rows = _qdq_values(ab3, tl.reshape(u < 0, (32, BN // 32, 32)),
                        tl.max(ab3, axis=2)[:, :, None], RULE=RULE, EMAX=EMAX, MBITS=MBITS,
                        BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
     rows = tl.reshape(rows, (32, BN))
