@@ -297,18 +297,25 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
 
 def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor, n: Numerics,
                   tuning: Tuning) -> None:
-    """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows and columns multiples of 32): its
-    quantize-dequantized values along the last axis into ``rows_out``, along axis 0 into
-    ``cols_out`` (bf16, x's shape); ``n``: RNE, a float format, no rotation or a Hadamard one
-    without random signs."""
+    """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows and columns multiples of 32, a
+    grid ``both_axes_grid`` gives): its quantize-dequantized values along the last axis into
+    ``rows_out`` (x's shape), along axis 0 into ``cols_out`` (x's transpose, contiguous);
+    ``n``: RNE, a float format, no rotation or a Hadamard one without random signs."""
     n_rows, n_cols = x.shape
-    bn, warps = tuning.both_axes
-    bn = min(bn, 1 << (n_cols - 1).bit_length())  # (no program wider than the matrix)
-    consts = _both_axes_constexprs(n, x.dtype, bn, warps, n_cols % bn == 0,
+    bn, grid = both_axes_grid(n_rows, n_cols, tuning)
+    consts = _both_axes_constexprs(n, x.dtype, bn, tuning.both_axes[1], n_cols % bn == 0,
                                    x.numel() >= BIG_NUMEL)
-    run(kernels.both_axes.qdq_both_axes_kernel, (-(-n_cols // bn), n_rows // 32),
+    run(kernels.both_axes.qdq_both_axes_kernel, grid,
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
         cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
+
+
+def both_axes_grid(n_rows: int, n_cols: int, tuning: Tuning):
+    """(columns per program, grid) of ``kernels.both_axes`` on an n_rows x n_cols matrix, or
+    (.., None) where the grid exceeds CUDA's limits (then the caller takes the two calls)."""
+    bn = min(tuning.both_axes[0], 1 << (n_cols - 1).bit_length())  # (none wider than x)
+    grid = (n_rows // 32, -(-n_cols // bn))
+    return bn, grid if grid[0] < 2**31 and grid[1] < 2**16 else None
 
 
 @functools.lru_cache(maxsize=256)

@@ -151,7 +151,8 @@ def quantize_dequantize_both_axes_op(x: Tensor, fmt: str, scale_rule: str, rotat
 
 @torch.library.register_fake("ocpmx::quantize_dequantize_both_axes")
 def _(x, fmt, scale_rule, rotation, backend):
-    return x.new_empty(x.shape, dtype=torch.bfloat16), x.new_empty(x.shape, dtype=torch.bfloat16)
+    return (x.new_empty(x.shape, dtype=torch.bfloat16),
+            x.new_empty(x.shape[::-1], dtype=torch.bfloat16))
 
 
 def quantize_dequantize_both_axes(x, n: Numerics, backend):

@@ -136,8 +136,8 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
 def mx_method(g: GemmRecipe, device: torch.device, m: int, n: int, k: int,
               ctx: GemmContext) -> str:
     """How an M x N x K MX GEMM under ``g`` multiplies: 'emulator' on the emulator backend,
-    else ``ctx.method`` with 'auto' resolved on ``device`` (``auto_method``, ``fit_method``;
-    a fold method only for the OCP conversion)."""
+    else ``ctx.method``, with 'auto' resolved on ``device`` (``auto_method``, ``fit_method``;
+    where that gives a fold method and ``g`` converts other than OCP's way: 'bf16')."""
     if pick_backend(device, ctx.backend) == "emulator":
         return "emulator"
     method = ctx.method
@@ -147,6 +147,12 @@ def mx_method(g: GemmRecipe, device: torch.device, m: int, n: int, k: int,
         if method in FOLD_METHODS and g.conversion != "ocp":
             method = "bf16"  # the folds take OCP conversions only
     return method
+
+
+@torch.compiler.assume_constant_result
+def linear_both_axes(device: torch.device) -> bool:
+    """``Tuning.linear_both_axes`` of ``device``'s tuning (a constant under torch.compile)."""
+    return default_tuning(device).linear_both_axes
 
 
 def both_axes_options(t: torch.Tensor, uses, ctx: GemmContext, keys) -> dict | None:
@@ -281,11 +287,15 @@ def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 class _MXLinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(fctx, x, weight, bias, keys, recipe: Recipe, ctx: GemmContext):
+    def forward(fctx, x, weight, bias, keys, recipe: Recipe, ctx: GemmContext,
+                both_axes: bool = False):
+        """``both_axes``: X and ∇Y quantize-dequantized along both axes in one pass where the
+        recipe allows (``MXLinear.forward`` decides: ``Tuning.linear_both_axes``, and only
+        where the weight gets a gradient)."""
         x2 = x.reshape(-1, x.shape[-1])
         out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
         x_rows = x_cols = None
-        if fctx.needs_input_grad[1] and default_tuning(x.device).linear_both_axes:
+        if both_axes:
             # X along in-features (Fprop) and along tokens (Wgrad, kept for the backward
             # instead of X) in one pass, where the recipe allows
             t, n = x2.shape[0], weight.shape[0]
@@ -298,7 +308,7 @@ class _MXLinearFn(torch.autograd.Function):
                         ready=(x_rows, None))
         fctx.save_for_backward(x2 if x_cols is None else x_cols, weight, keys)
         fctx.x_ready = x_cols is not None  # (the saved X is Wgrad's operand, quantized)
-        fctx.recipe, fctx.ctx = recipe, ctx
+        fctx.recipe, fctx.ctx, fctx.both_axes = recipe, ctx, both_axes
         fctx.has_bias, fctx.x_shape, fctx.bias_dtype = bias is not None, x.shape, \
             None if bias is None else bias.dtype
         fctx.x_dtype = x.dtype
@@ -306,13 +316,12 @@ class _MXLinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(fctx, gy):
-        x2, weight, keys = fctx.saved_tensors
+        x_saved, weight, keys = fctx.saved_tensors  # (X, or X quantized for Wgrad: x_ready)
         recipe, ctx = fctx.recipe, fctx.ctx
         gy2 = gy.reshape(-1, gy.shape[-1])
         gx = gw = gb = None
         dy_rows = dy_cols = None
-        if fctx.needs_input_grad[0] and fctx.needs_input_grad[1] and \
-                default_tuning(gy.device).linear_both_axes:
+        if fctx.both_axes and fctx.needs_input_grad[0] and fctx.needs_input_grad[1]:
             # ∇Y along out-features (Dgrad) and along tokens (Wgrad) in one pass
             t, n, k = gy2.shape[0], gy2.shape[1], weight.shape[1]
             kw = both_axes_options(gy2, (("dgrad", recipe.dgrad, 0, t, k, n),
@@ -325,12 +334,12 @@ class _MXLinearFn(torch.autograd.Function):
                              keys=keys, ready=(dy_rows, None))
             gx = gx.to(fctx.x_dtype).reshape(fctx.x_shape)
         if fctx.needs_input_grad[1]:
-            gw = recipe_gemm("wgrad", recipe.wgrad, gy2, 0, x2, 0, torch.float32, ctx,
-                             keys=keys, ready=(dy_cols, x2 if fctx.x_ready else None))
+            gw = recipe_gemm("wgrad", recipe.wgrad, gy2, 0, x_saved, 0, torch.float32, ctx,
+                             keys=keys, ready=(dy_cols, x_saved if fctx.x_ready else None))
             gw = gw.to(weight.dtype)
         if fctx.has_bias and fctx.needs_input_grad[2]:
             gb = gy2.float().sum(0).to(fctx.bias_dtype)
-        return gx, gw, gb, None, None, None
+        return gx, gw, gb, None, None, None, None
 
 
 class MXLinear(nn.Linear):
@@ -426,9 +435,11 @@ class MXLinear(nn.Linear):
                 f"{self.recipe.name}: the hand-written per-tensor FP8 baseline gives other "
                 "numbers under torch.compile than in eager mode (FP8-sized differences, not "
                 "understood); run it eagerly")
+        both_axes = (torch.is_grad_enabled() and self.weight.requires_grad
+                     and linear_both_axes(x.device))
         return _MXLinearFn.apply(x, self.weight, self.bias,
                                  self.key_buffer if self.keyed else None, self.recipe,
-                                 self.context)
+                                 self.context, both_axes)
 
     def extra_repr(self) -> str:
         acc = self.context.accumulation

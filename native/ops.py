@@ -263,31 +263,37 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
     for axis in (1, 0):
         _check_input(x, axis, BLOCK_SIZE, n.rotation)
     _check_keys(keys, x)
-    if not both_axes_applies(x, n, backend):
+    tuning = tuning or default_tuning(x.device)
+    if not both_axes_applies(x, n, backend, tuning):
         kw = dict(scale_rule=scale_rule, rounding=rounding, seed=seed, rotation=rotation,
                   backend=backend, tuning=tuning, keys=keys, conversion=conversion)
         return (quantize_dequantize(x, fmt, axis=-1, **kw),
                 quantize_dequantize(x, fmt, axis=0, **kw))
     if torch.compiler.is_compiling():
         from . import library
-        return library.quantize_dequantize_both_axes(x, n, backend)
-    return both_axes_impl(x, n, tuning)
+        rows, cols = library.quantize_dequantize_both_axes(x, n, backend)
+    else:
+        rows, cols = both_axes_impl(x, n, tuning)
+    return rows, cols.t()  # (the one-axis call's layout: a view of the K-major values)
 
 
-def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool:
-    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on ``x`` (what
-    ``kernels.both_axes`` takes)."""
+def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None,
+                      tuning: Tuning) -> bool:
+    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on the matrix ``x``
+    (what ``kernels.both_axes`` takes, on a grid CUDA can launch)."""
     return (pick_backend(x.device, backend) == "triton" and n.fmt.kind != "int"
             and n.rounding == Rounding.RNE
             and (n.rotation is None or not n.rotation.has_signs)
-            and n.conversion == Conversion.OCP and x.numel() > 0)
+            and n.conversion == Conversion.OCP and x.numel() > 0
+            and launch.both_axes_grid(*x.shape, tuning)[1] is not None)
 
 
 def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None):
-    """The one-pass kernel's (values along the last axis, values along axis 0)."""
+    """The one-pass kernel's (values along the last axis, values along axis 0 K-major: x's
+    transpose)."""
     x = x.detach().contiguous()
     rows = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
-    cols = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    cols = torch.empty(x.shape[::-1], dtype=torch.bfloat16, device=x.device)
     launch.qdq_both_axes(x, rows, cols, n, tuning or default_tuning(x.device))
     return rows, cols
 

@@ -1,7 +1,8 @@
 """Quantize-dequantize along both axes of a 2-D tensor in one pass: one read of X, the values
-of ``quantize_dequantize(X, axis=-1)`` and of ``quantize_dequantize(X, axis=0)`` written side
-by side (an MX GEMM without MX units takes X along its rows for Fprop and along its tokens for
-Wgrad; ∇Y likewise for Dgrad and Wgrad: 6 bytes of traffic per bf16 element instead of 8).
+of ``quantize_dequantize(X, axis=-1)`` and of ``quantize_dequantize(X, axis=0)`` written in
+the layouts those calls write (the second K-major: X's transpose), for the two bf16 GEMMs an
+MX GEMM without MX units makes of X (Fprop along its rows, Wgrad along its tokens; ∇Y likewise
+for Dgrad and Wgrad): 6 bytes of traffic per bf16 element instead of 8.
 
 A program holds 32 rows (one block along axis 0) by BN columns (BN / 32 blocks along the last
 axis): each column's 32 values are one block of the axis-0 operand, each row's 32-column
@@ -9,13 +10,13 @@ pieces blocks of the row operand; the two sets of blocks are scaled, rounded (RN
 dequantized independently with the 32-block kernels' helpers, so each output has the bits the
 one-axis kernels give. A fixed Hadamard rotation (16 or 32 points, no random signs) rotates
 each output's blocks along its own axis first, in the emulator's order (butterfly stages
-h = 1, 2, 4, ... then the multiply by 1/sqrt(size)). Float formats, RNE; rows a multiple of
-32, columns a multiple of 32 (``native.ops.quantize_dequantize_both_axes`` takes the kernel
-only there).
-Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): ~44 SASS instructions
-per element without a rotation (62 with H16: its transposes go through shared memory), no
-spill, 128-bit loads and stores, against 15.3 for the row kernel's quantize-dequantize plus
-33.1 for the column kernel's (H100 tiles, no rotation).
+h = 1, 2, 4, ... then the multiply by 1/sqrt(size)). Float formats, RNE; rows and columns
+multiples of 32 (``native.ops.quantize_dequantize_both_axes`` refuses other shapes).
+Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): 45 SASS instructions
+per element without a rotation (59 with H16: its transposes go through shared memory), no
+spill, 128-bit loads and stores (the K-major output's too, through shared memory), against
+15.3 for the row kernel's quantize-dequantize plus 33.1 for the column kernel's (H100 tiles,
+no rotation).
 """
 from __future__ import annotations
 
@@ -70,18 +71,22 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
                          # the numerics, the input, the tile
                          RULE: tl.constexpr, ROT: tl.constexpr, IN_BF16: tl.constexpr,
                          BN: tl.constexpr, EVEN: tl.constexpr, BIG: tl.constexpr):
-    """x [n_rows, n_cols] (bf16 as int16 bits, float16 or float32) -> rows_ptr / cols_ptr
-    [n_rows, n_cols] bf16 bits (int16): quantize-dequantized along the last axis / axis 0;
-    ROT > 0: rotated first by the ROT-point Hadamard along each axis, times ``rot_scale``.
+    """x [n_rows, n_cols] (bf16 as int16 bits, float16 or float32) -> bf16 bits (int16):
+    ``rows_ptr`` [n_rows, n_cols] quantize-dequantized along the last axis, ``cols_ptr``
+    [n_cols, n_rows] (K-major: x's transpose, the layout the one-axis call returns a view of)
+    quantize-dequantized along axis 0; ROT > 0: rotated first by the ROT-point Hadamard along
+    each axis, times ``rot_scale``. Program (i, j): rows 32 i .. 32 i + 31, columns BN j ..
     EVEN: n_cols a multiple of BN (no mask); BIG: 2^31 elements or more (64-bit offsets)."""
     tl.static_assert(not IS_INT, "float formats only")
     EXACT: tl.constexpr = BIAS + MBITS <= 7
-    r = tl.program_id(1) * 32 + tl.arange(0, 32)
-    c = tl.program_id(0) * BN + tl.arange(0, BN)
+    r = tl.program_id(0) * 32 + tl.arange(0, 32)
+    c = tl.program_id(1) * BN + tl.arange(0, BN)
     if BIG:
         offs = r.to(tl.int64)[:, None] * n_cols + c[None, :]
+        offs_t = c.to(tl.int64)[:, None] * n_rows + r[None, :]
     else:
         offs = r[:, None] * n_cols + c[None, :]
+        offs_t = c[:, None] * n_rows + r[None, :]
     mask = (c < n_cols)[None, :] & (r >= 0)[:, None]
     x = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
     if ROT > 0:  # each axis's own rotation of its blocks
@@ -92,11 +97,12 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
     else:
         xc = x
         xr = x
-    # along axis 0: each column's 32 values are a block
+    # along axis 0: each column's 32 values are a block (stored transposed, as bf16 bits)
     u = xc.to(tl.int32, bitcast=True)
     ab = u & 0x7FFFFFFF
     cols = _qdq_values(ab, u < 0, tl.max(ab, axis=0)[None, :], RULE=RULE, EMAX=EMAX,
                        MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
+    cols = tl.trans(_bf16_bits(cols, EXACT=EXACT))
     # along the last axis: 32-column pieces of each row
     u = xr.to(tl.int32, bitcast=True)
     ab3 = tl.reshape(u & 0x7FFFFFFF, (32, BN // 32, 32))
@@ -105,8 +111,8 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
                        BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
     rows = tl.reshape(rows, (32, BN))
     if EVEN:
-        tl.store(cols_ptr + offs, _bf16_bits(cols, EXACT=EXACT))
+        tl.store(cols_ptr + offs_t, cols)
         tl.store(rows_ptr + offs, _bf16_bits(rows, EXACT=EXACT))
     else:
-        tl.store(cols_ptr + offs, _bf16_bits(cols, EXACT=EXACT), mask=mask)
+        tl.store(cols_ptr + offs_t, cols, mask=tl.trans(mask))
         tl.store(rows_ptr + offs, _bf16_bits(rows, EXACT=EXACT), mask=mask)
