@@ -34,6 +34,9 @@ from .tuning import Tuning, default_tuning
 INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+BF16_NAN = 0x7FC0  # the bf16 NaN every backend writes (the kernels' float32 quiet NaN, cut)
+
+
 def _check_input(x, axis, block_size, rotation) -> int:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -356,7 +359,10 @@ def dequantize_kmajor(data, scales, fmt, k: int, block_size: int, dtype, backend
         if pack_factor(fmt) == 2:
             codes = emulator.unpack(codes, fmt)
         mx = emulator.MXArray(codes, scales.cpu().numpy(), fmt, codes.ndim - 1, block_size)
-        return torch.from_numpy(emulator.dequantize(mx)).to(dtype).to(data.device)
+        out = torch.from_numpy(emulator.dequantize(mx)).to(dtype)
+        if dtype == torch.bfloat16:  # NaN as the kernels write it (torch's CPU cast: 0xFFFF)
+            out.view(torch.int16)[torch.isnan(out)] = BF16_NAN
+        return out.to(data.device)
     out = torch.empty(data.shape[:-1] + (k,), dtype=dtype, device=data.device)
     if out.numel():
         launch.dequantize(data, scales, out, k, block_size, fmt,

@@ -846,3 +846,21 @@ def test_column_tile_vec_is_checked():
     for bad in (dict(columns=64, vec=3), dict(columns=2, vec=4), dict(columns=64, vec=0)):
         with pytest.raises(ValueError, match="vec must be a power of two dividing columns"):
             native.ColumnTile(warps=1, **bad)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_bf16_values_carry_the_same_nan_bits_on_every_backend(device):
+    """bf16 values of a NaN block (``dequantize(.., torch.bfloat16)``, ``quantize_dequantize``)
+    are the same bits on the emulator backend as from the kernels (0x7FC0: torch's CPU cast
+    writes 0xFFFF, which the emulator path replaces)."""
+    x = torch.randn(4, 64)
+    x[1, 40] = float("nan")
+    x[2, 3] = float("inf")
+    for fmt in ("e2m1", "e4m3"):
+        want = native.dequantize(native.quantize(x.to(device), fmt), torch.bfloat16)
+        got = native.dequantize(native.quantize(x, fmt, backend="emulator"), torch.bfloat16,
+                                backend="emulator")
+        assert np.array_equal(bf16_bits(got), bf16_bits(want)), fmt
+        assert (bf16_bits(got)[1, 32:] == 0x7FC0).all()
+        assert np.array_equal(bf16_bits(native.quantize_dequantize(x, fmt, backend="emulator")),
+                              bf16_bits(native.quantize_dequantize(x.to(device), fmt))), fmt
