@@ -29,7 +29,8 @@ for s in "$@"; do
       # test by test (--dist load; pyproject's loadfile kept a file on one worker: two files
       # ran on two workers, 127 cases in ~23 min in the eighteenth session, not finished)
       python3 -m pytest ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
-        tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py} \
+        tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py \
+        tests/test_both_axes.py} \
         -q -n 8 --dist load -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1
       done_ $s $? ;;
     sass)
