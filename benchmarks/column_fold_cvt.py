@@ -28,6 +28,8 @@ tiles = {"h100": H,
          "16_1_4": native.ColumnTile(16, 1, 4),
          "64_1_2_v2": native.ColumnTile(64, 1, 2, kb_fast=True, vec=2),
          "qdq_h100": T.H100.cols32_qdq}
+
+
 def case(seed, shape, axis, group, dtype, rotation, pow2, special):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape) * np.exp2(rng.integers(-3, 4, shape))
@@ -43,8 +45,8 @@ def case(seed, shape, axis, group, dtype, rotation, pow2, special):
             if not cvt:
                 nf._e4m3_cvt = lambda d: False
             try:
-                got = nf.quantize_folded(x, "e2m1", group,
-                                         tuning=dataclasses.replace(base, columns="kernel", cols32=tile), **kw)
+                tuning = dataclasses.replace(base, columns="kernel", cols32=tile)
+                got = nf.quantize_folded(x, "e2m1", group, tuning=tuning, **kw)
             except Exception as e:
                 out.append(f"{name} cvt={cvt}: ERROR {type(e).__name__}: {str(e)[:100]}")
                 continue
@@ -55,9 +57,13 @@ def case(seed, shape, axis, group, dtype, rotation, pow2, special):
                 g, w = getattr(got, f), getattr(want, f)
                 if not torch.equal(g, w):
                     idx = (g != w).nonzero()
-                    bad.append(f"{f}: {len(idx)} differ, first {idx[:3].tolist()} got {g[tuple(idx[0])].item()} want {w[tuple(idx[0])].item()}")
+                    first = tuple(idx[0])
+                    bad.append(f"{f}: {len(idx)} differ, first {idx[:3].tolist()} got "
+                               f"{g[first].item()} want {w[first].item()}")
             out.append(f"{name} cvt={cvt}: " + ("OK" if not bad else "; ".join(bad)))
     return out
+
+
 for args in [(7, (256, 6, 8), 0, 4, torch.bfloat16, None, True, True),
              (7, (256, 6, 8), 0, 4, torch.bfloat16, None, True, False),
              (7, (256, 6, 8), 0, 4, torch.bfloat16, "hadamard16", True, True),

@@ -298,24 +298,24 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
 def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor, n: Numerics,
                   tuning: Tuning) -> None:
     """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows and columns multiples of 32, a
-    grid ``both_axes_grid`` gives): its quantize-dequantized values along the last axis into
+    grid of 32-column programs within ``both_axes_grid``'s limits, so one of the tile's too):
+    its quantize-dequantized values along the last axis into
     ``rows_out`` (x's shape), along axis 0 into ``cols_out`` (x's transpose, contiguous);
     ``n``: RNE, a float format, no rotation or a Hadamard one without random signs."""
     n_rows, n_cols = x.shape
-    bn, grid = both_axes_grid(n_rows, n_cols, tuning)
+    bn = min(tuning.both_axes[0], 1 << (n_cols - 1).bit_length())  # (none wider than x)
     consts = _both_axes_constexprs(n, x.dtype, bn, tuning.both_axes[1], n_cols % bn == 0,
                                    x.numel() >= BIG_NUMEL)
-    run(kernels.both_axes.qdq_both_axes_kernel, grid,
+    run(kernels.both_axes.qdq_both_axes_kernel, both_axes_grid(n_rows, n_cols, bn),
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
         cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
 
 
-def both_axes_grid(n_rows: int, n_cols: int, tuning: Tuning):
-    """(columns per program, grid) of ``kernels.both_axes`` on an n_rows x n_cols matrix, or
-    (.., None) where the grid exceeds CUDA's limits (then the caller takes the two calls)."""
-    bn = min(tuning.both_axes[0], 1 << (n_cols - 1).bit_length())  # (none wider than x)
+def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:
+    """The grid of ``kernels.both_axes`` with ``bn`` columns per program on an n_rows x n_cols
+    matrix, or None where it exceeds CUDA's limits (then the caller takes the two calls)."""
     grid = (n_rows // 32, -(-n_cols // bn))
-    return bn, grid if grid[0] < 2**31 and grid[1] < 2**16 else None
+    return grid if grid[0] < 2**31 and grid[1] < 2**16 else None
 
 
 @functools.lru_cache(maxsize=256)
@@ -377,17 +377,15 @@ def strided(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, rows: int
     tile = tuning.last_axis if inner == 1 else tuning.other_axis
     nblk = k // block_size
     kb = tile.blocks_per_row(block_size, nblk)
-    rot = n.rotation
     consts = n.constexprs(x.dtype)
     if cast:  # one code per byte, whatever the format
         consts = {**consts, "PACK": 1}
     seed_arg, sign_arg = random_args(n, seed, keys)
     run(kernels.quantize.quantize_kernel, (cdiv(rows, tile.rows), cdiv(nblk, kb)),
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, data, scales, sign_arg,
-        rows, k, inner, seed_arg, n.rot_scale, **consts, CAST=cast, ROWS=tile.rows, KB=kb, BS=block_size,
-        LOG2_ROT=(rot.size.bit_length() - 1) if rot else 0, INNER1=inner == 1,
-        BIG=x.numel() >= BIG_NUMEL, EVEN=rows % tile.rows == 0 and nblk % kb == 0,
-        num_warps=tile.warps)
+        rows, k, inner, seed_arg, n.rot_scale, **consts, CAST=cast, ROWS=tile.rows, KB=kb,
+        BS=block_size, INNER1=inner == 1, BIG=x.numel() >= BIG_NUMEL,
+        EVEN=rows % tile.rows == 0 and nblk % kb == 0, num_warps=tile.warps)
 
 
 def dequantize(data: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, k: int,

@@ -36,7 +36,8 @@ from .dispatch import pick_backend
 from .fold import quantize_folded
 from .gemm import (FOLD_METHODS, FOLD_MODELS, auto_method, bf16_product, check_cublas_shapes,
                    fit_method, folded_product, mx_matmul)
-from .ops import dequantize, quantize, quantize_dequantize, quantize_dequantize_both_axes
+from .ops import (both_axes_applies, dequantize, numerics, quantize, quantize_dequantize,
+                  quantize_dequantize_both_axes)
 from .recipes import (FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe,
                       check_accumulation, get_recipe)
 from .tuning import default_tuning
@@ -118,7 +119,7 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
     ``keys``: the layer's key buffer (``GemmContext.keys``, shape (3, 2, 2) on the operands'
     device); where ``g`` draws per-step random bits the kernels read them there, else from
     ``ctx`` on the host. ``ready``: per operand, its quantize-dequantized values where the
-    caller already has them (``both_axes_options``; GEMM method 'bf16' only), else None."""
+    caller already has them (``both_axes_values``; GEMM method 'bf16' only), else None."""
     am = a if a_axis == 1 else a.t()
     bm = b if b_axis == 1 else b.t()
     if g.precision == "bf16":  # exactly what nn.Linear's forward and backward compute
@@ -155,28 +156,32 @@ def linear_both_axes(device: torch.device) -> bool:
     return default_tuning(device).linear_both_axes
 
 
-def both_axes_options(t: torch.Tensor, uses, ctx: GemmContext, keys) -> dict | None:
-    """Where operand ``t`` of two GEMMs that contract it along different axes can be
-    quantize-dequantized along both in one pass (``quantize_dequantize_both_axes``), the
-    options of that call; else None. ``uses``: two (gemm, recipe entry, operand index, M, N,
-    K). It can where both GEMMs are MX GEMMs of method 'bf16' without an accumulation model
-    and give ``t`` the same format and quantize options but the axis: RNE, no rotation or a
-    fixed Hadamard one, the OCP conversion (the one-pass kernel's numerics; the same bits as
-    the GEMMs' own calls)."""
+def both_axes_values(t: torch.Tensor, uses, ctx: GemmContext, keys):
+    """Operand ``t`` of two GEMMs that contract it along different axes, quantize-dequantized
+    along both in one pass (``quantize_dequantize_both_axes``: (along its last axis, along
+    axis 0)) where that can be; else (None, None). ``uses``: two (gemm, recipe entry, operand
+    index, M, N, K). It can where both GEMMs are MX GEMMs of method 'bf16' without an
+    accumulation model, give ``t`` the same format and quantize options but the axis, and
+    those are what the one-pass kernel takes (``ops.both_axes_applies``: RNE, no rotation or a
+    fixed Hadamard one, the OCP conversion): the same bits as the GEMMs' own calls."""
     if ctx.accumulation is not None or t.dim() != 2:
-        return None
+        return None, None
     found = []
     for gemm, g, j, m, n, k in uses:
         if not g.is_mx or mx_method(g, t.device, m, n, k, ctx) != "bf16":
-            return None
+            return None, None
         kw = dict(_operand_options(gemm, g, 1, 1, ctx, keys)[j])
         kw.pop("axis")  # (the axes differ: that is the point)
-        rot = kw["rotation"]
-        if kw["rounding"] != "rne" or (rot is not None and rot.has_signs) or set(kw) != {
-                "scale_rule", "rounding", "rotation", "backend"}:
-            return None
+        if set(kw) != {"scale_rule", "rounding", "rotation", "backend"}:
+            return None, None  # (random bits or another conversion: not the kernel's)
         found.append((g.element, kw))
-    return found[0][1] if found[0] == found[1] else None
+    if found[0] != found[1]:
+        return None, None
+    element, kw = found[0]
+    n = numerics(element, kw["scale_rule"], kw["rounding"], kw["rotation"])
+    if not both_axes_applies(t, n, kw["backend"]):
+        return None, None
+    return quantize_dequantize_both_axes(t, element, **kw)
 
 
 def _quantized_gemm(gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axis: int, out_dtype,
@@ -299,11 +304,9 @@ class _MXLinearFn(torch.autograd.Function):
             # X along in-features (Fprop) and along tokens (Wgrad, kept for the backward
             # instead of X) in one pass, where the recipe allows
             t, n = x2.shape[0], weight.shape[0]
-            kw = both_axes_options(x2, (("fprop", recipe.fprop, 0, t, n, x2.shape[1]),
-                                        ("wgrad", recipe.wgrad, 1, n, x2.shape[1], t)),
-                                   ctx, keys)
-            if kw is not None:
-                x_rows, x_cols = quantize_dequantize_both_axes(x2, recipe.fprop.element, **kw)
+            x_rows, x_cols = both_axes_values(
+                x2, (("fprop", recipe.fprop, 0, t, n, x2.shape[1]),
+                     ("wgrad", recipe.wgrad, 1, n, x2.shape[1], t)), ctx, keys)
         y = recipe_gemm("fprop", recipe.fprop, x2, 1, weight, 1, out_dtype, ctx, bias, keys,
                         ready=(x_rows, None))
         fctx.save_for_backward(x2 if x_cols is None else x_cols, weight, keys)
@@ -324,11 +327,9 @@ class _MXLinearFn(torch.autograd.Function):
         if fctx.both_axes and fctx.needs_input_grad[0] and fctx.needs_input_grad[1]:
             # ∇Y along out-features (Dgrad) and along tokens (Wgrad) in one pass
             t, n, k = gy2.shape[0], gy2.shape[1], weight.shape[1]
-            kw = both_axes_options(gy2, (("dgrad", recipe.dgrad, 0, t, k, n),
-                                         ("wgrad", recipe.wgrad, 0, n, k, t)), ctx, keys)
-            if kw is not None:
-                dy_rows, dy_cols = quantize_dequantize_both_axes(gy2, recipe.dgrad.element,
-                                                                 **kw)
+            dy_rows, dy_cols = both_axes_values(gy2, (("dgrad", recipe.dgrad, 0, t, k, n),
+                                                      ("wgrad", recipe.wgrad, 0, n, k, t)),
+                                                ctx, keys)
         if fctx.needs_input_grad[0]:
             gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx,
                              keys=keys, ready=(dy_rows, None))

@@ -266,8 +266,7 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
     for axis in (1, 0):
         _check_input(x, axis, BLOCK_SIZE, n.rotation)
     _check_keys(keys, x)
-    tuning = tuning or default_tuning(x.device)
-    if not both_axes_applies(x, n, backend, tuning):
+    if not both_axes_applies(x, n, backend):
         kw = dict(scale_rule=scale_rule, rounding=rounding, seed=seed, rotation=rotation,
                   backend=backend, tuning=tuning, keys=keys, conversion=conversion)
         return (quantize_dequantize(x, fmt, axis=-1, **kw),
@@ -280,15 +279,15 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
     return rows, cols.t()  # (the one-axis call's layout: a view of the K-major values)
 
 
-def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None,
-                      tuning: Tuning) -> bool:
-    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on the matrix ``x``
-    (what ``kernels.both_axes`` takes, on a grid CUDA can launch)."""
+def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool:
+    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on the matrix ``x``:
+    what ``kernels.both_axes`` takes, on a grid CUDA can launch with the narrowest tile (32
+    columns a program), so with every tile (not read here: no tuning lookup while compiling)."""
     return (pick_backend(x.device, backend) == "triton" and n.fmt.kind != "int"
             and n.rounding == Rounding.RNE
             and (n.rotation is None or not n.rotation.has_signs)
             and n.conversion == Conversion.OCP and x.numel() > 0
-            and launch.both_axes_grid(*x.shape, tuning)[1] is not None)
+            and launch.both_axes_grid(*x.shape, 32) is not None)
 
 
 def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None):

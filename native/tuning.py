@@ -107,12 +107,11 @@ class Tuning:
                          (``kernels.both_axes``: 32 rows by ``columns``)
     linear_both_axes     MXLinear quantize-dequantizes X in Fprop and ∇Y in backward along both
                          axes in one pass (``quantize_dequantize_both_axes``) where its recipe
-                         gives both of the operand's GEMMs the same RNE numerics (no
-                         rotation or a fixed Hadamard one; GEMM method 'bf16'); the same bits
-                         either way. Each layer
-                         then keeps X along tokens for its backward instead of X: in eager
-                         mode Linears that share an input (wq, wk, wv) keep a copy each
-                         (compiled, identical calls merge). Off until timed on a GPU.
+                         gives both of the operand's GEMMs the same RNE numerics (no rotation
+                         or a fixed Hadamard one; GEMM method 'bf16'); the same bits either
+                         way. Each layer then keeps X along tokens for its backward instead of
+                         X: in eager mode Linears that share an input (wq, wk, wv) keep a copy
+                         each (compiled, identical calls merge). Off until timed on a GPU.
     """
     rows32: RowTile = RowTile(32, 1, 72)
     rows32_qdq: RowTile = RowTile(32, 1)

@@ -128,12 +128,16 @@ def test_other_numerics_are_the_two_calls(device):
 
 def test_grids_past_cuda_limits_take_the_two_calls():
     """A grid past CUDA's limits (2^31 - 1 programs along the first axis, 65535 along the
-    second) is None: ``both_axes_applies`` then takes the two calls."""
-    tuning = native.Tuning(both_axes=(128, 4))
-    assert launch.both_axes_grid(2**21, 4096, tuning) == (128, (2**16, 32))
-    assert launch.both_axes_grid(64, 96, tuning) == (128, (2, 1))
-    assert launch.both_axes_grid(32, 2**16 * 128, tuning)[1] is None
-    assert launch.both_axes_grid(32 * 2**31, 128, tuning)[1] is None
+    second) is None, and ``both_axes_applies`` then takes the two calls: it checks the grid of
+    the narrowest tile (32 columns), which bounds every tile's."""
+    from ocpmx.native import ops
+    assert launch.both_axes_grid(2**21, 4096, 128) == (2**16, 32)
+    assert launch.both_axes_grid(64, 96, 128) == (2, 1)
+    assert launch.both_axes_grid(32, 2**16 * 128, 128) is None
+    assert launch.both_axes_grid(32 * 2**31, 128, 128) is None
+    n = ops.numerics("e2m1", "even", "rne", None)
+    assert ops.both_axes_applies(torch.empty(32, 2**21 - 32, dtype=torch.bfloat16), n, "triton")
+    assert not ops.both_axes_applies(torch.empty(32, 2**21, dtype=torch.bfloat16), n, "triton")
 
 
 def test_bad_input_is_named():

@@ -23,8 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import block_scale, f32_to_bf16_bits
-from .quantize import load_tile_f32, rounded_values
+from .common import block_scale
+from .quantize import bf16_bits, fwht, load_tile_f32, rounded_values
 
 
 @triton.jit
@@ -36,27 +36,6 @@ def _qdq_values(ab, neg, amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl
     s, special, _ = block_scale(amax, RULE=RULE, EMAX=EMAX, MBITS=MBITS, RNUM=RNUM,
                                 RSHIFT=RSHIFT)
     return rounded_values(ab, neg, s, special, 0, MBITS=MBITS, BIAS=BIAS, MAXV=MAXV)
-
-
-@triton.jit
-def _fwht(g, M: tl.constexpr, R: tl.constexpr):
-    """Butterfly stages h = 1, 2, ..., R / 2 along the last axis of g [M, R] (R a power of two):
-    the unnormalized Walsh-Hadamard transform of each row, in ``rotate_quarters``' order."""
-    for st in tl.static_range(R.bit_length() - 1):
-        t = tl.reshape(g, (M, (R // 2) >> st, 2, 1 << st))
-        a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
-        g = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (M, R))
-    return g
-
-
-@triton.jit
-def _bf16_bits(val, EXACT: tl.constexpr):
-    """bf16 bits (int16) of float32 values, as the row kernel's quantize-dequantize stores them:
-    cut where every value is a bf16 number (EXACT: E2M1, E2M3, E3M2 times any 2^s; NaN stays
-    NaN), else rounded to nearest even."""
-    if EXACT:
-        return ((val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF).to(tl.int16)
-    return f32_to_bf16_bits(val).to(tl.int16)
 
 
 @triton.jit
@@ -90,9 +69,9 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
     mask = (c < n_cols)[None, :] & (r >= 0)[:, None]
     x = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
     if ROT > 0:  # each axis's own rotation of its blocks
-        xc = _fwht(tl.reshape(tl.trans(x), (BN * 32 // ROT, ROT)), BN * 32 // ROT, ROT)
+        xc = fwht(tl.reshape(tl.trans(x), (BN * 32 // ROT, ROT)), BN * 32 // ROT, ROT)
         xc = tl.trans(tl.reshape(xc * rot_scale, (BN, 32)))
-        xr = _fwht(tl.reshape(x, (32 * BN // ROT, ROT)), 32 * BN // ROT, ROT)
+        xr = fwht(tl.reshape(x, (32 * BN // ROT, ROT)), 32 * BN // ROT, ROT)
         xr = tl.reshape(xr * rot_scale, (32, BN))
     else:
         xc = x
@@ -102,17 +81,17 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
     ab = u & 0x7FFFFFFF
     cols = _qdq_values(ab, u < 0, tl.max(ab, axis=0)[None, :], RULE=RULE, EMAX=EMAX,
                        MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
-    cols = tl.trans(_bf16_bits(cols, EXACT=EXACT))
+    cols = tl.trans(bf16_bits(cols, EXACT=EXACT).to(tl.int16))
     # along the last axis: 32-column pieces of each row
     u = xr.to(tl.int32, bitcast=True)
     ab3 = tl.reshape(u & 0x7FFFFFFF, (32, BN // 32, 32))
     rows = _qdq_values(ab3, tl.reshape(u < 0, (32, BN // 32, 32)),
                        tl.max(ab3, axis=2)[:, :, None], RULE=RULE, EMAX=EMAX, MBITS=MBITS,
                        BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
-    rows = tl.reshape(rows, (32, BN))
+    rows = bf16_bits(tl.reshape(rows, (32, BN)), EXACT=EXACT).to(tl.int16)
     if EVEN:
         tl.store(cols_ptr + offs_t, cols)
-        tl.store(rows_ptr + offs, _bf16_bits(rows, EXACT=EXACT))
+        tl.store(rows_ptr + offs, rows)
     else:
         tl.store(cols_ptr + offs_t, cols, mask=tl.trans(mask))
-        tl.store(rows_ptr + offs, _bf16_bits(rows, EXACT=EXACT), mask=mask)
+        tl.store(rows_ptr + offs, rows, mask=mask)

@@ -50,7 +50,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
                     CAST: tl.constexpr,
                     # the tile, and what the shape implies
                     ROWS: tl.constexpr, KB: tl.constexpr, BS: tl.constexpr,
-                    LOG2_ROT: tl.constexpr, INNER1: tl.constexpr, BIG: tl.constexpr,
+                    INNER1: tl.constexpr, BIG: tl.constexpr,
                     EVEN: tl.constexpr):
     """Quantize ROWS rows x KB blocks of BS elements of x (CAST: convert each element with
     scale 2^0 instead; no scales are stored).
@@ -96,12 +96,7 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
         g = tl.reshape(x, (ROWS * KB * (BS // ROT), ROT))
         if SIGNS:
             g = g * rotation_signs(sign_mask, tl.arange(0, ROT))[None, :]
-        for st in tl.static_range(LOG2_ROT):  # stages h = 2^st = 1, 2, ..., ROT / 2
-            t = tl.reshape(g, (ROWS * KB * (BS // ROT), ROT >> (st + 1), 2, 1 << st))
-            a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
-            t = tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2))
-            g = tl.reshape(t, (ROWS * KB * (BS // ROT), ROT))
-        g = g * rot_scale
+        g = fwht(g, ROWS * KB * (BS // ROT), ROT) * rot_scale
         x = tl.reshape(g, (ROWS * KB, BS))
 
     u = x.to(tl.int32, bitcast=True)
@@ -153,13 +148,15 @@ def quantize_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_rows, K, inner, see
 # ---- the 32-block row kernel and its pieces -----------------------------------------------
 
 @triton.jit
-def fwht8(g, N: tl.constexpr):
-    """Butterfly stages h = 1, 2, 4 on each row of g [N, 8] (in registers: each thread holds
-    whole rows of 8 after a 16-byte load)."""
-    for st in tl.static_range(3):
-        t = tl.reshape(g, (N, 4 >> st, 2, 1 << st))
+def fwht(g, M: tl.constexpr, R: tl.constexpr):
+    """Butterfly stages h = 1, 2, ..., R / 2 along the last axis of g [M, R] (R a power of two):
+    the unnormalized Walsh-Hadamard transform of each row, in the emulator's order (the row
+    kernel runs it on quarters of 8: in registers, each thread holding whole rows after a
+    16-byte load; the strided and both-axes kernels on whole rotation groups)."""
+    for st in tl.static_range(R.bit_length() - 1):
+        t = tl.reshape(g, (M, (R // 2) >> st, 2, 1 << st))
         a, b = tl.split(tl.permute(t, (0, 1, 3, 2)))
-        g = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (N, 8))
+        g = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 1, 3, 2)), (M, R))
     return g
 
 
@@ -259,14 +256,21 @@ def rounded_values(ab, neg, sb, special, off, MBITS: tl.constexpr, BIAS: tl.cons
 
 
 @triton.jit
+def bf16_bits(val, EXACT: tl.constexpr):
+    """bf16 bits (int32, the low 16) of float32 values, as every quantize-dequantize writes
+    them: cut when EXACT (every value is a bf16 number: E2M1, E2M3, E3M2 times any 2^s; NaN
+    stays NaN), else rounded to nearest even."""
+    if EXACT:
+        return (val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
+    return f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
+
+
+@triton.jit
 def store_bf16_pairs(out_ptr, blk, val, part: tl.constexpr, valid, NB: tl.constexpr,
                      EVEN: tl.constexpr, EXACT: tl.constexpr):
-    """Quarter ``part`` [NB, 8] of float32 values as bf16 (cut when EXACT: every value is a
-    bf16 number; else rounded to nearest even), stored as int32 pairs [NB, 4]."""
-    if EXACT:
-        b = (val.to(tl.int32, bitcast=True) >> 16) & 0xFFFF
-    else:
-        b = f32_to_bf16_bits(val).to(tl.int32) & 0xFFFF
+    """Quarter ``part`` [NB, 8] of float32 values as bf16 (``bf16_bits``), stored as int32
+    pairs [NB, 4]."""
+    b = bf16_bits(val, EXACT=EXACT)
     lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
     off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
     if EVEN:
@@ -316,10 +320,10 @@ def rotate_quarters(q0, q1, q2, q3, sign_mask, rot_scale, ROT: tl.constexpr,
         q1 = q1 * rotation_signs(sign_mask, (8 % ROT) + j)
         q2 = q2 * rotation_signs(sign_mask, (16 % ROT) + j)
         q3 = q3 * rotation_signs(sign_mask, (24 % ROT) + j)
-    q0 = fwht8(q0, q0.shape[0])
-    q1 = fwht8(q1, q1.shape[0])
-    q2 = fwht8(q2, q2.shape[0])
-    q3 = fwht8(q3, q3.shape[0])
+    q0 = fwht(q0, q0.shape[0], 8)
+    q1 = fwht(q1, q1.shape[0], 8)
+    q2 = fwht(q2, q2.shape[0], 8)
+    q3 = fwht(q3, q3.shape[0], 8)
     q0, q1 = q0 + q1, q0 - q1  # h = 8
     q2, q3 = q2 + q3, q2 - q3
     if ROT == 32:  # h = 16
