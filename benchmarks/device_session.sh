@@ -8,8 +8,9 @@
 #   mkdir -p /tmp/ocpmx_run2 && CUDA_VISIBLE_DEVICES=2 OCPMX_RUN=/tmp/ocpmx_run2 setsid nohup \
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench fold gemm linear launch columns colprobe colcheck shapes both gemms
-# host probe sweep cublas cublas_profile cublas_model emulate accum conform conform_fold speed.
+# Steps: env tests sass bench fold gemm linear linear_both launch columns colprobe colcheck
+# shapes both gemms host probe sweep cublas cublas_profile cublas_model emulate accum conform
+# conform_fold speed speed_both.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -70,9 +71,10 @@ for s in "$@"; do
         --out $RUN/step_both_axes > $RUN/step_both_axes.log 2>&1
       done_ $s $? ;;
     gemms)
-      # the step's GEMMs at the small presets' shapes, bf16 and MXFP4 per GEMM method
+      # the step's GEMMs at the presets' shapes (GEMMS_PRESETS, else SHAPES_PRESETS), bf16 and
+      # MXFP4 per GEMM method
       python3 benchmarks/step_shapes.py --gemms ${GEMM_METHODS:-bf16 fp8 fp8_cublas} \
-        --presets ${SHAPES_PRESETS:-125m 30m} --out $RUN/step_gemms > $RUN/step_gemms.log 2>&1
+        --presets ${GEMMS_PRESETS:-${SHAPES_PRESETS:-125m 30m}} --out $RUN/step_gemms > $RUN/step_gemms.log 2>&1
       done_ $s $? ;;
     colprobe)
       python3 benchmarks/column_probe.py --out $RUN/column_probe > $RUN/column_probe.log 2>&1
@@ -116,6 +118,19 @@ for s in "$@"; do
       done_ $s $? ;;
     cublas_profile)
       python3 benchmarks/fp8_cublas_profile.py --out $RUN/fp8_cublas_profile > $RUN/fp8_cublas_profile.log 2>&1
+      done_ $s $? ;;
+    speed_both)
+      # training speed with MXLinear's both-axes pass on, then off (Tuning.linear_both_axes),
+      # in one folder: the runs' names end in -both1 / -both0
+      for b in 1 0; do
+        OCPMX_LINEAR_BOTH_AXES=$b bash benchmarks/train_speed.sh $RUN/speed_both "${SPEED_PRESETS:-125m}" \
+          "${SPEED_RECIPES:-bf16 mxfp4_all mxfp4_all_h16}" "${SPEED_MODES:-graphs}" >> $RUN/speed_both.log 2>&1
+      done
+      done_ $s $? ;;
+    linear_both)
+      # MXLinear at 8B shapes with the both-axes pass on
+      OCPMX_LINEAR_BOTH_AXES=1 python3 benchmarks/gpu_bench.py --out $RUN/bench_linear_both1 \
+        --sections linear > $RUN/bench_linear_both1.log 2>&1
       done_ $s $? ;;
     speed)
       bash benchmarks/train_speed.sh $RUN/speed "${SPEED_PRESETS:-30m 125m}" \
