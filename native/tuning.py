@@ -111,7 +111,7 @@ class Tuning:
                          or a fixed Hadamard one; GEMM method 'bf16'); the same bits either
                          way. Each layer then keeps X along tokens for its backward instead of
                          X: in eager mode Linears that share an input (wq, wk, wv) keep a copy
-                         each (compiled, identical calls merge). Off until timed on a GPU.
+                         each (compiled, identical calls merge). On where timed (H100).
     """
     rows32: RowTile = RowTile(32, 1, 72)
     rows32_qdq: RowTile = RowTile(32, 1)
@@ -212,13 +212,20 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # (32768 tokens x 128-2048) at 0.88-1.00 of copy without a rotation and 0.77-0.98 with H16,
 # against 0.71-0.90 / 0.74-0.95 with the GPU default's 32, and the fp32 weights at 0.86-1.03
 # against 0.65-0.93 (8 blocks: 0.89-0.98 on the weights, 0.49-0.60 on the activations).
+# Twenty-fourth session (results/native_gpu/step_both_axes_h100.md,
+# results/train_speed/both_axes/): X and ∇Y quantize-dequantized along both axes in one pass
+# took 11.5 ms of a 125m mxfp4_all step against the two calls' 14.3 (0.81-0.84 of its 6-byte
+# stream at the large shapes, bits equal), and 125m training with CUDA graphs ran mxfp4_all at
+# 0.84x bf16 against 0.79x (mxfp4_all_h16 0.85x against 0.80x): on by default here.
 H100 = Tuning(rows32_qdq=RowTile(16, 1),
               columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
               columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
               cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2),
-              notes="GPU defaults, H100 column kernel for quantize and qdq, 16-block qdq rows")
+              linear_both_axes=True,
+              notes="GPU defaults, H100 column kernel for quantize and qdq, 16-block qdq rows, "
+                    "MXLinear's both-axes pass")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at

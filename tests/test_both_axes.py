@@ -126,7 +126,8 @@ def test_other_numerics_are_the_two_calls(device):
     assert not launched
 
 
-def test_grids_past_cuda_limits_take_the_two_calls():
+@pytest.mark.parametrize("device", devices())
+def test_grids_past_cuda_limits_take_the_two_calls(device):
     """A grid past CUDA's limits (2^31 - 1 programs along the first axis, 65535 along the
     second) is None, and ``both_axes_applies`` then takes the two calls: it checks the grid of
     the narrowest tile (32 columns), which bounds every tile's."""
@@ -136,8 +137,9 @@ def test_grids_past_cuda_limits_take_the_two_calls():
     assert launch.both_axes_grid(32, 2**16 * 128, 128) is None
     assert launch.both_axes_grid(32 * 2**31, 128, 128) is None
     n = ops.numerics("e2m1", "even", "rne", None)
-    assert ops.both_axes_applies(torch.empty(32, 2**21 - 32, dtype=torch.bfloat16), n, "triton")
-    assert not ops.both_axes_applies(torch.empty(32, 2**21, dtype=torch.bfloat16), n, "triton")
+    for cols, applies in ((2**21 - 32, True), (2**21, False)):
+        x = torch.empty(32, cols, dtype=torch.bfloat16, device=device)
+        assert ops.both_axes_applies(x, n, "triton") is applies, cols
 
 
 def test_bad_input_is_named():

@@ -526,11 +526,20 @@ def test_serial_column_tile_does_not_spill_for_sm90():
             assert f["per_element"] < 28, f
 
 
+def _triton_version():
+    import triton
+    return tuple(int(p) for p in triton.__version__.split(".")[:2])
+
+
+@pytest.mark.skipif(_triton_version() < (3, 9), reason=(
+    "a fact about Triton 3.9's compiler: Triton 3.6 (the GPU hosts') compiles the split tile "
+    "to 166-168 registers and more instructions per element than unsplit, so it is no tile's "
+    "default there (results/native_gpu/sass_columns_split.txt)"))
 def test_split_column_tile_halves_the_registers_for_sm90():
     """``ColumnTile(split=True)``, compiled for sm_90a without the chip (``kernel_sass.py
-    --columns``): loading a thread's column pair as 4-byte words and quantizing its even
-    column, then its odd one, keeps at most ~100 registers under RNE (no rotation and H16) and
-    128 under stochastic rounding, where the same tile unsplit takes 154-247 (Triton 3.9: 8-13
+    --columns``) by Triton 3.9: loading a thread's column pair as 4-byte words and quantizing
+    its even column, then its odd one, keeps at most ~100 registers under RNE (no rotation and
+    H16) and 128 under stochastic rounding, where the same tile unsplit takes 154-247 (8-13
     warps an SM, against 20 split), without a spill or more instructions per element."""
     import json
     import os
