@@ -1,7 +1,10 @@
 """The table of benchmarks/train_speed.sh's runs: median tokens/s over steps 10-39 (without the
 profiled steps), the profiled step's GPU busy time against its wall time, and the self CPU
 time of the host operations the profiler saw (``step_breakdown.json``'s
-``host_ops_ms_per_step``, profiler overhead included).
+``host_ops_ms_per_step``, profiler overhead included). The both-axes column: whether MXLinear's both-axes pass was on
+(config.json's ``linear_both_axes_run``; runs written before it: the run name's ``-both1`` /
+``-both0``, else unknown); each run's ratio is against bf16 of the same preset, mode and
+setting.
 
   python benchmarks/train_speed_report.py RUNS_DIR   -> RUNS_DIR/train_speed.md, .json
 """
@@ -27,8 +30,12 @@ def row(d: Path) -> dict:
     if mode == "compiled" and cmode != "default":
         # reduce-overhead: compiled, each step replayed from CUDA graphs
         mode = "graphs" if cmode == "reduce-overhead" else f"compiled-{cmode}"
+    setting = {"-both1": True, "-both0": False}.get(d.name[-6:])  # train_speed.sh's names
+    both = cfg.get("linear_both_axes_run",
+                   None if cfg.get("recipe") == "bf16" else setting)  # (bf16: no MX GEMM)
     return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
-            "gemm_method_run": cfg.get("gemm_method_run"),
+            "gemm_method_run": cfg.get("gemm_method_run"), "linear_both_axes_run": both,
+            "setting": setting,
             "tokens_per_s": tps, "mfu": statistics.median(r["mfu"] for r in steps) if steps else None,
             "step_ms": 1e3 * step_tokens / tps if steps else None, "gpu_busy_ms": gpu_ms,
             "host_ops_ms": host_ms,
@@ -38,24 +45,27 @@ def row(d: Path) -> dict:
 def main(root):
     root = Path(root)
     rows = [row(d) for d in sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file())]
-    by = {(r["preset"], r["mode"], r["recipe"]): r for r in rows}
-    lines = ["| preset | recipe | mode | GEMM method | tokens/s | MFU | step ms | GPU busy ms (profiled step) "
-             "| busy / step | host ops ms (profiled step) | × bf16 same mode |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    by = {(r["preset"], r["mode"], r["recipe"], r["setting"]): r for r in rows}
+    lines = ["| preset | recipe | mode | GEMM method | both-axes pass | tokens/s | MFU | step ms "
+             "| GPU busy ms (profiled step) | busy / step | host ops ms (profiled step) "
+             "| × bf16 same mode |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        both = {True: "on", False: "off", None: "—"}[r["linear_both_axes_run"]]
+        if r["linear_both_axes_run"] is None and r["setting"] is not None:  # bf16 of a setting
+            both += f" (set {'on' if r['setting'] else 'off'})"
+        head = (f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
+                f"{r['gemm_method_run'] or '—'} | {both} |")
         if not r["timed_steps"]:  # a run that stopped (or failed) before step 10: no time
-            lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
-                         f"{r['gemm_method_run'] or '—'} | no timed step (see the run's log) |"
-                         + " — |" * 6)
+            lines.append(f"{head} no timed step (see the run's log) |" + " — |" * 6)
             continue
-        base = by.get((r["preset"], r["mode"], "bf16"))
+        base = by.get((r["preset"], r["mode"], "bf16", r["setting"]))
         rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         busy = r["gpu_busy_ms"]
         busy_ms = "—" if busy is None else f"{busy:.1f}"
         share = "—" if busy is None else f"{busy / r['step_ms']:.2f}"
         host = "—" if r["host_ops_ms"] is None else f"{r['host_ops_ms']:.1f}"
-        lines.append(f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
-                     f"{r['gemm_method_run'] or '—'} | {r['tokens_per_s']:,.0f} | "
+        lines.append(f"{head} {r['tokens_per_s']:,.0f} | "
                      f"{(r['mfu'] or 0):.1%} | {r['step_ms']:.1f} | {busy_ms} | {share} | "
                      f"{host} | {rel:.2f} |")
     (root / "train_speed.json").write_text(json.dumps(rows, indent=1))

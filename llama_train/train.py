@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from ..native import GEMMS, RECIPES, MXLinear, convert_linears, fold, set_step
 from ..native.dispatch import pick_backend
 from ..native.gemm import FOLD_METHODS, auto_method
+from ..native.tuning import default_tuning
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TRAIN_PRESETS, RunExists, TrainConfig, TrainingDiverged, lr_at
 from .data import load_tokenizer, open_stream, validation_set
@@ -89,6 +90,20 @@ def gemm_method_run(model, device) -> str | None:
             if pick_backend(device, ctx.backend) == "emulator":
                 return "emulator"
             return auto_method(device) if ctx.method == "auto" else ctx.method
+    return None
+
+
+def linear_both_axes_run(model, device) -> bool | None:
+    """Whether ``model``'s MXLinears may quantize-dequantize X and ∇Y along both axes in one
+    pass (``Tuning.linear_both_axes`` of ``device``'s tuning, Triton kernels; a layer takes it
+    where its recipe gives both GEMMs the same RNE numerics): the same bits either way, other
+    speed. None without an MX GEMM."""
+    for m in model.modules():
+        if isinstance(m, MXLinear) and any(m.recipe.gemm(g).is_mx for g in GEMMS):
+            if m.context.accumulation is not None or \
+                    pick_backend(device, m.context.backend) == "emulator":
+                return False
+            return default_tuning(device).linear_both_axes
     return None
 
 
@@ -302,7 +317,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
         fold.reset_inexact_total(device)
     if dist.main:
         facts = {"model": asdict(mcfg), "world": dist.world,  # config.RUN_FACTS
-                 "gemm_method_run": method_run}
+                 "gemm_method_run": method_run,
+                 "linear_both_axes_run": linear_both_axes_run(model, device)}
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), **facts}, indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
                       tensorboard=cfg.logging.tensorboard, steps=(start, steps),

@@ -1,4 +1,5 @@
 """llama_train: model sizes, the C4-layout data path, exact resume, NaN policy, bad configs."""
+import dataclasses
 import json
 import math
 
@@ -532,7 +533,9 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
     rows, _ = T.read_metrics(tmp_path / "fp8" / "metrics.jsonl")
     assert len(rows) == 1 and math.isfinite(rows[0]["loss"])
     assert 0 <= rows[0]["fold_inexact"] == int(T.fold.inexact_total("cpu").item()) < 10**9
-    assert json.loads((tmp_path / "fp8" / "config.json").read_text())["gemm_method_run"] == "fp8"
+    facts = json.loads((tmp_path / "fp8" / "config.json").read_text())
+    assert facts["gemm_method_run"] == "fp8"
+    assert facts["linear_both_axes_run"] is T.default_tuning("cpu").linear_both_axes
     model, *_ = T.build(c, T.setup_dist("cpu"))
     layers = [m for m in model.modules() if isinstance(m, MXLinear)]
     assert layers and all(m.context.method == "fp8" for m in layers)
@@ -542,5 +545,16 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
                      (dict(recipe="bf16"), None)):
         m, *_ = T.build(cfg(corpus, tmp_path / "x", **kw), T.setup_dist("cpu"))
         assert T.gemm_method_run(m, torch.device("cpu")) == want, kw
+        both = T.linear_both_axes_run(m, torch.device("cpu"))
+        assert both is (None if want is None else False if " " in want or want == "emulator"
+                        else T.default_tuning("cpu").linear_both_axes), (kw, both)
     with pytest.raises(ValueError, match="drop --gemm-method fp8"):
         cfg(corpus, tmp_path / "y", accumulation="hopper_bf16", gemm_method="fp8").validate()
+    # the both-axes fact follows the device's tuning where the Triton kernels run the GEMMs
+    for flag in (True, False):
+        tuned = dataclasses.replace(T.default_tuning("cpu"), linear_both_axes=flag)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(T, "default_tuning", lambda device, tuned=tuned: tuned)
+            assert T.linear_both_axes_run(model, torch.device("cpu")) is flag
+            m, *_ = T.build(cfg(corpus, tmp_path / "x", backend="emulator"), T.setup_dist("cpu"))
+            assert T.linear_both_axes_run(m, torch.device("cpu")) is False

@@ -19,12 +19,14 @@ def report():
     return mod
 
 
-def _run(root: Path, name: str, recipe: str, compile_mode, tps: float, breakdown: dict | None):
+def _run(root: Path, name: str, recipe: str, compile_mode, tps: float, breakdown: dict | None,
+         **facts):
     d = root / name
     d.mkdir()
     cfg = dict(preset="30m", recipe=recipe, compile=compile_mode is not None,
                compile_mode=compile_mode or "default", batch_size=32, grad_accum=1,
-               seq_len=1024, profile_step=30, gemm_method_run=None if recipe == "bf16" else "bf16")
+               seq_len=1024, profile_step=30, gemm_method_run=None if recipe == "bf16" else "bf16",
+               **facts)
     (d / "config.json").write_text(json.dumps(cfg))
     rows = [dict(step=s, loss=5.0, tokens_per_s=(1e9 if s in (30, 31) else tps + s), mfu=0.1)
             for s in range(40)]
@@ -54,6 +56,7 @@ def test_table_medians_ratios_and_host_time(tmp_path, report):
     assert "host ops ms" in lines[0] and lines[1].count("|") == lines[0].count("|")
     mx = next(line for line in lines if "mxfp4_wgrad | graphs" in line)
     assert mx.endswith(f"| — | {(800.0 + median) / (1000.0 + median):.2f} |")
+    assert "| bf16 | graphs | — | — | 1,0" in next(x for x in lines if "| bf16 | graphs |" in x)
     eager = next(line for line in lines if "mxfp4_wgrad | eager" in line)
     assert eager.endswith("| — | — | — | nan |")  # no bf16 eager run, no breakdown
 
@@ -73,3 +76,32 @@ def test_a_run_without_timed_steps_is_a_row_that_says_so(tmp_path, report):
     failed = next(line for line in lines if "mxfp4_all" in line)
     assert "no timed step" in failed and failed.count("|") == lines[0].count("|")
     assert any("| bf16 | graphs |" in line and line.endswith("| 1.00 |") for line in lines)
+
+
+def test_both_axes_column_and_ratios_within_a_setting(tmp_path, report):
+    """The both-axes column reads config.json's ``linear_both_axes_run``, or for runs written
+    before it the ``-both1`` / ``-both0`` of train_speed.sh's names (bf16: no MX GEMM, so none);
+    each ratio is against the bf16 run of the same setting."""
+    for b, base in ((1, 1000.0), (0, 900.0)):
+        _run(tmp_path, f"30m-bf16-graphs-both{b}", "bf16", "reduce-overhead", base, None)
+        _run(tmp_path, f"30m-mx-graphs-both{b}", "mxfp4_all", "reduce-overhead", 800.0, None)
+    _run(tmp_path, "30m-bf16-eager", "bf16", None, 1000.0, None, linear_both_axes_run=None)
+    _run(tmp_path, "30m-mx-eager", "mxfp4_all", None, 500.0, None, linear_both_axes_run=True)
+    report.main(tmp_path)
+    rows = {r["run"]: r for r in json.loads((tmp_path / "train_speed.json").read_text())}
+    assert [rows[f"30m-mx-graphs-both{b}"]["linear_both_axes_run"] for b in (1, 0)] == [True, False]
+    assert rows["30m-bf16-graphs-both1"]["linear_both_axes_run"] is None
+    assert rows["30m-mx-eager"]["linear_both_axes_run"] is True
+    lines = (tmp_path / "train_speed.md").read_text().splitlines()
+    steps = [s for s in range(10, 40) if s not in (30, 31)]
+    median = (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+
+    def line(recipe, mode, both):
+        return next(x for x in lines if f"| {recipe} | {mode} | bf16 | {both} |" in x)
+    assert line("mxfp4_all", "graphs", "on").endswith(
+        f"| {(800.0 + median) / (1000.0 + median):.2f} |")
+    assert line("mxfp4_all", "graphs", "off").endswith(
+        f"| {(800.0 + median) / (900.0 + median):.2f} |")
+    assert sum(1 for x in lines if "| bf16 | graphs | — | — (set off) |" in x) == 1
+    assert line("mxfp4_all", "eager", "on").endswith(
+        f"| {(500.0 + median) / (1000.0 + median):.2f} |")
