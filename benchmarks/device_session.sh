@@ -14,7 +14,21 @@
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
+COMMIT=${OCPMX_COMMIT:-unknown}
+# A device machine may keep /tmp from an earlier hold: results of another tree in $RUN would be
+# taken for this one's (train_speed.sh skips a configuration whose run is complete). They move
+# to $RUN/stale-<their commit>-<time>/ (driver.log stays: the launcher writes it before this
+# starts); a second call with the same commit keeps them (to resume the same session's runs).
+if [ -d "$RUN" ] && [ "$(cat "$RUN/commit" 2>/dev/null)" != "$COMMIT" -o "$COMMIT" = unknown ]; then
+  old=$(ls -A "$RUN" | grep -v -x -e driver.log -e p -e commit -e 'stale-.*')
+  if [ -n "$old" ]; then
+    stale=$RUN/stale-$(cat "$RUN/commit" 2>/dev/null || echo unknown)-$(date +%Y%m%d%H%M%S)
+    mkdir -p "$stale" && (cd "$RUN" && mv $old "$stale/")
+    echo "earlier results in $RUN (not tree $COMMIT) moved to $stale"
+  fi
+fi
 mkdir -p "$RUN/conform" "$RUN/p"
+echo "$COMMIT" > "$RUN/commit"
 ln -sfn "$PWD" "$RUN/p/ocpmx"  # per session: another session may run another tree
 export PYTHONPATH=$RUN/p:$PWD/tests PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 step() { echo "=== $1 start $(date +%T)"; }

@@ -382,3 +382,44 @@ def test_start_checks_the_shards_once_while_they_are_unchanged(tmp_path):
     assert rc == 0 and "checked earlier" not in out and "Traceback" not in out, out
     rc, out = start()
     assert rc == 0 and "(checked earlier;" in out, out
+
+
+SESSION = SCRIPT.parent / "device_session.sh"
+
+
+def test_device_session_moves_another_trees_results_aside(tmp_path):
+    """device_session.sh on a machine that kept an earlier hold's /tmp: results of another
+    commit move to stale-<commit>-<time>/ before any step (a complete speed run of another tree
+    would otherwise be skipped and reported as this tree's); driver.log stays; a second call of
+    the same commit keeps its results (a session resumed); an unnamed commit keeps none."""
+    run = tmp_path / "run"
+    (run / "speed" / "125m-bf16-graphs").mkdir(parents=True)
+    (run / "speed" / "125m-bf16-graphs" / "metrics.jsonl").write_text("{}\n")
+    (run / "env.txt").write_text("old\n")
+    (run / "driver.log").write_text("launcher\n")
+    (run / "commit").write_text("aaa\n")
+
+    def session(commit):
+        env = dict(os.environ, OCPMX_RUN=str(run))
+        env.pop("OCPMX_COMMIT", None)
+        if commit:
+            env["OCPMX_COMMIT"] = commit
+        r = subprocess.run(["bash", str(SESSION)], env=env, cwd=SCRIPT.parents[1],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert "moved to" in session("bbb")
+    stale = [p for p in run.iterdir() if p.name.startswith("stale-aaa-")]
+    assert len(stale) == 1
+    assert (stale[0] / "speed" / "125m-bf16-graphs" / "metrics.jsonl").is_file()
+    assert (stale[0] / "env.txt").read_text() == "old\n"
+    assert not (run / "speed").exists() and (run / "driver.log").read_text() == "launcher\n"
+    assert (run / "commit").read_text().strip() == "bbb"
+    (run / "speed").mkdir()  # this tree's results, then the same commit again: kept
+    assert "moved to" not in session("bbb")
+    assert (run / "speed").is_dir()
+    assert "moved to" in session(None)  # no commit named: nothing can be trusted as this tree's
+    assert not (run / "speed").exists()
+    assert (run / "commit").read_text().strip() == "unknown"
+    assert len([p for p in run.iterdir() if p.name.startswith("stale-")]) == 2
