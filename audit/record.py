@@ -321,6 +321,20 @@ def _both_axes_calls(fmts, dtypes, rules=("even",), shape=(64, 256)):
             for fmt, rule, dt in itertools.product(fmts, rules, dtypes)]
 
 
+def _columns_both_axes_calls(fmts, rotations, shape=(64, 96)):
+    """Quantize-dequantize along axis 0 through the both-axes kernel writing its axis-0 values
+    only (``Tuning(columns_qdq='both_axes')``; 96 columns: a masked program)."""
+    from .. import native
+    from ..native.tuning import GPU
+    tuning = dataclasses.replace(GPU, columns_qdq="both_axes")
+    return [(f"quantize_dequantize({fmt} even {rot} bfloat16 axis=0 shape={shape}, "
+             f"both-axes kernel)",
+             lambda x=_x(shape, torch.bfloat16), fmt=fmt, rot=rot:
+             native.quantize_dequantize(x, fmt, axis=0, scale_rule="even", rotation=rot,
+                                        tuning=tuning))
+            for fmt, rot in itertools.product(fmts, rotations)]
+
+
 def _cast_calls(fmts, roundings, dtypes):
     from .. import native
     return [(f"cast({fmt} {rnd} {_dt(dt)})",
@@ -401,6 +415,7 @@ def full_workload(arch=None) -> list:
     float_formats = [f for f in ALL_FORMATS if f != "int8"]
     calls += _both_axes_calls(float_formats, DTYPES)
     calls += _both_axes_calls(("e2m1",), (torch.bfloat16,), SCALE_RULES, shape=(64, 96))
+    calls += _columns_both_axes_calls(("e2m1", "e4m3"), (None, "hadamard16"))
     mx_recipes = [r.name for r in RECIPES.values() if r.uses_mx]
     calls += _mxlinear_calls(mx_recipes, (torch.bfloat16, torch.float32))
     # tensors of 2^31 elements and more (64-bit offsets)

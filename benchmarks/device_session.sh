@@ -10,7 +10,7 @@
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench fold gemm linear linear_both launch columns colprobe colcheck
 # shapes both gemms host probe sweep cublas cublas_profile cublas_model emulate accum conform
-# conform_fold speed speed_both.
+# conform_fold speed speed_both speed_cols.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -139,6 +139,14 @@ for s in "$@"; do
       for b in 1 0; do
         OCPMX_LINEAR_BOTH_AXES=$b bash benchmarks/train_speed.sh $RUN/speed_both "${SPEED_PRESETS:-125m}" \
           "${SPEED_RECIPES:-bf16 mxfp4_all mxfp4_all_h16}" "${SPEED_MODES:-graphs}" >> $RUN/speed_both.log 2>&1
+      done
+      done_ $s $? ;;
+    speed_cols)
+      # training speed with quantize-dequantize along axis 0 through the both-axes kernel, then
+      # through the column kernel (Tuning.columns_qdq), in one folder: names end in -cols_<value>
+      for c in both_axes kernel; do
+        OCPMX_COLUMNS_QDQ=$c bash benchmarks/train_speed.sh $RUN/speed_cols "${SPEED_PRESETS:-125m}" \
+          "${SPEED_RECIPES:-bf16 mxfp4_wgrad}" "${SPEED_MODES:-graphs}" >> $RUN/speed_cols.log 2>&1
       done
       done_ $s $? ;;
     linear_both)

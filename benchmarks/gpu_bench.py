@@ -444,8 +444,9 @@ def section_columns(rows):
     the transpose + row kernel path and the default of this GPU (``default_tuning``: on an
     H100 and an H200 the column kernel for both, each with its tiles; elsewhere the
     transpose);
-    then quantize-dequantize along tokens through the default, the transpose and the vec
-    tiles. Same bits every way (tests/test_native_quantize.py)."""
+    then quantize-dequantize along tokens through the default, the transpose, the vec tiles
+    and the both-axes kernel's axis-0 form. Same bits every way (tests/test_native_quantize.py,
+    tests/test_both_axes.py)."""
     m, k = TOKENS, 14336
     src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
@@ -471,7 +472,11 @@ def section_columns(rows):
                              of_copy=gbs / copy_gbs))
     # quantize-dequantize along tokens (what a bf16 Wgrad GEMM is fed: 2 bytes read and 2
     # written per element, a copy's traffic), through the transpose and the vec tiles
-    qdq_ways = [default] + ways[:1] + [w for t, w in zip(COLUMN_TILES, ways[1:]) if t.vec > 1]
+    # (and through the both-axes kernel writing its axis-0 values only: columns_qdq='both_axes')
+    qdq_ways = [default] + ways[:1] + [w for t, w in zip(COLUMN_TILES, ways[1:]) if t.vec > 1] + [
+        (f"both_axes({bn}, {w})", dataclasses.replace(GPU, columns_qdq="both_axes",
+                                                      both_axes=(bn, w)))
+        for bn, w in ((64, 2), (128, 2), (128, 4), (256, 4))]
     for rot in (None, "hadamard16"):
         for name, tuning in qdq_ways:
             try:

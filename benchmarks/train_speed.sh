@@ -7,6 +7,7 @@
 # GEMM_METHOD: MXLinear's GEMM method (ocpmx train --gemm-method); the run directories then
 # carry it in their names (P-R-MODE-METHOD). OCPMX_LINEAR_BOTH_AXES=1/0: Tuning.linear_both_axes
 # on/off over the GPU's default (native/tuning.py); the names then end in -both1 / -both0.
+# OCPMX_COLUMNS_QDQ=transpose/kernel/both_axes: Tuning.columns_qdq likewise (-cols_<value>).
 OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxfp4_all_h16"}; MODES=${4:-"eager compiled"}
 DATA=/tmp/ocpmx_data/c4-mini
 mkdir -p $OUT
@@ -16,7 +17,7 @@ mkdir -p $OUT
 for preset in $PRESETS; do
   for recipe in $RECIPES; do
     for mode in $MODES; do
-      d=$OUT/$preset-$recipe-$mode${GEMM_METHOD:+-$GEMM_METHOD}${OCPMX_LINEAR_BOTH_AXES:+-both$OCPMX_LINEAR_BOTH_AXES}
+      d=$OUT/$preset-$recipe-$mode${GEMM_METHOD:+-$GEMM_METHOD}${OCPMX_COLUMNS_QDQ:+-cols_$OCPMX_COLUMNS_QDQ}${OCPMX_LINEAR_BOTH_AXES:+-both$OCPMX_LINEAR_BOTH_AXES}
       [ -f $d/metrics.jsonl ] && [ "$(grep -c '"loss"' $d/metrics.jsonl)" -ge 40 ] && continue
       rm -rf $d
       extra=""; [ $mode = compiled ] && extra="--compile"

@@ -4,7 +4,8 @@ time of the host operations the profiler saw (``step_breakdown.json``'s
 ``host_ops_ms_per_step``, profiler overhead included). The both-axes column: whether MXLinear's both-axes pass was on
 (config.json's ``linear_both_axes_run``; runs written before it: the run name's ``-both1`` /
 ``-both0``, else unknown); each run's ratio is against bf16 of the same preset, mode and
-setting.
+settings (what train_speed.sh's run name carries after PRESET-RECIPE-MODE), else against the
+plain bf16 run.
 
   python benchmarks/train_speed_report.py RUNS_DIR   -> RUNS_DIR/train_speed.md, .json
 """
@@ -30,9 +31,13 @@ def row(d: Path) -> dict:
     if mode == "compiled" and cmode != "default":
         # reduce-overhead: compiled, each step replayed from CUDA graphs
         mode = "graphs" if cmode == "reduce-overhead" else f"compiled-{cmode}"
-    setting = {"-both1": True, "-both0": False}.get(d.name[-6:])  # train_speed.sh's names
+    # train_speed.sh's names: PRESET-RECIPE-MODE, then the settings of the run (a GEMM method,
+    # -cols_<columns_qdq>, -both1 / -both0): each run is compared with bf16 of the same ones
+    prefix = f"{cfg.get('preset')}-{cfg.get('recipe')}-{mode}"
+    setting = d.name[len(prefix):] if d.name.startswith(prefix) else None
+    named = {"-both1": True, "-both0": False}.get(d.name[-6:])
     both = cfg.get("linear_both_axes_run",
-                   None if cfg.get("recipe") == "bf16" else setting)  # (bf16: no MX GEMM)
+                   None if cfg.get("recipe") == "bf16" else named)  # (bf16: no MX GEMM)
     return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
             "gemm_method_run": cfg.get("gemm_method_run"), "linear_both_axes_run": both,
             "setting": setting,
@@ -52,14 +57,16 @@ def main(root):
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         both = {True: "on", False: "off", None: "—"}[r["linear_both_axes_run"]]
-        if r["linear_both_axes_run"] is None and r["setting"] is not None:  # bf16 of a setting
-            both += f" (set {'on' if r['setting'] else 'off'})"
+        named = {"-both1": "on", "-both0": "off"}.get((r["setting"] or "")[-6:])
+        if r["linear_both_axes_run"] is None and named:  # bf16 of a setting
+            both += f" (set {named})"
         head = (f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
                 f"{r['gemm_method_run'] or '—'} | {both} |")
         if not r["timed_steps"]:  # a run that stopped (or failed) before step 10: no time
             lines.append(f"{head} no timed step (see the run's log) |" + " — |" * 6)
             continue
-        base = by.get((r["preset"], r["mode"], "bf16", r["setting"]))
+        base = by.get((r["preset"], r["mode"], "bf16", r["setting"])) or \
+            by.get((r["preset"], r["mode"], "bf16", ""))  # (a setting bf16 was not run with)
         rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         busy = r["gpu_busy_ms"]
         busy_ms = "—" if busy is None else f"{busy:.1f}"

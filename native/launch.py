@@ -184,11 +184,15 @@ class Kernel32:
     rot_scale: float
     tail: tuple               # the arguments after the four output pointers
     consts: dict              # constexprs and launch options
+    flat: bool = False        # x viewed flat first (the row kernel's input whose last axis
+    #                           is 1 or odd: blocks along a leading axis, size-1 axes after it)
 
     def args(self, x: torch.Tensor, data, scales, seed_arg, sign_arg,
              fold: FoldOutput | None = None) -> tuple:
         """The positional arguments of one launch (``random_args`` gives seed and sign)."""
         outs = fold.args() if fold else (scales, scales, scales, scales)
+        if self.flat:
+            x = x.view(-1)
         return (x if self.view is None else x.view(self.view), data, scales, sign_arg,
                 *self.sizes, seed_arg, self.rot_scale, *outs, *self.tail)
 
@@ -209,7 +213,8 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
         consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
         return Kernel32(kernels.quantize.quantize_rows32_kernel, (cdiv(n_blocks, nb),),
                         torch.int32 if bf16 else None, (n_blocks,), n.rot_scale,
-                        (fold.rows,) if fold else (1,), consts)
+                        (fold.rows,) if fold else (1,), consts,
+                        flat=bf16 and x.dim() > 0 and x.shape[-1] % 2 == 1)
     path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize",
                                     n.rounding == Rounding.STOCHASTIC)
     if path != "kernel":
@@ -295,20 +300,24 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
                 **register_cap(tile, on_hopper, fold_key))
 
 
-def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor, n: Numerics,
-                  tuning: Tuning) -> None:
-    """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows and columns multiples of 32, a
-    grid of 32-column programs within ``both_axes_grid``'s limits, so one of the tile's too):
-    its quantize-dequantized values along the last axis into
-    ``rows_out`` (x's shape), along axis 0 into ``cols_out`` (x's transpose, contiguous);
-    ``n``: RNE, a float format, no rotation or a Hadamard one without random signs."""
+def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor | None, cols_out: torch.Tensor,
+                  n: Numerics, tuning: Tuning) -> None:
+    """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows a multiple of 32; columns too
+    where ``rows_out`` is given; a grid of 32-column programs within ``both_axes_grid``'s
+    limits, so one of the tile's too): its quantize-dequantized values along the last axis into
+    ``rows_out`` (x's shape; None: along axis 0 only), along axis 0 into ``cols_out`` (x's
+    transpose, contiguous); ``n``: RNE, a float format, no rotation or a Hadamard one without
+    random signs."""
     n_rows, n_cols = x.shape
-    bn = min(tuning.both_axes[0], 1 << (n_cols - 1).bit_length())  # (none wider than x)
+    # (none wider than x, none narrower than 32: masked columns past n_cols)
+    bn = min(tuning.both_axes[0], max(32, 1 << (n_cols - 1).bit_length()))
     consts = _both_axes_constexprs(n, x.dtype, bn, tuning.both_axes[1], n_cols % bn == 0,
-                                   x.numel() >= BIG_NUMEL)
+                                   x.numel() >= BIG_NUMEL, rows_out is not None)
+    cols = cols_out.view(torch.int16)
     run(kernels.both_axes.qdq_both_axes_kernel, both_axes_grid(n_rows, n_cols, bn),
-        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
-        cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
+        x.view(torch.int16) if x.dtype == torch.bfloat16 else x,
+        cols if rows_out is None else rows_out.view(torch.int16), cols, n_rows, n_cols,
+        n.rot_scale, **consts)
 
 
 def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:
@@ -320,10 +329,10 @@ def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=256)
 def _both_axes_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
-                          big: bool) -> dict:
+                          big: bool, rows: bool = True) -> dict:
     c = n.constexprs(in_dtype)  # (RNE, no random signs, values out: no such constexprs)
     return dict({k: v for k, v in c.items() if k not in ("ROUNDING", "SIGNS", "PACK")},
-                BN=bn, EVEN=even, BIG=big, num_warps=warps)
+                BN=bn, EVEN=even, BIG=big, ROWS=rows, num_warps=warps)
 
 
 def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):

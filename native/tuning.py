@@ -96,7 +96,10 @@ class Tuning:
     columns              blocks of 32 along a non-last axis (quantize): 'transpose' (a tiled
                          transpose, then the row kernel) or 'kernel' (the one-pass column kernel)
     cols32               the 32-block column kernel's tile
-    columns_qdq / cols32_qdq    the same for quantize-dequantize, and
+    columns_qdq / cols32_qdq    the same for quantize-dequantize (``columns_qdq`` may also be
+                         'both_axes': along axis 0 through the both-axes kernel writing its
+                         axis-0 values only, where it applies (RNE, no rotation or a fixed
+                         Hadamard one, a float format); the column kernel elsewhere), and
     columns_fold / cols32_fold  for the fold into E4M3 (None: as ``columns`` / ``cols32``)
     cols32_sr            the column kernel's tile under stochastic rounding, quantize and
                          quantize-dequantize alike (None: the operation's own; not the fold)
@@ -133,10 +136,12 @@ class Tuning:
     def __post_init__(self):
         if self.columns not in ("transpose", "kernel"):
             raise ValueError(f"columns must be 'transpose' or 'kernel', got {self.columns!r}")
-        for name in ("columns_qdq", "columns_fold"):
-            if getattr(self, name) not in (None, "transpose", "kernel"):
-                raise ValueError(f"{name} must be None, 'transpose' or 'kernel', "
-                                 f"got {getattr(self, name)!r}")
+        if self.columns_qdq not in (None, "transpose", "kernel", "both_axes"):
+            raise ValueError(f"columns_qdq must be None, 'transpose', 'kernel' or 'both_axes', "
+                             f"got {self.columns_qdq!r}")
+        if self.columns_fold not in (None, "transpose", "kernel"):
+            raise ValueError(f"columns_fold must be None, 'transpose' or 'kernel', "
+                             f"got {self.columns_fold!r}")
         cols, warps = self.both_axes
         if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
             raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "
@@ -156,7 +161,8 @@ class Tuning:
             raise ValueError(f"op must be 'quantize', 'qdq' or 'fold', got {op!r}")
         if stochastic and op != "fold" and self.cols32_sr is not None:
             tile = self.cols32_sr
-        return path, tile
+        # ('both_axes': the column kernel serves the calls the both-axes kernel does not take)
+        return ("kernel" if path == "both_axes" else path), tile
 
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within
@@ -270,6 +276,9 @@ def default_tuning(device=None) -> Tuning:
 # default, to time MXLinear both ways without a code change (benchmarks/train_speed.sh); the
 # same bits either way
 _LINEAR_BOTH_AXES = os.environ.get("OCPMX_LINEAR_BOTH_AXES")
+# OCPMX_COLUMNS_QDQ=transpose / kernel / both_axes: ``Tuning.columns_qdq`` over every GPU's
+# default, likewise (a bad value is named when the tuning is first looked up)
+_COLUMNS_QDQ = os.environ.get("OCPMX_COLUMNS_QDQ")
 
 
 @functools.lru_cache(maxsize=64)
@@ -277,6 +286,11 @@ def _device_tuning(device) -> Tuning:
     t = _gpu_tuning(torch.device(device))
     if _LINEAR_BOTH_AXES in ("0", "1"):
         t = replace(t, linear_both_axes=_LINEAR_BOTH_AXES == "1")
+    if _COLUMNS_QDQ:
+        try:
+            t = replace(t, columns_qdq=_COLUMNS_QDQ)
+        except ValueError as e:
+            raise ValueError(f"OCPMX_COLUMNS_QDQ: {e}") from None
     return t
 
 

@@ -126,6 +126,75 @@ def test_other_numerics_are_the_two_calls(device):
     assert not launched
 
 
+def _axis0(x, fmt, tuning, **kw):
+    """``quantize_dequantize(x, axis=0)`` under ``tuning``, and how many launches of the
+    both-axes kernel it made with rows_out None (the axis-0-only form)."""
+    launched = []
+    real = launch.qdq_both_axes
+    try:
+        launch.qdq_both_axes = lambda x_, rows, *a: launched.append(rows is None) or \
+            real(x_, rows, *a)
+        out = native.quantize_dequantize(x, fmt, axis=0, tuning=tuning, **kw)
+    finally:
+        launch.qdq_both_axes = real
+    assert all(launched)
+    return out, len(launched)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_columns_qdq_through_the_both_axes_kernel(device):
+    """``Tuning.columns_qdq='both_axes'``: quantize_dequantize along axis 0 runs the both-axes
+    kernel writing its axis-0 values only: the column kernel's bits and layout (strides), for
+    every float format, no rotation, H16 and H32, bf16 / float16 / float32 input, a width not
+    a multiple of the tile or of 32 (48, 8, 15 columns: masked), more than two dimensions
+    (axis 0 against the rest flattened), tiles of 32 to 128 columns; NaN, Inf and zero
+    blocks."""
+    rng = np.random.default_rng(7)
+    base = native.default_tuning(torch.device(device))
+    kernel = dataclasses.replace(base, columns_qdq="kernel")
+    for shape in ((64, 96), (64, 48), (96, 4, 24), (32, 8), (64, 3, 5)):
+        x = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
+        x.reshape(shape[0], -1)[0, :3] = [np.nan, np.inf, -np.inf]
+        x.reshape(shape[0], -1)[32:64, 5] = 0
+        for columns in (32, 128):
+            tuning = dataclasses.replace(base, columns_qdq="both_axes", both_axes=(columns, 2))
+            for fmt, rot, dtype in (("e2m1", None, torch.bfloat16),
+                                    ("e2m1", "hadamard16", torch.float32),
+                                    ("e3m2", "hadamard32", torch.bfloat16),
+                                    ("e2m3", None, torch.float16), ("e4m3", None, torch.float32),
+                                    ("e5m2", "hadamard16", torch.bfloat16)):
+                t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
+                kw = dict(scale_rule="even", rotation=rot)
+                got, runs = _axis0(t, fmt, tuning, **kw)
+                want = native.quantize_dequantize(t, fmt, axis=0, tuning=kernel, **kw)
+                assert runs == 1, (shape, fmt, rot)
+                assert same(got, want), (shape, columns, fmt, rot, dtype)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_columns_qdq_both_axes_leaves_the_rest_to_the_column_kernel(device):
+    """Under ``columns_qdq='both_axes'`` what the both-axes kernel does not take (stochastic
+    rounding, random signs, INT8, an axis between others) runs the column kernel with
+    ``cols32_qdq``: the bits of ``columns_qdq='kernel'``, no launch of the both-axes kernel."""
+    base = native.default_tuning(torch.device(device))
+    tuning = dataclasses.replace(base, columns_qdq="both_axes")
+    kernel = dataclasses.replace(base, columns_qdq="kernel")
+    x = torch.randn(64, 64).to(device)
+    for fmt, kw, t in (("e2m1", dict(rounding="stochastic", seed=5), x),
+                       ("e2m1", dict(rotation=Rotation(16, 11)), x),
+                       ("int8", {}, x), ("e2m1", {}, x.reshape(2, 32, 64))):
+        axis = 1 if t.dim() == 3 else 0
+        launched = []
+        real = launch.qdq_both_axes
+        try:
+            launch.qdq_both_axes = lambda *a: launched.append(1) or real(*a)
+            got = native.quantize_dequantize(t, fmt, axis=axis, tuning=tuning, **kw)
+        finally:
+            launch.qdq_both_axes = real
+        assert not launched, (fmt, kw)
+        assert same(got, native.quantize_dequantize(t, fmt, axis=axis, tuning=kernel, **kw))
+
+
 @pytest.mark.parametrize("device", devices())
 def test_grids_past_cuda_limits_take_the_two_calls(device):
     """A grid past CUDA's limits (2^31 - 1 programs along the first axis, 65535 along the
@@ -244,6 +313,26 @@ def test_environment_turns_linear_both_axes_on_or_off(monkeypatch):
         assert dataclasses.replace(got, linear_both_axes=False) == \
             dataclasses.replace(tuning.GPU, linear_both_axes=False)
     tuning._device_tuning.cache_clear()
+
+
+def test_environment_sets_columns_qdq(monkeypatch):
+    """OCPMX_COLUMNS_QDQ (read at import) over a GPU's default tuning; a bad value is named."""
+    from ocpmx.native import tuning
+    try:
+        for value, want in (("both_axes", "both_axes"), ("transpose", "transpose"),
+                            (None, tuning.GPU.columns_qdq)):
+            monkeypatch.setattr(tuning, "_COLUMNS_QDQ", value)
+            tuning._device_tuning.cache_clear()
+            got = tuning._device_tuning(torch.device("cpu"))
+            assert got.columns_qdq == want
+            assert dataclasses.replace(got, columns_qdq=None) == \
+                dataclasses.replace(tuning.GPU, columns_qdq=None)
+        monkeypatch.setattr(tuning, "_COLUMNS_QDQ", "rows")
+        tuning._device_tuning.cache_clear()
+        with pytest.raises(ValueError, match="OCPMX_COLUMNS_QDQ: columns_qdq must be"):
+            tuning._device_tuning(torch.device("cpu"))
+    finally:
+        tuning._device_tuning.cache_clear()
 
 
 @pytest.mark.parametrize("device", devices())

@@ -743,9 +743,14 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
     assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
-    for bad in ("columns_qdq", "columns_fold"):
-        with pytest.raises(ValueError, match=f"{bad} must be None, 'transpose' or 'kernel'"):
-            native.Tuning(**{bad: "rows"})
+    with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose', 'kernel' or "
+                                         "'both_axes'"):
+        native.Tuning(columns_qdq="rows")
+    for bad in ("rows", "both_axes"):  # (no fold in the both-axes kernel)
+        with pytest.raises(ValueError, match="columns_fold must be None, 'transpose' or 'kernel'"):
+            native.Tuning(columns_fold=bad)
+    one_pass = native.Tuning(columns_qdq="both_axes", cols32_qdq=b)
+    assert one_pass.column_path("qdq") == ("kernel", b)  # (what the one-pass kernel leaves)
     with pytest.raises(ValueError, match="op must be 'quantize', 'qdq' or 'fold'"):
         same.column_path("dequantize")
     base = native.default_tuning()  # the interpreter's row tiles (few programs)
@@ -873,3 +878,26 @@ def test_bf16_values_carry_the_same_nan_bits_on_every_backend(device):
         assert (bf16_bits(got)[1, 32:] == 0x7FC0).all()
         assert np.array_equal(bf16_bits(native.quantize_dequantize(x, fmt, backend="emulator")),
                               bf16_bits(native.quantize_dequantize(x.to(device), fmt))), fmt
+
+
+@pytest.mark.parametrize("device", devices())
+def test_bf16_blocks_along_a_leading_axis_with_size_one_axes_after(device):
+    """bf16 with blocks along axis 0 of (64, 1), or axis 1 of (2, 64, 1): the row kernel reads
+    the tensor flat (its last axis of 1 cannot be viewed as 4-byte pairs; that raised before):
+    quantize and quantize-dequantize with the emulator's bits, through the column path's
+    default and through the transpose."""
+    import dataclasses
+    x = torch.randn(2, 64, 1, dtype=torch.bfloat16) * 3
+    for t, axis in ((x[0], 0), (x, 1)):
+        ref = emulator.quantize(t.float().numpy(), "e2m1", axis=axis, scale_rule="even")
+        want = torch.from_numpy(emulator.dequantize(ref)).to(torch.bfloat16)
+        base = native.default_tuning(torch.device(device))
+        for tuning in (None, dataclasses.replace(base, columns="transpose",
+                                                 columns_qdq="transpose")):
+            td = t.to(device)
+            assert_same(native.quantize(td, "e2m1", axis=axis, scale_rule="even",
+                                        tuning=tuning), ref)
+            got = native.quantize_dequantize(td, "e2m1", axis=axis, scale_rule="even",
+                                             tuning=tuning)
+            assert got.shape == t.shape
+            assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))

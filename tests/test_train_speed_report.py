@@ -84,14 +84,17 @@ def test_both_axes_column_and_ratios_within_a_setting(tmp_path, report):
     each ratio is against the bf16 run of the same setting."""
     for b, base in ((1, 1000.0), (0, 900.0)):
         _run(tmp_path, f"30m-bf16-graphs-both{b}", "bf16", "reduce-overhead", base, None)
-        _run(tmp_path, f"30m-mx-graphs-both{b}", "mxfp4_all", "reduce-overhead", 800.0, None)
+        _run(tmp_path, f"30m-mxfp4_all-graphs-both{b}", "mxfp4_all", "reduce-overhead", 800.0,
+             None)
     _run(tmp_path, "30m-bf16-eager", "bf16", None, 1000.0, None, linear_both_axes_run=None)
-    _run(tmp_path, "30m-mx-eager", "mxfp4_all", None, 500.0, None, linear_both_axes_run=True)
+    _run(tmp_path, "30m-mxfp4_all-eager", "mxfp4_all", None, 500.0, None,
+         linear_both_axes_run=True)
     report.main(tmp_path)
     rows = {r["run"]: r for r in json.loads((tmp_path / "train_speed.json").read_text())}
-    assert [rows[f"30m-mx-graphs-both{b}"]["linear_both_axes_run"] for b in (1, 0)] == [True, False]
+    assert [rows[f"30m-mxfp4_all-graphs-both{b}"]["linear_both_axes_run"]
+            for b in (1, 0)] == [True, False]
     assert rows["30m-bf16-graphs-both1"]["linear_both_axes_run"] is None
-    assert rows["30m-mx-eager"]["linear_both_axes_run"] is True
+    assert rows["30m-mxfp4_all-eager"]["linear_both_axes_run"] is True
     lines = (tmp_path / "train_speed.md").read_text().splitlines()
     steps = [s for s in range(10, 40) if s not in (30, 31)]
     median = (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
@@ -105,3 +108,21 @@ def test_both_axes_column_and_ratios_within_a_setting(tmp_path, report):
     assert sum(1 for x in lines if "| bf16 | graphs | — | — (set off) |" in x) == 1
     assert line("mxfp4_all", "eager", "on").endswith(
         f"| {(500.0 + median) / (1000.0 + median):.2f} |")
+
+
+def test_settings_in_names_pick_their_bf16(tmp_path, report):
+    """Run names carry the settings after PRESET-RECIPE-MODE (a GEMM method, -cols_<value>):
+    each run is compared with the bf16 run of the same settings, else with the plain one."""
+    _run(tmp_path, "30m-bf16-graphs", "bf16", "reduce-overhead", 1000.0, None)
+    _run(tmp_path, "30m-bf16-graphs-cols_both_axes", "bf16", "reduce-overhead", 500.0, None)
+    _run(tmp_path, "30m-mxfp4_wgrad-graphs-cols_both_axes", "mxfp4_wgrad", "reduce-overhead",
+         400.0, None)
+    _run(tmp_path, "30m-mxfp4_wgrad-graphs-fp8", "mxfp4_wgrad", "reduce-overhead", 800.0, None)
+    report.main(tmp_path)
+    lines = (tmp_path / "train_speed.md").read_text().splitlines()
+    steps = [s for s in range(10, 40) if s not in (30, 31)]
+    median = (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+    rows = [x for x in lines if "| mxfp4_wgrad |" in x]
+    assert sorted(x.rsplit("|", 2)[1].strip() for x in rows) == sorted(
+        [f"{(400.0 + median) / (500.0 + median):.2f}",
+         f"{(800.0 + median) / (1000.0 + median):.2f}"])
