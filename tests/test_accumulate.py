@@ -59,7 +59,7 @@ def dot(a, b, model):
 
 def test_exact_vs_sequential_by_hand():
     # 2^24 + 1 - 2^24: exact gives 1; a float32 running sum of blocks loses the 1 in block 1
-    big, one = 2.0**8, 1.0  # element values; products big*big = 2^16
+    big = 2.0**8  # an element value; products big*big = 2^16
     a = np.zeros(64, np.float32)
     b = np.zeros(64, np.float32)
     a[0], b[0] = big, big           # 2^16

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from ocpmx import cli
-from ocpmx.llama_train import cli as LC
 from ocpmx.llama_train import plotting
 from ocpmx.llama_train import train as T
 from ocpmx.llama_train.metrics import Metrics
