@@ -95,16 +95,13 @@ def gemm_method_run(model, device) -> str | None:
 
 def linear_both_axes_run(model, device) -> bool | None:
     """Whether ``model``'s MXLinears may quantize-dequantize X and ∇Y along both axes in one
-    pass (``Tuning.linear_both_axes`` of ``device``'s tuning, Triton kernels; a layer takes it
-    where its recipe gives both GEMMs the same RNE numerics): the same bits either way, other
-    speed. None without an MX GEMM."""
-    for m in model.modules():
-        if isinstance(m, MXLinear) and any(m.recipe.gemm(g).is_mx for g in GEMMS):
-            if m.context.accumulation is not None or \
-                    pick_backend(device, m.context.backend) == "emulator":
-                return False
-            return default_tuning(device).linear_both_axes
-    return None
+    pass (``Tuning.linear_both_axes`` of ``device``'s tuning, for MX GEMMs of method 'bf16' on
+    the Triton kernels; a layer takes it where its recipe gives both GEMMs the same RNE
+    numerics): the same bits either way, other speed. None without an MX GEMM."""
+    method = gemm_method_run(model, device)
+    if method is None:
+        return None
+    return method == "bf16" and default_tuning(device).linear_both_axes
 
 
 def loss_fn(model, batch, device):

@@ -535,7 +535,7 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
     assert 0 <= rows[0]["fold_inexact"] == int(T.fold.inexact_total("cpu").item()) < 10**9
     facts = json.loads((tmp_path / "fp8" / "config.json").read_text())
     assert facts["gemm_method_run"] == "fp8"
-    assert facts["linear_both_axes_run"] is T.default_tuning("cpu").linear_both_axes
+    assert facts["linear_both_axes_run"] is False  # (a fold method: no both-axes pass)
     model, *_ = T.build(c, T.setup_dist("cpu"))
     layers = [m for m in model.modules() if isinstance(m, MXLinear)]
     assert layers and all(m.context.method == "fp8" for m in layers)
@@ -546,15 +546,46 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
         m, *_ = T.build(cfg(corpus, tmp_path / "x", **kw), T.setup_dist("cpu"))
         assert T.gemm_method_run(m, torch.device("cpu")) == want, kw
         both = T.linear_both_axes_run(m, torch.device("cpu"))
-        assert both is (None if want is None else False if " " in want or want == "emulator"
-                        else T.default_tuning("cpu").linear_both_axes), (kw, both)
+        assert both is (None if want is None else False), (kw, both)  # (none of method bf16)
     with pytest.raises(ValueError, match="drop --gemm-method fp8"):
         cfg(corpus, tmp_path / "y", accumulation="hopper_bf16", gemm_method="fp8").validate()
-    # the both-axes fact follows the device's tuning where the Triton kernels run the GEMMs
+    # the both-axes fact follows the device's tuning where the GEMMs run method 'bf16'
+    m16, *_ = T.build(cfg(corpus, tmp_path / "x", backend="triton", gemm_method="bf16"),
+                      T.setup_dist("cpu"))
     for flag in (True, False):
         tuned = dataclasses.replace(T.default_tuning("cpu"), linear_both_axes=flag)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(T, "default_tuning", lambda device, tuned=tuned: tuned)
-            assert T.linear_both_axes_run(model, torch.device("cpu")) is flag
-            m, *_ = T.build(cfg(corpus, tmp_path / "x", backend="emulator"), T.setup_dist("cpu"))
-            assert T.linear_both_axes_run(m, torch.device("cpu")) is False
+            assert T.linear_both_axes_run(m16, torch.device("cpu")) is flag
+            assert T.linear_both_axes_run(model, torch.device("cpu")) is False  # (fp8)
+
+
+def test_training_with_the_both_axes_pass_keeps_its_bits(corpus, tmp_path, monkeypatch):
+    """Training through the Triton kernels (the interpreter; GEMM method 'bf16', what Hopper's
+    'auto' runs) with ``Tuning.linear_both_axes`` on (the H100's default) gives the losses and gradient norms of training with it off, bit
+    for bit, also with activation checkpointing (the pass recomputed in the backward); the
+    pass ran, and config.json records it."""
+    import dataclasses
+    from ocpmx.native import linear
+    calls = []
+    real = linear.quantize_dequantize_both_axes
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+    monkeypatch.setattr(linear, "quantize_dequantize_both_axes", counted)
+    runs = {}
+    for name, both, ac in (("off", False, False), ("on", True, False), ("on_ac", True, True)):
+        tuned = dataclasses.replace(T.default_tuning("cpu"), linear_both_axes=both)
+        monkeypatch.setattr(linear, "default_tuning", lambda device=None, t=tuned: t)
+        monkeypatch.setattr(T, "default_tuning", lambda device=None, t=tuned: t)
+        calls.clear()
+        T.train(cfg(corpus, tmp_path / name, recipe="mxfp4_all", backend="triton",
+                    gemm_method="bf16", max_steps=2, eval_every=2, eval_sequences=2,
+                    save_every=0, activation_checkpointing=ac))
+        assert bool(calls) is both, name
+        rows, _ = T.read_metrics(tmp_path / name / "metrics.jsonl")
+        runs[name] = [(r["loss"], r["grad_norm"]) for r in rows]
+        facts = json.loads((tmp_path / name / "config.json").read_text())
+        assert facts["linear_both_axes_run"] is both
+    assert len(runs["off"]) == 2 and runs["on"] == runs["off"] == runs["on_ac"]
