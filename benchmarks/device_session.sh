@@ -32,6 +32,15 @@ echo "$COMMIT" > "$RUN/commit"
 ln -sfn "$PWD" "$RUN/p/ocpmx"  # per session: another session may run another tree
 export PYTHONPATH=$RUN/p:$PWD/tests PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 step() { echo "=== $1 start $(date +%T)"; }
+# train_speed.sh once per value of a tuning variable, into one folder (the run names carry it):
+#   speed_each VARIABLE FOLDER DEFAULT_RECIPES VALUE...
+speed_each() {
+  local var=$1 dir=$2 recipes=$3 v; shift 3
+  for v in "$@"; do
+    env "$var=$v" bash benchmarks/train_speed.sh $RUN/$dir "${SPEED_PRESETS:-125m}" \
+      "${SPEED_RECIPES:-$recipes}" "${SPEED_MODES:-graphs}" >> $RUN/$dir.log 2>&1
+  done
+}
 done_() { echo "=== $1 done $(date +%T) rc=$2"; }
 for s in "$@"; do
   step $s
@@ -134,20 +143,14 @@ for s in "$@"; do
       python3 benchmarks/fp8_cublas_profile.py --out $RUN/fp8_cublas_profile > $RUN/fp8_cublas_profile.log 2>&1
       done_ $s $? ;;
     speed_both)
-      # training speed with MXLinear's both-axes pass on, then off (Tuning.linear_both_axes),
-      # in one folder: the runs' names end in -both1 / -both0
-      for b in 1 0; do
-        OCPMX_LINEAR_BOTH_AXES=$b bash benchmarks/train_speed.sh $RUN/speed_both "${SPEED_PRESETS:-125m}" \
-          "${SPEED_RECIPES:-bf16 mxfp4_all mxfp4_all_h16}" "${SPEED_MODES:-graphs}" >> $RUN/speed_both.log 2>&1
-      done
+      # training speed with MXLinear's both-axes pass on, then off (Tuning.linear_both_axes):
+      # the runs' names end in -both1 / -both0
+      speed_each OCPMX_LINEAR_BOTH_AXES speed_both "bf16 mxfp4_all mxfp4_all_h16" 1 0
       done_ $s $? ;;
     speed_cols)
       # training speed with quantize-dequantize along axis 0 through the both-axes kernel, then
-      # through the column kernel (Tuning.columns_qdq), in one folder: names end in -cols_<value>
-      for c in both_axes kernel; do
-        OCPMX_COLUMNS_QDQ=$c bash benchmarks/train_speed.sh $RUN/speed_cols "${SPEED_PRESETS:-125m}" \
-          "${SPEED_RECIPES:-bf16 mxfp4_wgrad}" "${SPEED_MODES:-graphs}" >> $RUN/speed_cols.log 2>&1
-      done
+      # through the column kernel (Tuning.columns_qdq): names end in -cols_<value>
+      speed_each OCPMX_COLUMNS_QDQ speed_cols "bf16 mxfp4_wgrad" both_axes kernel
       done_ $s $? ;;
     linear_both)
       # MXLinear at 8B shapes with the both-axes pass on

@@ -93,15 +93,15 @@ def gemm_method_run(model, device) -> str | None:
     return None
 
 
-def linear_both_axes_run(model, device) -> bool | None:
-    """Whether ``model``'s MXLinears may quantize-dequantize X and ∇Y along both axes in one
-    pass (``Tuning.linear_both_axes`` of ``device``'s tuning, for MX GEMMs of method 'bf16' on
-    the Triton kernels; a layer takes it where its recipe gives both GEMMs the same RNE
-    numerics): the same bits either way, other speed. None without an MX GEMM."""
-    method = gemm_method_run(model, device)
-    if method is None:
+def linear_both_axes_run(method_run: str | None, device) -> bool | None:
+    """Whether a model whose MX GEMMs run ``method_run`` (``gemm_method_run``) may
+    quantize-dequantize X and ∇Y along both axes in one pass (``Tuning.linear_both_axes`` of
+    ``device``'s tuning, for GEMM method 'bf16' on the Triton kernels; a layer takes it where
+    its recipe gives both GEMMs the same RNE numerics): the same bits either way, other speed.
+    None without an MX GEMM."""
+    if method_run is None:
         return None
-    return method == "bf16" and default_tuning(device).linear_both_axes
+    return method_run == "bf16" and default_tuning(device).linear_both_axes
 
 
 def loss_fn(model, batch, device):
@@ -315,7 +315,7 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
     if dist.main:
         facts = {"model": asdict(mcfg), "world": dist.world,  # config.RUN_FACTS
                  "gemm_method_run": method_run,
-                 "linear_both_axes_run": linear_both_axes_run(model, device)}
+                 "linear_both_axes_run": linear_both_axes_run(method_run, device)}
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), **facts}, indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
                       tensorboard=cfg.logging.tensorboard, steps=(start, steps),

@@ -329,10 +329,10 @@ def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=256)
 def _both_axes_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
-                          big: bool, rows: bool = True) -> dict:
+                          big: bool, write_rows: bool) -> dict:
     c = n.constexprs(in_dtype)  # (RNE, no random signs, values out: no such constexprs)
     return dict({k: v for k, v in c.items() if k not in ("ROUNDING", "SIGNS", "PACK")},
-                BN=bn, EVEN=even, BIG=big, ROWS=rows, num_warps=warps)
+                BN=bn, EVEN=even, BIG=big, WRITE_ROWS=write_rows, num_warps=warps)
 
 
 def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):

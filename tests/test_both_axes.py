@@ -2,6 +2,7 @@
 and along axis 0 in one pass (``kernels.both_axes``), the bits of the two one-axis calls.
 
 Runs on the GPU when there is one, else on the CPU through the Triton interpreter."""
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -30,19 +31,27 @@ def two_calls(x, fmt, **kw):
             native.quantize_dequantize(x, fmt, axis=0, **kw))
 
 
+@contextlib.contextmanager
+def kernel_launches():
+    """The launches of the both-axes kernel inside the block: one entry per launch, True where
+    it wrote the axis-0 values only (``rows_out`` None)."""
+    launched = []
+    real = launch.qdq_both_axes
+    launch.qdq_both_axes = lambda x, rows, *a: launched.append(rows is None) or real(x, rows, *a)
+    try:
+        yield launched
+    finally:
+        launch.qdq_both_axes = real
+
+
 def one_pass(x, fmt, columns=None, **kw):
     """The kernel's two outputs (``columns``: its tile width), checking that it ran."""
     tuning = native.default_tuning(x.device)
     if columns:
         tuning = dataclasses.replace(tuning, both_axes=(columns, 2))
-    launched = []
-    real = launch.qdq_both_axes
-    try:
-        launch.qdq_both_axes = lambda *a: launched.append(1) or real(*a)
+    with kernel_launches() as launched:
         out = native.quantize_dequantize_both_axes(x, fmt, tuning=tuning, **kw)
-    finally:
-        launch.qdq_both_axes = real
-    assert launched, "the one-pass kernel did not run"
+    assert launched == [False], "the one-pass kernel did not run (both outputs)"
     return out
 
 
@@ -109,10 +118,7 @@ def test_other_numerics_are_the_two_calls(device):
     AMD's gfx950 conversions, INT8, the emulator backend) the function is the two calls,
     options passed on; no launch of the one-pass kernel."""
     x = torch.randn(64, 64).to(device)
-    launched = []
-    real = launch.qdq_both_axes
-    try:
-        launch.qdq_both_axes = lambda *a: launched.append(1) or real(*a)
+    with kernel_launches() as launched:
         for fmt, kw in (("e2m1", dict(rounding="stochastic", seed=5)),
                         ("e2m1", dict(rotation=Rotation(16, 11))),
                         ("e2m1", dict(conversion="gfx950")), ("int8", {}),
@@ -121,22 +127,14 @@ def test_other_numerics_are_the_two_calls(device):
             for g, w in zip(native.quantize_dequantize_both_axes(t, fmt, **kw),
                             two_calls(t, fmt, **kw)):
                 assert same(g, w), (fmt, kw)
-    finally:
-        launch.qdq_both_axes = real
     assert not launched
 
 
 def _axis0(x, fmt, tuning, **kw):
     """``quantize_dequantize(x, axis=0)`` under ``tuning``, and how many launches of the
     both-axes kernel it made with rows_out None (the axis-0-only form)."""
-    launched = []
-    real = launch.qdq_both_axes
-    try:
-        launch.qdq_both_axes = lambda x_, rows, *a: launched.append(rows is None) or \
-            real(x_, rows, *a)
+    with kernel_launches() as launched:
         out = native.quantize_dequantize(x, fmt, axis=0, tuning=tuning, **kw)
-    finally:
-        launch.qdq_both_axes = real
     assert all(launched)
     return out, len(launched)
 
@@ -184,13 +182,8 @@ def test_columns_qdq_both_axes_leaves_the_rest_to_the_column_kernel(device):
                        ("e2m1", dict(rotation=Rotation(16, 11)), x),
                        ("int8", {}, x), ("e2m1", {}, x.reshape(2, 32, 64))):
         axis = 1 if t.dim() == 3 else 0
-        launched = []
-        real = launch.qdq_both_axes
-        try:
-            launch.qdq_both_axes = lambda *a: launched.append(1) or real(*a)
+        with kernel_launches() as launched:
             got = native.quantize_dequantize(t, fmt, axis=axis, tuning=tuning, **kw)
-        finally:
-            launch.qdq_both_axes = real
         assert not launched, (fmt, kw)
         assert same(got, native.quantize_dequantize(t, fmt, axis=axis, tuning=kernel, **kw))
 

@@ -545,19 +545,21 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
                      (dict(recipe="bf16"), None)):
         m, *_ = T.build(cfg(corpus, tmp_path / "x", **kw), T.setup_dist("cpu"))
         assert T.gemm_method_run(m, torch.device("cpu")) == want, kw
-        both = T.linear_both_axes_run(m, torch.device("cpu"))
+        both = T.linear_both_axes_run(T.gemm_method_run(m, torch.device("cpu")),
+                                      torch.device("cpu"))
         assert both is (None if want is None else False), (kw, both)  # (none of method bf16)
     with pytest.raises(ValueError, match="drop --gemm-method fp8"):
         cfg(corpus, tmp_path / "y", accumulation="hopper_bf16", gemm_method="fp8").validate()
     # the both-axes fact follows the device's tuning where the GEMMs run method 'bf16'
     m16, *_ = T.build(cfg(corpus, tmp_path / "x", backend="triton", gemm_method="bf16"),
                       T.setup_dist("cpu"))
+    cpu = torch.device("cpu")
     for flag in (True, False):
         tuned = dataclasses.replace(T.default_tuning("cpu"), linear_both_axes=flag)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(T, "default_tuning", lambda device, tuned=tuned: tuned)
-            assert T.linear_both_axes_run(m16, torch.device("cpu")) is flag
-            assert T.linear_both_axes_run(model, torch.device("cpu")) is False  # (fp8)
+            assert T.linear_both_axes_run(T.gemm_method_run(m16, cpu), cpu) is flag
+            assert T.linear_both_axes_run(T.gemm_method_run(model, cpu), cpu) is False  # fp8
 
 
 def test_training_with_the_both_axes_pass_keeps_its_bits(corpus, tmp_path, monkeypatch):

@@ -10,13 +10,14 @@ pieces blocks of the row operand; the two sets of blocks are scaled, rounded (RN
 dequantized independently with the 32-block kernels' helpers, so each output has the bits the
 one-axis kernels give. A fixed Hadamard rotation (16 or 32 points, no random signs) rotates
 each output's blocks along its own axis first, in the emulator's order (butterfly stages
-h = 1, 2, 4, ... then the multiply by 1/sqrt(size)). Float formats, RNE; rows and columns
-multiples of 32 (``native.ops.quantize_dequantize_both_axes`` refuses other shapes).
+h = 1, 2, 4, ... then the multiply by 1/sqrt(size)). Float formats, RNE; rows a multiple of
+32, and columns too where the row values are written (``native.ops`` refuses other shapes;
+the axis-0 values alone take any width, the last program masked).
 Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): 45 SASS instructions
 per element without a rotation (59 with H16: its transposes go through shared memory), no
 spill, 128-bit loads and stores (the K-major output's too, through shared memory), against
 15.3 for the row kernel's quantize-dequantize plus 33.1 for the column kernel's (H100 tiles,
-no rotation). The axis-0 values alone (ROWS False): 28.8 (33.7 with H16), no spill.
+no rotation). The axis-0 values alone (WRITE_ROWS False): 28.8 (33.7 with H16), no spill.
 """
 from __future__ import annotations
 
@@ -50,14 +51,14 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
                          # the numerics, the input, the tile
                          RULE: tl.constexpr, ROT: tl.constexpr, IN_BF16: tl.constexpr,
                          BN: tl.constexpr, EVEN: tl.constexpr, BIG: tl.constexpr,
-                         ROWS: tl.constexpr):
+                         WRITE_ROWS: tl.constexpr):
     """x [n_rows, n_cols] (bf16 as int16 bits, float16 or float32) -> bf16 bits (int16):
     ``rows_ptr`` [n_rows, n_cols] quantize-dequantized along the last axis, ``cols_ptr``
     [n_cols, n_rows] (K-major: x's transpose, the layout the one-axis call returns a view of)
     quantize-dequantized along axis 0; ROT > 0: rotated first by the ROT-point Hadamard along
     each axis, times ``rot_scale``. Program (i, j): rows 32 i .. 32 i + 31, columns BN j ..
     EVEN: n_cols a multiple of BN (no mask); BIG: 2^31 elements or more (64-bit offsets).
-    ROWS False: the values along axis 0 only (``rows_ptr`` unused): ``quantize_dequantize``
+    WRITE_ROWS False: the values along axis 0 only (``rows_ptr`` unused): ``quantize_dequantize``
     along axis 0 in this kernel's layout of the work (``Tuning.columns_qdq='both_axes'``)."""
     tl.static_assert(not IS_INT, "float formats only")
     tl.static_assert(BN % 32 == 0, "BN: whole blocks along the last axis")
@@ -87,7 +88,7 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
         tl.store(cols_ptr + offs_t, cols)
     else:
         tl.store(cols_ptr + offs_t, cols, mask=tl.trans(mask))
-    if ROWS:  # along the last axis: 32-column pieces of each row
+    if WRITE_ROWS:  # along the last axis: 32-column pieces of each row
         if ROT > 0:
             xr = fwht(tl.reshape(x, (32 * BN // ROT, ROT)), 32 * BN // ROT, ROT)
             xr = tl.reshape(xr * rot_scale, (32, BN))
