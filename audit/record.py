@@ -322,17 +322,18 @@ def _both_axes_calls(fmts, dtypes, rules=("even",), shape=(64, 256)):
 
 
 def _columns_both_axes_calls(fmts, rotations, shape=(64, 96)):
-    """Quantize-dequantize along axis 0 through the both-axes kernel writing its axis-0 values
-    only (``Tuning(columns_qdq='both_axes')``; 96 columns: a masked program)."""
+    """Quantize and quantize-dequantize along axis 0 through the both-axes module's axis-0
+    kernel (``Tuning(columns='both_axes', columns_qdq='both_axes')``; 96 columns: a masked
+    program)."""
     from .. import native
     from ..native.tuning import GPU
-    tuning = dataclasses.replace(GPU, columns_qdq="both_axes")
-    return [(f"quantize_dequantize({fmt} even {rot} bfloat16 axis=0 shape={shape}, "
-             f"both-axes kernel)",
-             lambda x=_x(shape, torch.bfloat16), fmt=fmt, rot=rot:
-             native.quantize_dequantize(x, fmt, axis=0, scale_rule="even", rotation=rot,
-                                        tuning=tuning))
-            for fmt, rot in itertools.product(fmts, rotations)]
+    tuning = dataclasses.replace(GPU, columns="both_axes", columns_qdq="both_axes")
+    return [(f"{op.__name__}({fmt} even {rot} bfloat16 axis=0 shape={shape}, "
+             f"both-axes module's axis-0 kernel)",
+             lambda x=_x(shape, torch.bfloat16), fmt=fmt, rot=rot, op=op:
+             op(x, fmt, axis=0, scale_rule="even", rotation=rot, tuning=tuning))
+            for op, fmt, rot in itertools.product((native.quantize, native.quantize_dequantize),
+                                                  fmts, rotations)]
 
 
 def _cast_calls(fmts, roundings, dtypes):

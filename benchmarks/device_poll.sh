@@ -11,4 +11,5 @@ for f in $RUN/pytest_gpu.log $RUN/bench.log $RUN/bench_host.log $RUN/bench_colum
 done
 [ -f $RUN/bench_host/bench.md ] && grep "host time" $RUN/bench_host/bench.md
 [ -f $RUN/bench_columns/bench.md ] && grep "columns" $RUN/bench_columns/bench.md | cut -c1-110
+[ -f $RUN/bench_colboth/bench.md ] && grep "columns\|copy" $RUN/bench_colboth/bench.md
 true

@@ -75,6 +75,11 @@ for s in "$@"; do
     columns)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_columns --sections columns > $RUN/bench_columns.log 2>&1
       done_ $s $? ;;
+    colboth)
+      # along axis 0 through the both-axes module's kernel per tile against this GPU's default
+      # and the transpose, quantize and quantize-dequantize, bits compared (a minute or so)
+      python3 benchmarks/gpu_bench.py --out $RUN/bench_colboth --sections columns_both > $RUN/bench_colboth.log 2>&1
+      done_ $s $? ;;
     colcheck)
       # column tiles timed and their bits checked against the transpose path (exit 1: a tile's
       # bits differ); COLCHECK_TILES: other tiles than the script's default list

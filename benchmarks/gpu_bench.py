@@ -10,7 +10,9 @@ linear    MXLinear forward + backward per recipe against nn.Linear bf16
 numerics  how the chip's dot_scaled sums compare with the emulator's accumulation models
 emulate   method='emulate' (a declared accumulation model, bit for bit) against cuBLAS bf16
 fold      quantize_folded (issue 17) against a copy and the plain quantize
-columns   the column kernel's tiles against the transpose path (axis 0, issue 18)
+columns   the column kernel's tiles and the both-axes module's axis-0 kernel against the
+          transpose path (axis 0, issue 18); columns_both: only the latter, the default and
+          the transpose
 host      host time per eager call of each operation, cached compiled kernels against
           Triton's own launch (issue 18)
 
@@ -437,16 +439,27 @@ COLUMN_TILES = [
     ColumnTile(64, 1, 4, True, True, vec=2, serial=True)]
 
 
-def section_columns(rows):
+BOTH_AXES_TILES = ((64, 2), (128, 2), (128, 4), (256, 4))
+
+
+def both_axes_ways(field: str) -> list:
+    """(name, tuning) for each tile of ``kernels.both_axes.columns_kernel`` along axis 0:
+    ``field`` 'columns' (quantize) or 'columns_qdq'."""
+    return [(f"both_axes({bn}, {w})", dataclasses.replace(GPU, **{field: "both_axes"},
+                                                          both_axes=(bn, w)))
+            for bn, w in BOTH_AXES_TILES]
+
+
+def section_columns(rows, short: bool = False):
     """Issue 18: blocks of 32 along tokens (Wgrad's operands, axis 0 of bf16 8192 x 14336 ->
     MXFP4) through the one-pass column kernel per tile (``ColumnTile``: columns, warps, blocks
-    along K, loads of ``vec`` columns per thread or vectorized, launch order), against a copy,
-    the transpose + row kernel path and the default of this GPU (``default_tuning``: on an
-    H100 and an H200 the column kernel for both, each with its tiles; elsewhere the
-    transpose);
+    along K, loads of ``vec`` columns per thread or vectorized, launch order) and through the
+    both-axes module's axis-0 kernel per tile (``columns='both_axes'``), against a copy,
+    the transpose + row kernel path and the default of this GPU (``default_tuning``);
     then quantize-dequantize along tokens through the default, the transpose, the vec tiles
-    and the both-axes kernel's axis-0 form. Same bits every way (tests/test_native_quantize.py,
-    tests/test_both_axes.py)."""
+    and the axis-0 kernel (``columns_qdq='both_axes'``). ``short``: the default, the
+    transpose and the axis-0 kernel's tiles only. Every row's bits are compared with the
+    default's (``bits_equal``: codes and scale bytes, or the bf16 values)."""
     m, k = TOKENS, 14336
     src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
@@ -454,40 +467,58 @@ def section_columns(rows):
     copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
     rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
     nbytes = m * k * 2 + m * k // 2 + m * k // 32
-    ways = [("transpose", dataclasses.replace(GPU, columns="transpose"))] + [
+    transpose = ("transpose", dataclasses.replace(GPU, columns="transpose",
+                                                  columns_qdq="transpose"))
+    kernel_ways = [] if short else [
         (str(t), dataclasses.replace(GPU, columns="kernel", cols32=t)) for t in COLUMN_TILES]
     # what a call without tuning= runs on this GPU (``default_tuning``: per GPU model)
     default = ("default", native.default_tuning(src().device))
+    x = src()
+
+    def timed(case, fn, want, gbs_of_ms, of_copy):
+        try:
+            got = fn(x)
+            ms = bench(lambda: fn(src()))
+        except Exception as e:  # a tile that does not compile: say so, go on
+            rows.append(dict(case=f"{case}: {type(e).__name__}"))
+            return
+        same = all(torch.equal(g, w) for g, w in zip(got, want))
+        rows.append(dict(case=case, ms=ms, gbs=gbs_of_ms(ms), of_copy=of_copy(ms),
+                         bits_equal=same))
+
     for rot, rnd in ((None, "rne"), ("hadamard16", "rne"), ("hadamard16", "stochastic")):
-        for name, tuning in [default] + ways:
-            try:
-                ms = bench(lambda: native.quantize(src(), "e2m1", axis=0, rotation=rot,
-                                                   rounding=rnd, scale_rule="even",
-                                                   tuning=tuning))
-            except Exception as e:  # a tile that does not compile: say so, go on
-                rows.append(dict(case=f"columns {name} rot={rot} {rnd}: {type(e).__name__}"))
-                continue
-            gbs = nbytes / ms / 1e6
-            rows.append(dict(case=f"columns {name} e2m1 rot={rot} {rnd}", ms=ms, gbs=gbs,
-                             of_copy=gbs / copy_gbs))
+        def quantize(t, tuning):
+            q = native.quantize(t, "e2m1", axis=0, rotation=rot, rounding=rnd,
+                                scale_rule="even", tuning=tuning)
+            return q.data, q.scales_kmajor
+        want = quantize(x, default[1])
+        ways = [default, transpose] + kernel_ways + (
+            both_axes_ways("columns") if rnd == "rne" else [])
+        for name, tuning in ways:
+            timed(f"columns {name} e2m1 rot={rot} {rnd}",
+                  lambda t, tuning=tuning: quantize(t, tuning), want,
+                  lambda ms: nbytes / ms / 1e6, lambda ms: nbytes / ms / 1e6 / copy_gbs)
     # quantize-dequantize along tokens (what a bf16 Wgrad GEMM is fed: 2 bytes read and 2
     # written per element, a copy's traffic), through the transpose and the vec tiles
-    # (and through the both-axes kernel writing its axis-0 values only: columns_qdq='both_axes')
-    qdq_ways = [default] + ways[:1] + [w for t, w in zip(COLUMN_TILES, ways[1:]) if t.vec > 1] + [
-        (f"both_axes({bn}, {w})", dataclasses.replace(GPU, columns_qdq="both_axes",
-                                                      both_axes=(bn, w)))
-        for bn, w in ((64, 2), (128, 2), (128, 4), (256, 4))]
+    # and the axis-0 kernel
+    qdq_ways = [default, transpose] + [
+        (str(t), dataclasses.replace(GPU, columns_qdq="kernel", cols32_qdq=t))
+        for t in COLUMN_TILES if t.vec > 1 and not short] + both_axes_ways("columns_qdq")
     for rot in (None, "hadamard16"):
+        def qdq(t, tuning):
+            return (native.quantize_dequantize(t, "e2m1", axis=0, rotation=rot,
+                                               scale_rule="even", tuning=tuning),)
+        want = qdq(x, default[1])
         for name, tuning in qdq_ways:
-            try:
-                ms = bench(lambda: native.quantize_dequantize(src(), "e2m1", axis=0,
-                                                              rotation=rot, scale_rule="even",
-                                                              tuning=tuning))
-            except Exception as e:  # a tile that does not compile: say so, go on
-                rows.append(dict(case=f"columns qdq {name} rot={rot}: {type(e).__name__}"))
-                continue
-            rows.append(dict(case=f"columns qdq {name} e2m1 -> bf16 rot={rot}", ms=ms,
-                             gbs=2 * m * k * 2 / ms / 1e6, of_copy=copy_ms / ms))
+            timed(f"columns qdq {name} e2m1 -> bf16 rot={rot}",
+                  lambda t, tuning=tuning: qdq(t, tuning), want,
+                  lambda ms: 2 * m * k * 2 / ms / 1e6, lambda ms: copy_ms / ms)
+
+
+def section_columns_both(rows):
+    """The short form of ``section_columns``: this GPU's default, the transpose and the
+    both-axes module's axis-0 kernel per tile (a minute or so)."""
+    section_columns(rows, short=True)
 
 
 def host_us(fn, calls: int = 500, repeats: int = 5) -> float:
@@ -580,7 +611,8 @@ def section_host(rows):
 
 SECTIONS = {"quantize": section_quantize, "gemm": section_gemm, "linear": section_linear,
             "numerics": section_numerics, "emulate": section_emulate, "fold": section_fold,
-            "host": section_host, "columns": section_columns}
+            "host": section_host, "columns": section_columns,
+            "columns_both": section_columns_both}
 
 
 def header():

@@ -217,9 +217,14 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
                         flat=bf16 and x.dim() > 0 and x.shape[-1] % 2 == 1)
     path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize",
                                     n.rounding == Rounding.STOCHASTIC)
+    k = x.shape[axis]
+    if path == "both_axes":
+        k32 = columns32(x, k, inner, n, tuning, qdq)
+        if k32 is not None:
+            return k32
+        path = "kernel"  # (the calls the both-axes kernel does not take)
     if path != "kernel":
         return None
-    k = x.shape[axis]
     consts, bn, kb = cols32_constexprs(n, x.dtype, k, inner, x.numel(), tile, qdq, fold,
                                        hopper(x.device), x.data_ptr() % 4 == 0)
     grid = cols32_grid(k, inner, x.numel() // (k * inner), bn, kb, tile.kb_fast)
@@ -229,6 +234,33 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
     view = (torch.int32 if consts["SPLIT"] else torch.int16) if bf16 else None
     return Kernel32(kernels.quantize.quantize_cols32_kernel, grid, view, (k, inner),
                     n.rot_scale, (x.numel() // 32, fold.rows) if fold else (0, 1), consts)
+
+
+def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
+              qdq: bool) -> Kernel32 | None:
+    """``kernels.both_axes.columns_kernel``'s launch over a contiguous ``x`` quantized along
+    axis 0 (k rows, ``inner`` columns: x flattened to a matrix) with the ``both_axes`` tile,
+    or None where that kernel does not apply: another axis than the first, an integer format,
+    stochastic rounding, random signs (a fold never comes here), or a grid past CUDA's
+    limits."""
+    if (x.numel() != k * inner or n.fmt.kind == "int" or n.rounding != Rounding.RNE
+            or (n.rotation is not None and n.rotation.has_signs)):
+        return None
+    bn = min(tuning.both_axes[0], max(32, 1 << (inner - 1).bit_length()))
+    grid = both_axes_grid(k, inner, bn)
+    if grid is None:
+        return None
+    consts = _columns_constexprs(n, x.dtype, bn, tuning.both_axes[1], inner % bn == 0,
+                                 x.numel() >= BIG_NUMEL, qdq)
+    return Kernel32(kernels.both_axes.columns_kernel, grid,
+                    torch.int16 if x.dtype == torch.bfloat16 else None, (k, inner),
+                    n.rot_scale, (0, 1), consts)
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
+                        big: bool, qdq: bool) -> dict:
+    return dict(n.constexprs(in_dtype), QDQ=qdq, BN=bn, EVEN=even, BIG=big, num_warps=warps)
 
 
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,
@@ -300,24 +332,21 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
                 **register_cap(tile, on_hopper, fold_key))
 
 
-def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor | None, cols_out: torch.Tensor,
+def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor,
                   n: Numerics, tuning: Tuning) -> None:
-    """``kernels.both_axes`` on a contiguous 2-D ``x`` (rows a multiple of 32; columns too
-    where ``rows_out`` is given; a grid of 32-column programs within ``both_axes_grid``'s
-    limits, so one of the tile's too): its quantize-dequantized values along the last axis into
-    ``rows_out`` (x's shape; None: along axis 0 only), along axis 0 into ``cols_out`` (x's
-    transpose, contiguous); ``n``: RNE, a float format, no rotation or a Hadamard one without
-    random signs."""
+    """``kernels.both_axes.qdq_both_axes_kernel`` on a contiguous 2-D ``x`` (rows and columns
+    multiples of 32; a grid of 32-column programs within ``both_axes_grid``'s limits, so one
+    of the tile's too): its quantize-dequantized values along the last axis into ``rows_out``
+    (x's shape), along axis 0 into ``cols_out`` (x's transpose, contiguous); ``n``: RNE, a
+    float format, no rotation or a Hadamard one without random signs."""
     n_rows, n_cols = x.shape
     # (none wider than x, none narrower than 32: masked columns past n_cols)
     bn = min(tuning.both_axes[0], max(32, 1 << (n_cols - 1).bit_length()))
     consts = _both_axes_constexprs(n, x.dtype, bn, tuning.both_axes[1], n_cols % bn == 0,
-                                   x.numel() >= BIG_NUMEL, rows_out is not None)
-    cols = cols_out.view(torch.int16)
+                                   x.numel() >= BIG_NUMEL)
     run(kernels.both_axes.qdq_both_axes_kernel, both_axes_grid(n_rows, n_cols, bn),
-        x.view(torch.int16) if x.dtype == torch.bfloat16 else x,
-        cols if rows_out is None else rows_out.view(torch.int16), cols, n_rows, n_cols,
-        n.rot_scale, **consts)
+        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
+        cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
 
 
 def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:
@@ -329,10 +358,10 @@ def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=256)
 def _both_axes_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
-                          big: bool, write_rows: bool) -> dict:
+                          big: bool) -> dict:
     c = n.constexprs(in_dtype)  # (RNE, no random signs, values out: no such constexprs)
     return dict({k: v for k, v in c.items() if k not in ("ROUNDING", "SIGNS", "PACK")},
-                BN=bn, EVEN=even, BIG=big, WRITE_ROWS=write_rows, num_warps=warps)
+                BN=bn, EVEN=even, BIG=big, num_warps=warps)
 
 
 def cols32_grid(k: int, inner: int, outer: int, bn: int, kb: int, kb_fast: bool):

@@ -242,11 +242,6 @@ def quantize_dequantize_kmajor(x, n: Numerics, axis: int, block_size: int, seed:
     tuning = tuning or default_tuning(x.device)
     x = x.detach().contiguous()
     out = torch.empty(_moved_shape(x, axis), dtype=torch.bfloat16, device=x.device)
-    if axis == 0 and x.dim() > 1 and tuning.columns_qdq == "both_axes":
-        mat = x.reshape(x.shape[0], inner)
-        if both_axes_applies(mat, n, "triton"):  # (the backend is Triton here)
-            launch.qdq_both_axes(mat, None, out.view(inner, x.shape[0]), n, tuning)
-            return out
     done = launch.rows32(x, axis, inner, out.view(torch.int32), out, out.numel() // 32, n, seed,
                          tuning, qdq=True, keys=keys)
     plans.make(plan_key, done, True, tuple(out.shape), (), n, seed, keys, result)
@@ -285,9 +280,8 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
 
 
 def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool:
-    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on the matrix ``x``
-    (and ``quantize_dequantize`` along axis 0 under ``Tuning.columns_qdq='both_axes'``, on x
-    flattened to (K, inner)): what ``kernels.both_axes`` takes, on a grid CUDA can launch with
+    """Whether ``quantize_dequantize_both_axes`` runs its one-pass kernel on the matrix ``x``:
+    what ``kernels.both_axes.qdq_both_axes_kernel`` takes, on a grid CUDA can launch with
     the narrowest tile (32 columns a program), so with every tile (not read here: no tuning
     lookup while compiling). The shape's multiples of 32 are the callers' checks
     (``_check_input``)."""

@@ -94,20 +94,22 @@ class Tuning:
 
     rows32 / rows32_qdq  the 32-block row kernel, quantize and quantize-dequantize
     columns              blocks of 32 along a non-last axis (quantize): 'transpose' (a tiled
-                         transpose, then the row kernel) or 'kernel' (the one-pass column kernel)
+                         transpose, then the row kernel), 'kernel' (the one-pass column kernel)
+                         or 'both_axes' (along axis 0, ``kernels.both_axes.columns_kernel`` with
+                         the ``both_axes`` tile where it applies: RNE, no rotation or a fixed
+                         Hadamard one, a float format; the column kernel elsewhere)
     cols32               the 32-block column kernel's tile
-    columns_qdq / cols32_qdq    the same for quantize-dequantize (``columns_qdq`` may also be
-                         'both_axes': along axis 0 through the both-axes kernel writing its
-                         axis-0 values only, where it applies (RNE, no rotation or a fixed
-                         Hadamard one, a float format); the column kernel elsewhere), and
-    columns_fold / cols32_fold  for the fold into E4M3 (None: as ``columns`` / ``cols32``)
+    columns_qdq / cols32_qdq    the same for quantize-dequantize, and
+    columns_fold / cols32_fold  for the fold into E4M3 (None: as ``columns`` / ``cols32``;
+                         'both_axes' folds through the column kernel)
     cols32_sr            the column kernel's tile under stochastic rounding, quantize and
                          quantize-dequantize alike (None: the operation's own; not the fold)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
-    both_axes            (columns, warps) per program of the both-axes quantize-dequantize
-                         (``kernels.both_axes``: 32 rows by ``columns``)
+    both_axes            (columns, warps) per program of the ``kernels.both_axes`` kernels
+                         (32 rows by ``columns``): the both-axes quantize-dequantize and the
+                         'both_axes' column path
     linear_both_axes     MXLinear quantize-dequantizes X in Fprop and ∇Y in backward along both
                          axes in one pass (``quantize_dequantize_both_axes``) where its recipe
                          gives both of the operand's GEMMs the same RNE numerics (no rotation
@@ -134,14 +136,15 @@ class Tuning:
     notes: str = field(default="", compare=False)
 
     def __post_init__(self):
-        if self.columns not in ("transpose", "kernel"):
-            raise ValueError(f"columns must be 'transpose' or 'kernel', got {self.columns!r}")
+        if self.columns not in ("transpose", "kernel", "both_axes"):
+            raise ValueError(f"columns must be 'transpose', 'kernel' or 'both_axes', "
+                             f"got {self.columns!r}")
         if self.columns_qdq not in (None, "transpose", "kernel", "both_axes"):
             raise ValueError(f"columns_qdq must be None, 'transpose', 'kernel' or 'both_axes', "
                              f"got {self.columns_qdq!r}")
         if self.columns_fold not in (None, "transpose", "kernel"):
-            raise ValueError(f"columns_fold must be None, 'transpose' or 'kernel', "
-                             f"got {self.columns_fold!r}")
+            raise ValueError(f"columns_fold must be None, 'transpose' or 'kernel' (a fold "
+                             f"runs no both_axes kernel), got {self.columns_fold!r}")
         cols, warps = self.both_axes
         if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
             raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "
@@ -149,9 +152,12 @@ class Tuning:
 
     def column_path(self, op: str = "quantize",
                     stochastic: bool = False) -> tuple[str, ColumnTile]:
-        """('transpose' or 'kernel', the column tile) for blocks along a non-last axis of
-        ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3); ``stochastic``:
-        under stochastic rounding (``cols32_sr``, where set, for quantize and qdq)."""
+        """('transpose', 'kernel' or 'both_axes', the column tile) for blocks along a non-last
+        axis of ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3, never
+        'both_axes': the column kernel instead); ``stochastic``: under stochastic rounding
+        (``cols32_sr``, where set, for quantize and qdq). Under 'both_axes' the tile is the
+        column kernel's for the calls the both-axes kernel does not take
+        (``launch.kernel32`` decides)."""
         if op == "quantize":
             path, tile = self.columns, self.cols32
         elif op in ("qdq", "fold"):
@@ -161,8 +167,7 @@ class Tuning:
             raise ValueError(f"op must be 'quantize', 'qdq' or 'fold', got {op!r}")
         if stochastic and op != "fold" and self.cols32_sr is not None:
             tile = self.cols32_sr
-        # ('both_axes': the column kernel serves the calls the both-axes kernel does not take)
-        return ("kernel" if path == "both_axes" else path), tile
+        return ("kernel" if path == "both_axes" and op == "fold" else path), tile
 
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within

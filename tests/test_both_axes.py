@@ -31,17 +31,28 @@ def two_calls(x, fmt, **kw):
             native.quantize_dequantize(x, fmt, axis=0, **kw))
 
 
+BOTH = "qdq_both_axes_kernel"    # the two outputs' kernel
+COLUMNS = "columns_kernel"        # along axis 0 alone
+
+
 @contextlib.contextmanager
 def kernel_launches():
-    """The launches of the both-axes kernel inside the block: one entry per launch, True where
-    it wrote the axis-0 values only (``rows_out`` None)."""
+    """The names of the ``kernels.both_axes`` kernels launched inside the block, one entry per
+    launch (``launch.run`` recorded: no per-call plans meanwhile)."""
     launched = []
-    real = launch.qdq_both_axes
-    launch.qdq_both_axes = lambda x, rows, *a: launched.append(rows is None) or real(x, rows, *a)
+    real = launch.run
+    ours = {launch.kernels.both_axes.qdq_both_axes_kernel: BOTH,
+            launch.kernels.both_axes.columns_kernel: COLUMNS}
+
+    def record(kernel, grid, *a, **kw):
+        if kernel in ours:
+            launched.append(ours[kernel])
+        return real(kernel, grid, *a, **kw)
+    launch.run = record
     try:
         yield launched
     finally:
-        launch.qdq_both_axes = real
+        launch.run = real
 
 
 def one_pass(x, fmt, columns=None, **kw):
@@ -51,7 +62,7 @@ def one_pass(x, fmt, columns=None, **kw):
         tuning = dataclasses.replace(tuning, both_axes=(columns, 2))
     with kernel_launches() as launched:
         out = native.quantize_dequantize_both_axes(x, fmt, tuning=tuning, **kw)
-    assert launched == [False], "the one-pass kernel did not run (both outputs)"
+    assert launched == [BOTH], "the one-pass kernel did not run (both outputs)"
     return out
 
 
@@ -130,62 +141,115 @@ def test_other_numerics_are_the_two_calls(device):
     assert not launched
 
 
-def _axis0(x, fmt, tuning, **kw):
-    """``quantize_dequantize(x, axis=0)`` under ``tuning``, and how many launches of the
-    both-axes kernel it made with rows_out None (the axis-0-only form)."""
+def _axis0(op, x, fmt, tuning, **kw):
+    """``op(x, fmt, axis=0)`` (``native.quantize`` or ``quantize_dequantize``) under
+    ``tuning``, and how many launches of the axis-0 kernel it made (of no other of the
+    module's)."""
     with kernel_launches() as launched:
-        out = native.quantize_dequantize(x, fmt, axis=0, tuning=tuning, **kw)
-    assert all(launched)
+        out = op(x, fmt, axis=0, tuning=tuning, **kw)
+    assert set(launched) <= {COLUMNS}, launched
     return out, len(launched)
 
 
-@pytest.mark.parametrize("device", devices())
-def test_columns_qdq_through_the_both_axes_kernel(device):
-    """``Tuning.columns_qdq='both_axes'``: quantize_dequantize along axis 0 runs the both-axes
-    kernel writing its axis-0 values only: the column kernel's bits and layout (strides), for
-    every float format, no rotation, H16 and H32, bf16 / float16 / float32 input, a width not
-    a multiple of the tile or of 32 (48, 8, 15 columns: masked), more than two dimensions
-    (axis 0 against the rest flattened), tiles of 32 to 128 columns; NaN, Inf and zero
-    blocks."""
-    rng = np.random.default_rng(7)
-    base = native.default_tuning(torch.device(device))
-    kernel = dataclasses.replace(base, columns_qdq="kernel")
+def same_mx(got, want):
+    """Codes and scale bytes of two quantize results, and their shapes."""
+    return all(g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.cpu(), w.cpu())
+               for g, w in ((got.data, want.data), (got.scales_kmajor, want.scales_kmajor)))
+
+
+AXIS0_CASES = (("e2m1", None, torch.bfloat16), ("e2m1", "hadamard16", torch.float32),
+               ("e3m2", "hadamard32", torch.bfloat16), ("e2m3", None, torch.float16),
+               ("e4m3", None, torch.float32), ("e5m2", "hadamard16", torch.bfloat16))
+
+
+def axis0_inputs(seed):
+    """Matrices and 3-D tensors with random magnitudes over 60 octaves, NaN, Inf and zero
+    blocks; widths not a multiple of a tile or of 32 (48, 8, 15 columns after axis 0)."""
+    rng = np.random.default_rng(seed)
     for shape in ((64, 96), (64, 48), (96, 4, 24), (32, 8), (64, 3, 5)):
         x = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
         x.reshape(shape[0], -1)[0, :3] = [np.nan, np.inf, -np.inf]
         x.reshape(shape[0], -1)[32:64, 5] = 0
-        for columns in (32, 128):
-            tuning = dataclasses.replace(base, columns_qdq="both_axes", both_axes=(columns, 2))
-            for fmt, rot, dtype in (("e2m1", None, torch.bfloat16),
-                                    ("e2m1", "hadamard16", torch.float32),
-                                    ("e3m2", "hadamard32", torch.bfloat16),
-                                    ("e2m3", None, torch.float16), ("e4m3", None, torch.float32),
-                                    ("e5m2", "hadamard16", torch.bfloat16)):
-                t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
-                kw = dict(scale_rule="even", rotation=rot)
-                got, runs = _axis0(t, fmt, tuning, **kw)
-                want = native.quantize_dequantize(t, fmt, axis=0, tuning=kernel, **kw)
-                assert runs == 1, (shape, fmt, rot)
-                assert same(got, want), (shape, columns, fmt, rot, dtype)
+        yield shape, x
 
 
 @pytest.mark.parametrize("device", devices())
-def test_columns_qdq_both_axes_leaves_the_rest_to_the_column_kernel(device):
-    """Under ``columns_qdq='both_axes'`` what the both-axes kernel does not take (stochastic
-    rounding, random signs, INT8, an axis between others) runs the column kernel with
-    ``cols32_qdq``: the bits of ``columns_qdq='kernel'``, no launch of the both-axes kernel."""
+@pytest.mark.parametrize("op", ["quantize", "quantize_dequantize"])
+def test_columns_through_the_both_axes_kernel(device, op):
+    """``Tuning.columns='both_axes'`` (quantize) and ``columns_qdq='both_axes'``
+    (quantize-dequantize): along axis 0 one launch of ``columns_kernel``, with the column
+    kernel's bits (codes and scale bytes; values and strides) for every float format, no
+    rotation, H16 and H32, bf16 / float16 / float32 input, widths not a multiple of the tile
+    or of 32 (masked), more than two dimensions (axis 0 against the rest flattened), tiles of
+    32 to 128 columns; NaN, Inf and zero blocks; every scale rule on E2M1."""
     base = native.default_tuning(torch.device(device))
-    tuning = dataclasses.replace(base, columns_qdq="both_axes")
-    kernel = dataclasses.replace(base, columns_qdq="kernel")
+    field = "columns" if op == "quantize" else "columns_qdq"
+    fn, check = ((native.quantize, same_mx) if op == "quantize"
+                 else (native.quantize_dequantize, same))
+    kernel = dataclasses.replace(base, **{field: "kernel"})
+    for shape, x in axis0_inputs(7):
+        for columns in (32, 128):
+            tuning = dataclasses.replace(base, **{field: "both_axes"}, both_axes=(columns, 2))
+            for fmt, rot, dtype in AXIS0_CASES:
+                t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
+                for rule in ("floor", "ceil", "rceil", "even") if fmt == "e2m1" else ("even",):
+                    kw = dict(scale_rule=rule, rotation=rot)
+                    got, runs = _axis0(fn, t, fmt, tuning, **kw)
+                    want = fn(t, fmt, axis=0, tuning=kernel, **kw)
+                    assert runs == 1, (shape, fmt, rot)
+                    assert check(got, want), (shape, columns, fmt, rot, dtype, rule)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_columns_quantize_every_bf16_value(device):
+    """Every bf16 bit pattern as a (32 x 2048) matrix quantized along axis 0 (each column a
+    block: shuffled blocks and blocks of neighbouring magnitudes, NaN, Inf, subnormals) by
+    ``columns_kernel``, E2M1 packed and E4M3 a byte a code, no rotation and H16: the column
+    kernel's codes and scale bytes, and the emulator's."""
+    base = native.default_tuning(torch.device(device))
+    x = torch.from_numpy(all_bf16_blocks(3)).to(torch.bfloat16).to(device)
+    x = x.reshape(-1, 32).t().contiguous()
+    tuning = dataclasses.replace(base, columns="both_axes", both_axes=(64, 2))
+    kernel = dataclasses.replace(base, columns="kernel")
+    for fmt in ("e2m1", "e4m3"):
+        for rot in (None, "hadamard16"):
+            got, runs = _axis0(native.quantize, x, fmt, tuning, rotation=rot)
+            assert runs == 1
+            assert same_mx(got, native.quantize(x, fmt, axis=0, tuning=kernel, rotation=rot))
+            assert same_mx(got, native.quantize(x.cpu(), fmt, axis=0, rotation=rot,
+                                                backend="emulator")), (fmt, rot)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("op", ["quantize", "quantize_dequantize"])
+def test_columns_both_axes_leaves_the_rest_to_the_column_kernel(device, op):
+    """Under 'both_axes' what ``columns_kernel`` does not take (stochastic rounding, random
+    signs, INT8, an axis between others) runs the column kernel with the operation's column
+    tile, and a fold (``columns_fold`` None follows ``columns``) folds through the column
+    kernel: the bits of 'kernel', no launch of the both-axes kernels."""
+    from ocpmx.native import fold as native_fold
+    base = native.default_tuning(torch.device(device))
+    field = "columns" if op == "quantize" else "columns_qdq"
+    fn, check = ((native.quantize, same_mx) if op == "quantize"
+                 else (native.quantize_dequantize, same))
+    tuning = dataclasses.replace(base, **{field: "both_axes"}, columns_fold=None)
+    kernel = dataclasses.replace(base, **{field: "kernel"}, columns_fold=None)
     x = torch.randn(64, 64).to(device)
     for fmt, kw, t in (("e2m1", dict(rounding="stochastic", seed=5), x),
                        ("e2m1", dict(rotation=Rotation(16, 11)), x),
                        ("int8", {}, x), ("e2m1", {}, x.reshape(2, 32, 64))):
         axis = 1 if t.dim() == 3 else 0
         with kernel_launches() as launched:
-            got = native.quantize_dequantize(t, fmt, axis=axis, tuning=tuning, **kw)
+            got = fn(t, fmt, axis=axis, tuning=tuning, **kw)
         assert not launched, (fmt, kw)
-        assert same(got, native.quantize_dequantize(t, fmt, axis=axis, tuning=kernel, **kw))
+        assert check(got, fn(t, fmt, axis=axis, tuning=kernel, **kw))
+    if op == "quantize":
+        with kernel_launches() as launched:
+            got = native_fold.quantize_folded(x, "e2m1", 2, axis=0, tuning=tuning)
+        assert not launched
+        want = native_fold.quantize_folded(x, "e2m1", 2, axis=0, tuning=kernel)
+        assert torch.equal(got.codes.cpu(), want.codes.cpu())
+        assert torch.equal(got.scales.cpu(), want.scales.cpu())
 
 
 @pytest.mark.parametrize("device", devices())

@@ -749,8 +749,14 @@ def test_column_path_per_operation(device, monkeypatch):
     for bad in ("rows", "both_axes"):  # (no fold in the both-axes kernel)
         with pytest.raises(ValueError, match="columns_fold must be None, 'transpose' or 'kernel'"):
             native.Tuning(columns_fold=bad)
-    one_pass = native.Tuning(columns_qdq="both_axes", cols32_qdq=b)
-    assert one_pass.column_path("qdq") == ("kernel", b)  # (what the one-pass kernel leaves)
+    # 'both_axes': the column tile for what the axis-0 kernel leaves; a fold takes the kernel
+    one_pass = native.Tuning(columns="both_axes", cols32=a, columns_qdq="both_axes",
+                             cols32_qdq=b)
+    assert one_pass.column_path("qdq") == ("both_axes", b)
+    assert one_pass.column_path() == ("both_axes", a)
+    assert one_pass.column_path("fold") == ("kernel", a)
+    with pytest.raises(ValueError, match="columns must be 'transpose', 'kernel' or 'both_axes'"):
+        native.Tuning(columns="rows")
     with pytest.raises(ValueError, match="op must be 'quantize', 'qdq' or 'fold'"):
         same.column_path("dequantize")
     base = native.default_tuning()  # the interpreter's row tiles (few programs)

@@ -1,31 +1,40 @@
-"""Quantize-dequantize along both axes of a 2-D tensor in one pass: one read of X, the values
-of ``quantize_dequantize(X, axis=-1)`` and of ``quantize_dequantize(X, axis=0)`` written in
-the layouts those calls write (the second K-major: X's transpose), for the two bf16 GEMMs an
-MX GEMM without MX units makes of X (Fprop along its rows, Wgrad along its tokens; ∇Y likewise
-for Dgrad and Wgrad): 6 bytes of traffic per bf16 element instead of 8.
+"""Blocks of 32 along axis 0 of a matrix, a program = 32 rows (one block along axis 0) by BN
+columns, loaded as rows are stored: each column's 32 values are one block, reduced across the
+tile's rows, its outputs written K-major (x's transpose) through shared memory.
 
-A program holds 32 rows (one block along axis 0) by BN columns (BN / 32 blocks along the last
-axis): each column's 32 values are one block of the axis-0 operand, each row's 32-column
-pieces blocks of the row operand; the two sets of blocks are scaled, rounded (RNE) and
-dequantized independently with the 32-block kernels' helpers, so each output has the bits the
-one-axis kernels give. A fixed Hadamard rotation (16 or 32 points, no random signs) rotates
-each output's blocks along its own axis first, in the emulator's order (butterfly stages
-h = 1, 2, 4, ... then the multiply by 1/sqrt(size)). Float formats, RNE; rows a multiple of
-32, and columns too where the row values are written (``native.ops`` refuses other shapes;
-the axis-0 values alone take any width, the last program masked).
-Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): 45 SASS instructions
-per element without a rotation (59 with H16: its transposes go through shared memory), no
-spill, 128-bit loads and stores (the K-major output's too, through shared memory), against
-15.3 for the row kernel's quantize-dequantize plus 33.1 for the column kernel's (H100 tiles,
-no rotation). The axis-0 values alone (WRITE_ROWS False): 28.8 (33.7 with H16), no spill.
+``qdq_both_axes_kernel``: quantize-dequantize along both axes in one pass: one read of X, the
+values of ``quantize_dequantize(X, axis=-1)`` and of ``quantize_dequantize(X, axis=0)`` written
+in the layouts those calls write (the second K-major), for the two bf16 GEMMs an MX GEMM
+without MX units makes of X (Fprop along its rows, Wgrad along its tokens; ∇Y likewise for
+Dgrad and Wgrad): 6 bytes of traffic per bf16 element instead of 8. Each row's 32-column
+pieces are the row operand's blocks (BN / 32 of them per row).
+
+``columns_kernel``: along axis 0 alone, codes and scales (``quantize``) or values
+(``quantize_dequantize``), the launch ``launch.kernel32`` makes under ``Tuning.columns`` /
+``columns_qdq`` = 'both_axes' (the column kernel's positional arguments, so per-call plans
+take it too).
+
+Both: float formats, RNE, no rotation or a fixed Hadamard one (16 or 32 points, no random
+signs), which rotates each output's blocks along its own axis first, in the emulator's order
+(butterfly stages h = 1, 2, 4, ... then the multiply by 1/sqrt(size)); the blocks are scaled,
+rounded and encoded (or dequantized) with the 32-block kernels' helpers, so each output has
+the bits the one-axis kernels give. Rows a multiple of 32, and columns too where the row
+values are written (``native.ops`` refuses other shapes; along axis 0 alone any width, the
+last program masked).
+Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): the both-axes kernel
+45 SASS instructions per element without a rotation (59 with H16: its transposes go through
+shared memory), no spill, 128-bit loads and stores (the K-major output's too, through shared
+memory), against 15.3 for the row kernel's quantize-dequantize plus 33.1 for the column
+kernel's (H100 tiles, no rotation). Along axis 0 alone, values: 28.8 (33.7 with H16), no
+spill.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .common import block_scale
-from .quantize import bf16_bits, fwht, load_tile_f32, rounded_values
+from .common import RNE, block_scale
+from .quantize import bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_values
 
 
 @triton.jit
@@ -40,6 +49,55 @@ def _qdq_values(ab, neg, amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl
 
 
 @triton.jit
+def _tile(x_ptr, n_rows, n_cols, IN_BF16: tl.constexpr, BN: tl.constexpr,
+          EVEN: tl.constexpr, BIG: tl.constexpr):
+    """Program (i, j)'s tile: rows 32 i .. 32 i + 31, columns BN j .. (float32 [32, BN]), its
+    offsets in x, the same positions' offsets in x's transpose, and the mask of the columns
+    that exist (EVEN: n_cols a multiple of BN, nothing masked; BIG: 64-bit offsets)."""
+    r = tl.program_id(0) * 32 + tl.arange(0, 32)
+    c = tl.program_id(1) * BN + tl.arange(0, BN)
+    if BIG:
+        offs = r.to(tl.int64)[:, None] * n_cols + c[None, :]
+        offs_t = c.to(tl.int64)[:, None] * n_rows + r[None, :]
+    else:
+        offs = r[:, None] * n_cols + c[None, :]
+        offs_t = c[:, None] * n_rows + r[None, :]
+    mask = (c < n_cols)[None, :] & (r >= 0)[:, None]
+    return load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN), offs, offs_t, mask
+
+
+@triton.jit
+def _columns_rotated(x, rot_scale, ROT: tl.constexpr, BN: tl.constexpr):
+    """A [32, BN] tile with each column's block rotated by the ROT-point Hadamard (ROT 0:
+    as it is)."""
+    if ROT > 0:
+        xc = fwht(tl.reshape(tl.trans(x), (BN * 32 // ROT, ROT)), BN * 32 // ROT, ROT)
+        return tl.trans(tl.reshape(xc * rot_scale, (BN, 32)))
+    return x
+
+
+@triton.jit
+def _pairs_in_thread(x, BN: tl.constexpr):
+    """x [32, BN] itself, in a layout whose threads hold neighbouring pairs along axis 0 (a
+    split and join of the pairs, no arithmetic): Triton then keeps each column's block
+    reductions and code packing inside threads, as the rotation's butterflies do. Compiled for
+    sm_90 (Triton 3.6, E2M1, bf16, 64 columns on 2 warps): quantize 23.8 SASS instructions per
+    element and 1 shuffle against 39.2 and 93 without it; quantize-dequantize 24.7 against
+    28.9."""
+    a, b = tl.split(tl.reshape(tl.trans(x), (BN * 16, 2)))
+    return tl.trans(tl.reshape(tl.join(a, b), (BN, 32)))
+
+
+@triton.jit
+def _store_t(ptr, offs_t, val, mask, EVEN: tl.constexpr):
+    """A [32, BN] tile ``val`` stored transposed at ``offs_t`` (K-major)."""
+    if EVEN:
+        tl.store(ptr + offs_t, tl.trans(val))
+    else:
+        tl.store(ptr + offs_t, tl.trans(val), mask=tl.trans(mask))
+
+
+@triton.jit
 def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
                          # the format (``KernelFormat.constexprs``; the float ones read here)
                          IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
@@ -50,57 +108,109 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
                          ENVELOPE: tl.constexpr,
                          # the numerics, the input, the tile
                          RULE: tl.constexpr, ROT: tl.constexpr, IN_BF16: tl.constexpr,
-                         BN: tl.constexpr, EVEN: tl.constexpr, BIG: tl.constexpr,
-                         WRITE_ROWS: tl.constexpr):
+                         BN: tl.constexpr, EVEN: tl.constexpr, BIG: tl.constexpr):
     """x [n_rows, n_cols] (bf16 as int16 bits, float16 or float32) -> bf16 bits (int16):
     ``rows_ptr`` [n_rows, n_cols] quantize-dequantized along the last axis, ``cols_ptr``
     [n_cols, n_rows] (K-major: x's transpose, the layout the one-axis call returns a view of)
     quantize-dequantized along axis 0; ROT > 0: rotated first by the ROT-point Hadamard along
     each axis, times ``rot_scale``. Program (i, j): rows 32 i .. 32 i + 31, columns BN j ..
-    EVEN: n_cols a multiple of BN (no mask); BIG: 2^31 elements or more (64-bit offsets).
-    WRITE_ROWS False: the values along axis 0 only (``rows_ptr`` unused): ``quantize_dequantize``
-    along axis 0 in this kernel's layout of the work (``Tuning.columns_qdq='both_axes'``)."""
+    EVEN: n_cols a multiple of BN (no mask); BIG: 2^31 elements or more (64-bit offsets)."""
     tl.static_assert(not IS_INT, "float formats only")
     tl.static_assert(BN % 32 == 0, "BN: whole blocks along the last axis")
     EXACT: tl.constexpr = BIAS + MBITS <= 7
-    r = tl.program_id(0) * 32 + tl.arange(0, 32)
-    c = tl.program_id(1) * BN + tl.arange(0, BN)
-    if BIG:
-        offs = r.to(tl.int64)[:, None] * n_cols + c[None, :]
-        offs_t = c.to(tl.int64)[:, None] * n_rows + r[None, :]
-    else:
-        offs = r[:, None] * n_cols + c[None, :]
-        offs_t = c[:, None] * n_rows + r[None, :]
-    mask = (c < n_cols)[None, :] & (r >= 0)[:, None]
-    x = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
-    if ROT > 0:  # each axis's own rotation of its blocks
-        xc = fwht(tl.reshape(tl.trans(x), (BN * 32 // ROT, ROT)), BN * 32 // ROT, ROT)
-        xc = tl.trans(tl.reshape(xc * rot_scale, (BN, 32)))
-    else:
-        xc = x
+    x, offs, offs_t, mask = _tile(x_ptr, n_rows, n_cols, IN_BF16=IN_BF16, BN=BN, EVEN=EVEN,
+                                  BIG=BIG)
     # along axis 0: each column's 32 values are a block (stored transposed, as bf16 bits)
-    u = xc.to(tl.int32, bitcast=True)
+    u = _columns_rotated(x, rot_scale, ROT=ROT, BN=BN).to(tl.int32, bitcast=True)
     ab = u & 0x7FFFFFFF
     cols = _qdq_values(ab, u < 0, tl.max(ab, axis=0)[None, :], RULE=RULE, EMAX=EMAX,
                        MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
-    cols = tl.trans(bf16_bits(cols, EXACT=EXACT).to(tl.int16))
-    if EVEN:
-        tl.store(cols_ptr + offs_t, cols)
+    _store_t(cols_ptr, offs_t, bf16_bits(cols, EXACT=EXACT).to(tl.int16), mask, EVEN=EVEN)
+    # along the last axis: 32-column pieces of each row
+    if ROT > 0:
+        xr = fwht(tl.reshape(x, (32 * BN // ROT, ROT)), 32 * BN // ROT, ROT)
+        xr = tl.reshape(xr * rot_scale, (32, BN))
     else:
-        tl.store(cols_ptr + offs_t, cols, mask=tl.trans(mask))
-    if WRITE_ROWS:  # along the last axis: 32-column pieces of each row
-        if ROT > 0:
-            xr = fwht(tl.reshape(x, (32 * BN // ROT, ROT)), 32 * BN // ROT, ROT)
-            xr = tl.reshape(xr * rot_scale, (32, BN))
+        xr = x
+    u = xr.to(tl.int32, bitcast=True)
+    ab3 = tl.reshape(u & 0x7FFFFFFF, (32, BN // 32, 32))
+    rows = _qdq_values(ab3, tl.reshape(u < 0, (32, BN // 32, 32)),
+                       tl.max(ab3, axis=2)[:, :, None], RULE=RULE, EMAX=EMAX, MBITS=MBITS,
+                       BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
+    rows = bf16_bits(tl.reshape(rows, (32, BN)), EXACT=EXACT).to(tl.int16)
+    if EVEN:
+        tl.store(rows_ptr + offs, rows)
+    else:
+        tl.store(rows_ptr + offs, rows, mask=mask)
+
+
+@triton.jit(do_not_specialize=["seed", "sign_mask"])
+def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
+                   # the column kernel's fold outputs and sizes (no fold here: unused)
+                   exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
+                   # the format
+                   IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                   EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                   EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                   INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                   RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                   ENVELOPE: tl.constexpr,
+                   # the numerics, the input, the tile
+                   RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
+                   SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                   QDQ: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
+                   BIG: tl.constexpr):
+    """x [K, inner] (bf16 as int16 bits, float16 or float32) quantized along axis 0 into the
+    K-major layout every quantize writes (row i of the output: column i of x, its K / 32
+    blocks in order): codes (``data_ptr``; PACK 2: two per byte, the even element in the low
+    nibble) and scales (``scale_ptr``: [inner, K / 32]), or with QDQ the bf16 values
+    (``data_ptr``: [inner, K] bf16, any pointer type; ``scale_ptr`` unused). The column
+    kernel's positional arguments (``quantize.quantize_cols32_kernel``), so that
+    ``launch.Kernel32`` launches either; ``sign_mask``, ``seed`` and the fold's are unused
+    (RNE, no random signs, no fold). Program (i, j): block i of columns BN j .. BN j + BN - 1.
+    EVEN: inner a multiple of BN; BIG: 2^31 elements or more."""
+    tl.static_assert(not IS_INT, "float formats only")
+    tl.static_assert(ROUNDING == RNE, "round to nearest even only")
+    tl.static_assert(not SIGNS, "no random signs")
+    tl.static_assert(BN % 32 == 0, "BN: a multiple of 32")
+    x, offs, offs_t, mask = _tile(x_ptr, K, inner, IN_BF16=IN_BF16, BN=BN, EVEN=EVEN, BIG=BIG)
+    if ROT > 0:
+        u = _columns_rotated(x, rot_scale, ROT=ROT, BN=BN).to(tl.int32, bitcast=True)
+    else:
+        u = _pairs_in_thread(x, BN=BN).to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    amax = tl.max(ab, axis=0)
+    if QDQ:
+        val = _qdq_values(ab, u < 0, amax[None, :], RULE=RULE, EMAX=EMAX, MBITS=MBITS,
+                          BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
+        _store_t(data_ptr.to(tl.pointer_type(tl.int16)), offs_t,
+                 bf16_bits(val, EXACT=BIAS + MBITS <= 7).to(tl.int16), mask, EVEN=EVEN)
+    else:
+        s, special, scale = block_scale(amax, RULE=RULE, EMAX=EMAX, MBITS=MBITS, RNUM=RNUM,
+                                        RSHIFT=RSHIFT)
+        any_special = tl.max(special.to(tl.int32), axis=0) > 0
+        code = quarter_codes(ab, u, s[None, :], special[None, :], any_special, 0, OFF=0,
+                             RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT,
+                             ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC,
+                             INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN)
+        c = tl.program_id(1) * BN + tl.arange(0, BN)
+        if BIG:
+            blk = c.to(tl.int64) * (K // 32) + tl.program_id(0)
         else:
-            xr = x
-        u = xr.to(tl.int32, bitcast=True)
-        ab3 = tl.reshape(u & 0x7FFFFFFF, (32, BN // 32, 32))
-        rows = _qdq_values(ab3, tl.reshape(u < 0, (32, BN // 32, 32)),
-                           tl.max(ab3, axis=2)[:, :, None], RULE=RULE, EMAX=EMAX, MBITS=MBITS,
-                           BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
-        rows = bf16_bits(tl.reshape(rows, (32, BN)), EXACT=EXACT).to(tl.int16)
+            blk = c * (K // 32) + tl.program_id(0)
+        if PACK == 2:  # a block's 16 code bytes as four int32 words, element 8p + e in word p
+            # bits 4e .. 4e + 3: one 16-byte store per column
+            w = tl.sum(tl.reshape(code, (4, 8, BN)) << (tl.arange(0, 8) * 4)[None, :, None],
+                       axis=1)
+            woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+            wptr = data_ptr.to(tl.pointer_type(tl.int32))
+            if EVEN:
+                tl.store(wptr + woff, tl.trans(w))
+            else:
+                tl.store(wptr + woff, tl.trans(w), mask=(c < inner)[:, None] & (woff >= 0))
+        else:  # a byte per code: the K-major layout is x's transpose
+            _store_t(data_ptr, offs_t, code.to(tl.uint8), mask, EVEN=EVEN)
         if EVEN:
-            tl.store(rows_ptr + offs, rows)
+            tl.store(scale_ptr + blk, scale.to(tl.uint8))
         else:
-            tl.store(rows_ptr + offs, rows, mask=mask)
+            tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=c < inner)
