@@ -440,14 +440,21 @@ COLUMN_TILES = [
 
 
 BOTH_AXES_TILES = ((64, 2), (128, 2), (128, 4), (256, 4))
+# quantize along axis 0 through the axis-0 kernel: the tiles above hold a column's whole block
+# per thread (sm_90, Triton 3.6, E2M1: 122-254 registers, 16-byte code stores) and wrote it at
+# 0.50-0.52 of copy on an H100 (bench_columns_kernel_h100.md), slower than their qdq (0.92-0.95)
+# though fewer bytes; these hold half a block per thread (61-74 registers, 8-byte stores:
+# twice the programs resident; 30-39 instructions per element against 24-28) or a block on
+# one warp
+BOTH_AXES_QUANTIZE_TILES = BOTH_AXES_TILES + ((32, 1), (32, 2), (64, 4), (128, 8))
 
 
-def both_axes_ways(field: str) -> list:
+def both_axes_ways(field: str, tiles=BOTH_AXES_TILES) -> list:
     """(name, tuning) for each tile of ``kernels.both_axes.columns_kernel`` along axis 0:
     ``field`` 'columns' (quantize) or 'columns_qdq'."""
     return [(f"both_axes({bn}, {w})", dataclasses.replace(GPU, **{field: "both_axes"},
                                                           both_axes=(bn, w)))
-            for bn, w in BOTH_AXES_TILES]
+            for bn, w in tiles]
 
 
 def section_columns(rows, short: bool = False):
@@ -493,7 +500,7 @@ def section_columns(rows, short: bool = False):
             return q.data, q.scales_kmajor
         want = quantize(x, default[1])
         ways = [default, transpose] + kernel_ways + (
-            both_axes_ways("columns") if rnd == "rne" else [])
+            both_axes_ways("columns", BOTH_AXES_QUANTIZE_TILES) if rnd == "rne" else [])
         for name, tuning in ways:
             timed(f"columns {name} e2m1 rot={rot} {rnd}",
                   lambda t, tuning=tuning: quantize(t, tuning), want,

@@ -90,7 +90,7 @@ KERNEL_CATEGORIES = (
     ("dequantize", ("dequantize_kernel",)),
     ("quantize", ("quantize_kernel", "quantize_rows32_kernel", "quantize_cols32_kernel",
                   "quantize_gfx950_kernel", "fold_kernel", "transpose_kernel",
-                  "qdq_both_axes_kernel")),
+                  "qdq_both_axes_kernel", "columns_kernel")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul")),
     ("attention", ("flash", "fmha", "attention", "attn")),
 )

@@ -228,15 +228,24 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # took 11.5 ms of a 125m mxfp4_all step against the two calls' 14.3 (0.81-0.84 of its 6-byte
 # stream at the large shapes, bits equal), and 125m training with CUDA graphs ran mxfp4_all at
 # 0.84x bf16 against 0.79x (mxfp4_all_h16 0.85x against 0.80x): on by default here.
+# Twenty-fifth session: quantize-dequantize along axis 0 through ``kernels.both_axes.
+# columns_kernel`` ran bf16 8192 x 14336 at 0.92-0.95 of copy with every tile, no rotation and
+# H16, against the column kernel's 0.80 / 0.78 (results/native_gpu/bench_columns_kernel_h100.md;
+# bits equal), and at the 125m and 30m step's shapes (step_shapes_h100.md, the kernel's first
+# form) in 7.2-7.5 ms a 125m step against 8.8. (64, 2) is within 3% of the best tile at every
+# shape there and for the both-axes pass (step_both_axes_h100.md: the best tile without a
+# rotation, 1% behind (128, 4) with H16). Quantize (codes) along axis 0 stays the column
+# kernel's: the axis-0 kernel wrote it at 0.50-0.52 of copy against 0.56 / 0.70 (a block's 16
+# code bytes a column: half sectors; the column kernel's tile writes two blocks, 32 bytes).
 H100 = Tuning(rows32_qdq=RowTile(16, 1),
               columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
-              columns_qdq="kernel", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
+              columns_qdq="both_axes", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
               cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2),
-              linear_both_axes=True,
-              notes="GPU defaults, H100 column kernel for quantize and qdq, 16-block qdq rows, "
-                    "MXLinear's both-axes pass")
+              both_axes=(64, 2), linear_both_axes=True,
+              notes="GPU defaults, H100 column kernel for quantize, the axis-0 kernel for qdq, "
+                    "16-block qdq rows, MXLinear's both-axes pass")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at

@@ -93,6 +93,9 @@ def _same(got, want, qdq):
 
 
 COLUMNS = dataclasses.replace(native.default_tuning(), columns="kernel", columns_qdq="kernel")
+# along axis 0 through ``kernels.both_axes.columns_kernel`` (the column kernel's arguments)
+AXIS0 = dataclasses.replace(native.default_tuning(), columns="both_axes",
+                            columns_qdq="both_axes", both_axes=(64, 2))
 CASES = [  # (dtype, shape, options)
     (torch.bfloat16, (64, 96), dict()),
     (torch.bfloat16, (64, 96), dict(rotation="hadamard16")),
@@ -100,6 +103,8 @@ CASES = [  # (dtype, shape, options)
     (torch.bfloat16, (64, 96), dict(axis=0, rotation="hadamard16", tuning=COLUMNS)),
     (torch.bfloat16, (64, 48), dict(axis=0, rounding="stochastic", tuning=COLUMNS)),
     (torch.float16, (3, 64, 32), dict(axis=1, scale_rule="rceil", tuning=COLUMNS)),
+    (torch.bfloat16, (64, 96), dict(axis=0, rotation="hadamard16", tuning=AXIS0)),
+    (torch.float32, (64, 3, 5), dict(axis=0, scale_rule="ceil", tuning=AXIS0)),
 ]
 
 
