@@ -424,6 +424,7 @@ def full_workload(arch=None) -> list:
                           ("none", "hadamard16"), bf16, (-1, 0))
     big += _dequantize_calls(("e2m1", "e4m3"), (torch.float32, torch.bfloat16))
     big += _both_axes_calls(("e2m1",), (torch.bfloat16,))
+    big += _columns_both_axes_calls(("e2m1",), (None,))
     calls += [(f"{label} [BIG]", fn, True) for label, fn in big]
     # conversion='gfx950': on gfx950 its instructions, and for what they lack in the kernel (FP6,
     # stochastic from 16-bit sources) the software conversion, which every other chip runs

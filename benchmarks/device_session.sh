@@ -8,8 +8,8 @@
 #   mkdir -p /tmp/ocpmx_run2 && CUDA_VISIBLE_DEVICES=2 OCPMX_RUN=/tmp/ocpmx_run2 setsid nohup \
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench fold gemm linear linear_both launch columns colprobe colcheck
-# shapes both gemms host probe sweep cublas cublas_profile cublas_model emulate accum conform
+# Steps: env tests sass bench fold gemm linear linear_both launch columns colboth colprobe
+# colcheck shapes both gemms host probe sweep cublas cublas_profile cublas_model emulate accum conform
 # conform_fold speed speed_both speed_cols.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).

@@ -1,7 +1,7 @@
 """The quantize-dequantize calls of one training step at a preset's own shapes (issue 18):
 each (shape, axis) timed against a copy of a tensor of that shape and dtype in the same run,
-under this GPU's default tiles and candidate tiles (along axis 0 also the both-axes kernel
-writing its axis-0 values only: ``Tuning.columns_qdq='both_axes'``), and each candidate's bits compared with
+under this GPU's default tiles and candidate tiles (along axis 0 also the both-axes module's
+axis-0 kernel: ``Tuning.columns_qdq='both_axes'``), and each candidate's bits compared with
 the default path's (rows) or the transpose path's (columns) on random bit patterns of that
 shape. The large-shape benchmarks (gpu_bench.py, column_tile_check.py: 8192 x 14336) do not
 say how the kernels run on the narrow tensors of the small presets (32768 tokens x 256-2048).
@@ -185,7 +185,7 @@ def tunings(axis: int):
         yield "transpose", dataclasses.replace(gb.GPU, columns_qdq="transpose")
         for t in COLUMN_TILES:
             yield str(t), dataclasses.replace(gb.GPU, columns_qdq="kernel", cols32_qdq=t)
-        for bn, warps in BOTH_AXES_TILES:  # the both-axes kernel, its axis-0 values only
+        for bn, warps in BOTH_AXES_TILES:  # the both-axes module's axis-0 kernel
             yield f"both_axes({bn}, {warps})", dataclasses.replace(
                 gb.GPU, columns_qdq="both_axes", both_axes=(bn, warps))
 

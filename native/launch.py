@@ -173,7 +173,8 @@ def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
 
 @dataclass(frozen=True, eq=False)
 class Kernel32:
-    """One launch of a 32-block kernel (the row or the column kernel) for fixed numerics,
+    """One launch of a 32-block kernel (the row kernel, the column kernel or the both-axes
+    module's axis-0 kernel, which takes the column kernel's arguments) for fixed numerics,
     shape, dtype, device, alignment and tuning: all of it but the per-call tensors and random
     arguments, which ``args`` puts in place. ``rows32`` builds one per call;
     ``native.plans`` keeps them for repeated calls."""
@@ -205,9 +206,11 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
              tuning: Tuning, qdq: bool = False,
              fold: FoldOutput | None = None) -> Kernel32 | None:
     """The one 32-block kernel launch of ``rows32`` over a contiguous ``x`` (its shape, dtype,
-    device and alignment): the row kernel along the last axis, the column kernel along another
-    (``tuning.column_path``); None where the column path is the transpose or the column
-    kernel's grid does not fit (then ``rows32`` transposes and runs the row kernel)."""
+    device and alignment): the row kernel along the last axis, along another per
+    ``tuning.column_path`` the column kernel, or under 'both_axes' the axis-0 kernel where it
+    applies (``columns32``; the column kernel elsewhere); None where the column path is the
+    transpose or the column kernel's grid does not fit (then ``rows32`` transposes and runs
+    the row kernel)."""
     bf16 = x.dtype == torch.bfloat16
     if inner == 1:
         consts, nb = rows32_constexprs(n, x.dtype, n_blocks, tuning, qdq, x.device, fold)
@@ -239,12 +242,14 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
 def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
               qdq: bool) -> Kernel32 | None:
     """``kernels.both_axes.columns_kernel``'s launch over a contiguous ``x`` quantized along
-    axis 0 (k rows, ``inner`` columns: x flattened to a matrix) with the ``both_axes`` tile,
-    or None where that kernel does not apply: another axis than the first, an integer format,
-    stochastic rounding, random signs (a fold never comes here), or a grid past CUDA's
-    limits."""
+    an axis with nothing but size-1 axes before it (k rows, ``inner`` columns: x flattened to
+    a matrix) with the ``both_axes`` tile, or None where that kernel does not apply: axes of
+    more than one element before the quantized one, an integer format, stochastic rounding,
+    random signs, another conversion than OCP's (a fold never comes here), or a grid past
+    CUDA's limits."""
     if (x.numel() != k * inner or n.fmt.kind == "int" or n.rounding != Rounding.RNE
-            or (n.rotation is not None and n.rotation.has_signs)):
+            or (n.rotation is not None and n.rotation.has_signs)
+            or n.conversion != Conversion.OCP):
         return None
     bn = min(tuning.both_axes[0], max(32, 1 << (inner - 1).bit_length()))
     grid = both_axes_grid(k, inner, bn)
@@ -268,7 +273,8 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
            keys: torch.Tensor | None = None, fold: FoldOutput | None = None):
     """The 32-block kernels over a contiguous ``x``: along the last axis (Fprop, Dgrad) the row
     kernel; along another (Wgrad contracts over tokens) per ``tuning.column_path`` of the
-    operation the one-pass column kernel, or a tiled transpose then the row kernel. The output
+    operation the one-pass column kernel (or the both-axes module's axis-0 kernel, see
+    ``kernel32``), or a tiled transpose then the row kernel. The output
     is K-major, and the bits the same, every way (stochastic rounding counts K-major indices).
     ``qdq``: ``data`` is the bf16 output viewed as int32 pairs (quantize-dequantize),
     ``scales`` unused. ``fold``: ``data`` gets E4M3 codes, one byte per element, either kernel

@@ -1,5 +1,7 @@
-"""``native.quantize_dequantize_both_axes``: a matrix quantize-dequantized along its last axis
-and along axis 0 in one pass (``kernels.both_axes``), the bits of the two one-axis calls.
+"""``kernels.both_axes``: ``native.quantize_dequantize_both_axes`` (a matrix
+quantize-dequantized along its last axis and along axis 0 in one pass, the bits of the two
+one-axis calls), and along axis 0 alone ``columns_kernel`` (``Tuning.columns`` /
+``columns_qdq`` = 'both_axes'), the column kernel's bits.
 
 Runs on the GPU when there is one, else on the CPU through the Triton interpreter."""
 import contextlib
@@ -250,6 +252,38 @@ def test_columns_both_axes_leaves_the_rest_to_the_column_kernel(device, op):
         want = native_fold.quantize_folded(x, "e2m1", 2, axis=0, tuning=kernel)
         assert torch.equal(got.codes.cpu(), want.codes.cpu())
         assert torch.equal(got.scales.cpu(), want.scales.cpu())
+
+
+@pytest.mark.parametrize("device", devices())
+def test_columns_kernel_64_bit_offsets_and_grid_limits(device, monkeypatch):
+    """The axis-0 kernel's 64-bit offsets (``BIG``, forced on a small tensor by lowering
+    ``launch.BIG_NUMEL``) give the same bits, quantize and quantize-dequantize, with NaN, Inf
+    and a masked width; a grid past CUDA's 65535 programs along the columns is no launch of it
+    (``launch.columns32`` None: the caller takes the column kernel)."""
+    from ocpmx.native import ops
+    base = native.default_tuning(torch.device(device))
+    tuning = dataclasses.replace(base, columns="both_axes", columns_qdq="both_axes",
+                                 both_axes=(32, 2))
+    kernel = dataclasses.replace(base, columns="kernel", columns_qdq="kernel")
+    _, x = next(axis0_inputs(11))  # (64, 96): three programs of 32 columns
+    t = torch.from_numpy(x[:, :40].astype(np.float32)).to(torch.bfloat16).to(device)
+    want = (native.quantize(t, "e2m1", axis=0, tuning=kernel),
+            native.quantize_dequantize(t, "e2m1", axis=0, tuning=kernel))
+    big = []
+    real = launch.run
+    monkeypatch.setattr(launch, "BIG_NUMEL", 1)
+    monkeypatch.setattr(launch, "run", lambda k, g, *a, **kw: (
+        big.append(kw["BIG"]) if k is launch.kernels.both_axes.columns_kernel else None)
+        or real(k, g, *a, **kw))
+    got = (native.quantize(t, "e2m1", axis=0, tuning=tuning),
+           native.quantize_dequantize(t, "e2m1", axis=0, tuning=tuning))
+    assert big == [True, True]
+    assert same_mx(got[0], want[0]) and same(got[1], want[1])
+    n = ops.numerics("e2m1", "floor", "rne", None)
+    wide = dataclasses.replace(base, both_axes=(64, 2))
+    for inner, fits in ((65535 * 64, True), (65535 * 64 + 1, False)):
+        x = torch.empty(32, inner, dtype=torch.bfloat16, device="meta")
+        assert (launch.columns32(x, 32, inner, n, wide, False) is not None) is fits
 
 
 @pytest.mark.parametrize("device", devices())

@@ -712,8 +712,9 @@ def test_split_column_tile_runs_unsplit_where_it_cannot(device):
 def test_column_path_per_operation(device, monkeypatch):
     """``Tuning.column_path``: quantize takes ``columns`` / ``cols32``; quantize-dequantize
     ``columns_qdq`` / ``cols32_qdq`` and the fold ``columns_fold`` / ``cols32_fold``, each None
-    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize and
-    quantize-dequantize (the same qdq tile), the transpose for the fold. The launch follows it:
+    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize, the H200's
+    for quantize-dequantize too (the H100's qdq: 'both_axes', the axis-0 kernel, its column
+    tile for what that kernel leaves), the transpose for the fold. The launch follows it:
     under a split of the paths (the kernel for quantize, the transpose for quantize-dequantize
     and the fold) a quantize along axis 0 never transposes, a quantize-dequantize and a fold
     do, all with the emulator's bits. Bad values are named."""
@@ -739,8 +740,8 @@ def test_column_path_per_operation(device, monkeypatch):
     # stochastic rounding: the H100's one-block tile for quantize and qdq, not for the fold;
     # tunings without an SR tile keep the operation's own
     sr = native.ColumnTile(64, 1, 1, True, True, 2)
-    assert T.H100.column_path("quantize", True) == T.H100.column_path("qdq", True) == \
-        ("kernel", sr)
+    assert T.H100.column_path("quantize", True) == ("kernel", sr)
+    assert T.H100.column_path("qdq", True) == ("both_axes", sr)  # (the column kernel runs SR)
     assert T.H100.column_path("fold", True) == T.H100.column_path("fold")
     assert T.H200.column_path("quantize", True) == T.H200.column_path()
     assert T.H200.column_path("qdq", True) == T.H200.column_path("qdq")
@@ -790,9 +791,10 @@ def test_column_path_per_operation(device, monkeypatch):
 
 def test_default_tuning_per_gpu(monkeypatch):
     """The default tiles per GPU: an H100 (any of its boards) gets ``tuning.H100`` and an H200
-    ``tuning.H200`` (each the column kernel for quantize and quantize-dequantize along tokens,
-    measured faster there than the transpose path, with its own quantize tile and the same
-    quantize-dequantize tile; the fold on the transpose), a Blackwell GPU ``BLACKWELL``, any
+    ``tuning.H200`` (each the column kernel for quantize along tokens, measured faster there
+    than the transpose path, with its own tile; for quantize-dequantize the H200 the column
+    kernel too, the H100 the both-axes module's axis-0 kernel; the fold on the transpose), a
+    Blackwell GPU ``BLACKWELL``, any
     other GPU (an H800: not measured) the GPU defaults; a device named without an index means
     the current one."""
     from ocpmx.native import tuning as T

@@ -126,6 +126,8 @@ def test_repeated_calls_take_the_plan_and_keep_the_bits(cpu_plans, qdq, dtype, s
     # 2^40 + 3, 1 and 2^64 - 1 each went through ``run`` first; 6, 2^40 + 5, 1 again and 16
     # through the plan's kernel of the same specialization
     assert plans.STATS.hits == 4 and sum(s.launches for s in cpu_plans) == 4
+    if kw.get("tuning") is AXIS0:  # (the axis-0 kernel's launch is what the plan keeps)
+        assert {s.kernel for s in cpu_plans} == {launch.kernels.both_axes.columns_kernel}
 
 
 def test_keys_are_read_per_call(cpu_plans):

@@ -2,8 +2,9 @@
 encode and decode, shared by every family), ``quantize`` (the strided tile kernel and the
 32-block row and column kernels), ``dequantize``, ``gemm`` (``tl.dot_scaled``), ``emulate`` (a
 GEMM under a declared accumulation model, bit for bit the emulator's), ``fold`` (FP4/FP6 into
-E4M3, and the FP8 GEMM of folded operands), ``both_axes`` (quantize-dequantize along both
-axes of a matrix in one pass), ``gfx950`` (block quantize through gfx950's own
+E4M3, and the FP8 GEMM of folded operands), ``both_axes`` (a matrix in 32-row tiles:
+quantize-dequantize along both axes in one pass, and along axis 0 alone quantize or
+quantize-dequantize), ``gfx950`` (block quantize through gfx950's own
 conversion instructions, AMD's conversion model) and ``transpose``.
 
 Launch code lives in ``ocpmx.native.launch``; these modules hold only ``@triton.jit``
