@@ -3,9 +3,11 @@ profiled steps), the profiled step's GPU busy time against its wall time, and th
 time of the host operations the profiler saw (``step_breakdown.json``'s
 ``host_ops_ms_per_step``, profiler overhead included). The both-axes column: whether MXLinear's both-axes pass was on
 (config.json's ``linear_both_axes_run``; runs written before it: the run name's ``-both1`` /
-``-both0``, else unknown); each run's ratio is against bf16 of the same preset, mode and
-settings (what train_speed.sh's run name carries after PRESET-RECIPE-MODE), else against the
-plain bf16 run.
+``-both0``, else unknown). The setting column: what train_speed.sh's run name carries after
+PRESET-RECIPE-MODE (a GEMM method, ``cols_<columns_qdq>``, ``both1`` / ``both0``: an
+environment setting of the run; config.json's ``tuning_run`` has the tiles themselves); each
+run's ratio is against bf16 of the same preset, mode and setting, else against the plain bf16
+run.
 
   python benchmarks/train_speed_report.py RUNS_DIR   -> RUNS_DIR/train_speed.md, .json
 """
@@ -51,17 +53,18 @@ def main(root):
     root = Path(root)
     rows = [row(d) for d in sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file())]
     by = {(r["preset"], r["mode"], r["recipe"], r["setting"]): r for r in rows}
-    lines = ["| preset | recipe | mode | GEMM method | both-axes pass | tokens/s | MFU | step ms "
-             "| GPU busy ms (profiled step) | busy / step | host ops ms (profiled step) "
+    lines = ["| preset | recipe | mode | GEMM method | both-axes pass | setting | tokens/s | MFU "
+             "| step ms | GPU busy ms (profiled step) | busy / step | host ops ms (profiled step) "
              "| × bf16 same mode |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         both = {True: "on", False: "off", None: "—"}[r["linear_both_axes_run"]]
         named = {"-both1": "on", "-both0": "off"}.get((r["setting"] or "")[-6:])
         if r["linear_both_axes_run"] is None and named:  # bf16 of a setting
             both += f" (set {named})"
         head = (f"| {r['preset']} | {r['recipe']} | {r['mode']} | "
-                f"{r['gemm_method_run'] or '—'} | {both} |")
+                f"{r['gemm_method_run'] or '—'} | {both} | "
+                f"{(r['setting'] or '').lstrip('-') or '—'} |")
         if not r["timed_steps"]:  # a run that stopped (or failed) before step 10: no time
             lines.append(f"{head} no timed step (see the run's log) |" + " — |" * 6)
             continue

@@ -157,7 +157,7 @@ class LoggingSection:
 # names of config.json files written before the sections
 _RENAMED = {"mx_backend": "backend"}
 # what config.json records beside the flat configuration: facts of the run, not options
-RUN_FACTS = ("model", "world", "gemm_method_run", "linear_both_axes_run")
+RUN_FACTS = ("model", "world", "gemm_method_run", "linear_both_axes_run", "tuning_run")
 
 
 @dataclass

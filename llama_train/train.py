@@ -104,6 +104,15 @@ def linear_both_axes_run(method_run: str | None, device) -> bool | None:
     return method_run == "bf16" and default_tuning(device).linear_both_axes
 
 
+def tuning_run(method_run: str | None, device) -> dict | None:
+    """The tiles and paths the native kernels take on ``device`` (``default_tuning``, the
+    environment's overrides included) for a model with MX GEMMs (``method_run`` not None), as
+    config.json records them: which kernels a run timed. None without an MX GEMM."""
+    if method_run is None:
+        return None
+    return asdict(default_tuning(device))
+
+
 def loss_fn(model, batch, device):
     batch = batch.to(device)
     with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -315,7 +324,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
     if dist.main:
         facts = {"model": asdict(mcfg), "world": dist.world,  # config.RUN_FACTS
                  "gemm_method_run": method_run,
-                 "linear_both_axes_run": linear_both_axes_run(method_run, device)}
+                 "linear_both_axes_run": linear_both_axes_run(method_run, device),
+                 "tuning_run": tuning_run(method_run, device)}
         (out / "config.json").write_text(json.dumps({**cfg.to_flat(), **facts}, indent=1))
     metrics = Metrics(out, enabled=dist.main, resume_step=state["step"] if state else None,
                       tensorboard=cfg.logging.tensorboard, steps=(start, steps),

@@ -537,6 +537,8 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
     facts = json.loads((tmp_path / "fp8" / "config.json").read_text())
     assert facts["gemm_method_run"] == "fp8"
     assert facts["linear_both_axes_run"] is False  # (a fold method: no both-axes pass)
+    assert facts["tuning_run"] == json.loads(json.dumps(
+        dataclasses.asdict(T.default_tuning(torch.device("cpu")))))
     model, *_ = T.build(c, T.setup_dist("cpu"))
     layers = [m for m in model.modules() if isinstance(m, MXLinear)]
     assert layers and all(m.context.method == "fp8" for m in layers)
@@ -591,4 +593,6 @@ def test_training_with_the_both_axes_pass_keeps_its_bits(corpus, tmp_path, monke
         runs[name] = [(r["loss"], r["grad_norm"]) for r in rows]
         facts = json.loads((tmp_path / name / "config.json").read_text())
         assert facts["linear_both_axes_run"] is both
+        assert facts["tuning_run"]["linear_both_axes"] is both  # (the tiles the run took)
+        assert facts["tuning_run"]["both_axes"] == list(tuned.both_axes)
     assert len(runs["off"]) == 2 and runs["on"] == runs["off"] == runs["on_ac"]

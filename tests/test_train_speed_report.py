@@ -56,7 +56,7 @@ def test_table_medians_ratios_and_host_time(tmp_path, report):
     assert "host ops ms" in lines[0] and lines[1].count("|") == lines[0].count("|")
     mx = next(line for line in lines if "mxfp4_wgrad | graphs" in line)
     assert mx.endswith(f"| — | {(800.0 + median) / (1000.0 + median):.2f} |")
-    assert "| bf16 | graphs | — | — | 1,0" in next(x for x in lines if "| bf16 | graphs |" in x)
+    assert "| bf16 | graphs | — | — | — | 1,0" in next(x for x in lines if "| bf16 | graphs |" in x)
     eager = next(line for line in lines if "mxfp4_wgrad | eager" in line)
     assert eager.endswith("| — | — | — | nan |")  # no bf16 eager run, no breakdown
 
@@ -105,7 +105,8 @@ def test_both_axes_column_and_ratios_within_a_setting(tmp_path, report):
         f"| {(800.0 + median) / (1000.0 + median):.2f} |")
     assert line("mxfp4_all", "graphs", "off").endswith(
         f"| {(800.0 + median) / (900.0 + median):.2f} |")
-    assert sum(1 for x in lines if "| bf16 | graphs | — | — (set off) |" in x) == 1
+    assert sum(1 for x in lines if "| bf16 | graphs | — | — (set off) | both0 |" in x) == 1
+    assert line("mxfp4_all", "graphs", "on").count("| both1 |") == 1  # (the setting column)
     assert line("mxfp4_all", "eager", "on").endswith(
         f"| {(500.0 + median) / (1000.0 + median):.2f} |")
 
