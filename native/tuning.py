@@ -217,8 +217,9 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # tile and 0.14 with
 # (64, 2, 2), whose H16 + SR compiles to 353 shuffles and a spill; quantize-dequantize under SR
 # runs the tile it ran before d8d96d7.
-# Twenty-first session (results/native_gpu/step_shapes_h100.md: the quantize-dequantize calls of
-# a 125m and a 30m step at their own shapes, each against a same-shape copy in CUDA graphs): the
+# Twenty-first session (results/native_gpu/archive/step_shapes_h100_2026-11-26.md: the
+# quantize-dequantize calls of a 125m and a 30m step at their own shapes, each against a
+# same-shape copy in CUDA graphs): the
 # row kernel's quantize-dequantize with 16 blocks a program ran the step's bf16 activations
 # (32768 tokens x 128-2048) at 0.88-1.00 of copy without a rotation and 0.77-0.98 with H16,
 # against 0.71-0.90 / 0.74-0.95 with the GPU default's 32, and the fp32 weights at 0.86-1.03
