@@ -251,7 +251,7 @@ def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
             or (n.rotation is not None and n.rotation.has_signs)
             or n.conversion != Conversion.OCP):
         return None
-    bn = min(tuning.both_axes[0], max(32, 1 << (inner - 1).bit_length()))
+    bn = both_axes_columns(tuning, inner)
     grid = both_axes_grid(k, inner, bn)
     if grid is None:
         return None
@@ -346,13 +346,19 @@ def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tenso
     (x's shape), along axis 0 into ``cols_out`` (x's transpose, contiguous); ``n``: RNE, a
     float format, no rotation or a Hadamard one without random signs."""
     n_rows, n_cols = x.shape
-    # (none wider than x, none narrower than 32: masked columns past n_cols)
-    bn = min(tuning.both_axes[0], max(32, 1 << (n_cols - 1).bit_length()))
+    bn = both_axes_columns(tuning, n_cols)
     consts = _both_axes_constexprs(n, x.dtype, bn, tuning.both_axes[1], n_cols % bn == 0,
                                    x.numel() >= BIG_NUMEL)
     run(kernels.both_axes.qdq_both_axes_kernel, both_axes_grid(n_rows, n_cols, bn),
         x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
         cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
+
+
+def both_axes_columns(tuning: Tuning, n_cols: int) -> int:
+    """Columns per program of the ``kernels.both_axes`` kernels on ``n_cols`` columns: the
+    tuning's, but none wider than the matrix (rounded up to a power of two) and none narrower
+    than 32 (masked columns past n_cols)."""
+    return min(tuning.both_axes[0], max(32, 1 << (n_cols - 1).bit_length()))
 
 
 def both_axes_grid(n_rows: int, n_cols: int, bn: int) -> tuple[int, int] | None:

@@ -34,7 +34,8 @@ import triton
 import triton.language as tl
 
 from .common import RNE, block_scale
-from .quantize import bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_values
+from .quantize import (bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_values,
+                       store_scales)
 
 
 @triton.jit
@@ -210,7 +211,4 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
                 tl.store(wptr + woff, tl.trans(w), mask=(c < inner)[:, None] & (woff >= 0))
         else:  # a byte per code: the K-major layout is x's transpose
             _store_t(data_ptr, offs_t, code.to(tl.uint8), mask, EVEN=EVEN)
-        if EVEN:
-            tl.store(scale_ptr + blk, scale.to(tl.uint8))
-        else:
-            tl.store(scale_ptr + blk, scale.to(tl.uint8), mask=c < inner)
+        store_scales(scale_ptr, blk, scale, c < inner, EVEN=EVEN)
