@@ -6,6 +6,10 @@ quantizes its operands along its contraction dimension:
   dgrad  ∇X = ∇Y W   ∇Y and W along out-features (W quantized along its other axis)
   wgrad  ∇W = ∇Yᵀ X  ∇Y and X along tokens
 
+Output dtype: as ``nn.Linear``'s. Under a bfloat16 autocast Y and the Dgrad GEMM's output are
+bfloat16 (∇X is then cast to X's dtype), whatever X's dtype; without autocast, X's dtype
+(``output_dtype``). Wgrad's GEMM writes float32.
+
 Devices: on GPU tensors the Triton kernels; on CPU tensors the emulator (Numba) by default, or
 the Triton interpreter with ``backend='triton'`` (TRITON_INTERPRET=1). The quantized operands are
 bit-identical on every path; the products are fp32 ``tl.dot_scaled`` on the GPU and under the
@@ -130,8 +134,11 @@ def recipe_gemm(gemm: str, g: GemmRecipe, a: torch.Tensor, a_axis: int, b: torch
     # the recipe fixes the precision of the MX and FP8 GEMMs: not an ambient autocast (which
     # AOT autograd would also apply to the backward it traces under the forward's autocast)
     with torch.autocast(a.device.type, enabled=False):
-        return _add_bias(_quantized_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys,
-                                         ready), bias)
+        if bias is None:
+            return _quantized_gemm(gemm, g, a, a_axis, b, b_axis, out_dtype, ctx, keys, ready)
+        # the bias joins the float32 products, then one rounding to out_dtype
+        y = _quantized_gemm(gemm, g, a, a_axis, b, b_axis, torch.float32, ctx, keys, ready)
+        return (y + bias.float()).to(out_dtype)
 
 
 def mx_method(g: GemmRecipe, device: torch.device, m: int, n: int, k: int,
@@ -290,15 +297,30 @@ def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return y if bias is None else y + bias.to(y.dtype)
 
 
+def output_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of MXLinear's Fprop output and of its Dgrad GEMM's: what ``nn.Linear``
+    returns. Under a bfloat16 autocast on ``x``'s device that is bfloat16 whatever ``x`` is
+    (the GEMM writes bfloat16 and ∇X is cast to X's dtype after it, as autocast's own cast
+    does); otherwise ``x``'s dtype where it is float32 or bfloat16, else float32. Wgrad's GEMM
+    writes float32 (the weight's gradient, cast to the weight's dtype)."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device) and \
+            torch.get_autocast_dtype(device) == torch.bfloat16:
+        return torch.bfloat16
+    return x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
+
+
 class _MXLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(fctx, x, weight, bias, keys, recipe: Recipe, ctx: GemmContext,
-                both_axes: bool = False):
+                both_axes: bool = False, out_dtype: torch.dtype | None = None):
         """``both_axes``: X and ∇Y quantize-dequantized along both axes in one pass where the
         recipe allows (``MXLinear.forward`` decides: ``Tuning.linear_both_axes``, and only
-        where the weight gets a gradient)."""
+        where the weight gets a gradient). ``out_dtype``: Y's and the Dgrad GEMM's dtype
+        (``output_dtype``; None: X's policy without autocast)."""
         x2 = x.reshape(-1, x.shape[-1])
-        out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
+        if out_dtype is None:
+            out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
         x_rows = x_cols = None
         if both_axes:
             # X along in-features (Fprop) and along tokens (Wgrad, kept for the backward
@@ -314,7 +336,7 @@ class _MXLinearFn(torch.autograd.Function):
         fctx.recipe, fctx.ctx, fctx.both_axes = recipe, ctx, both_axes
         fctx.has_bias, fctx.x_shape, fctx.bias_dtype = bias is not None, x.shape, \
             None if bias is None else bias.dtype
-        fctx.x_dtype = x.dtype
+        fctx.x_dtype, fctx.out_dtype = x.dtype, out_dtype
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
@@ -331,7 +353,7 @@ class _MXLinearFn(torch.autograd.Function):
                                                       ("wgrad", recipe.wgrad, 0, n, k, t)),
                                                 ctx, keys)
         if fctx.needs_input_grad[0]:
-            gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, torch.float32, ctx,
+            gx = recipe_gemm("dgrad", recipe.dgrad, gy2, 1, weight, 0, fctx.out_dtype, ctx,
                              keys=keys, ready=(dy_rows, None))
             gx = gx.to(fctx.x_dtype).reshape(fctx.x_shape)
         if fctx.needs_input_grad[1]:
@@ -340,7 +362,7 @@ class _MXLinearFn(torch.autograd.Function):
             gw = gw.to(weight.dtype)
         if fctx.has_bias and fctx.needs_input_grad[2]:
             gb = gy2.float().sum(0).to(fctx.bias_dtype)
-        return gx, gw, gb, None, None, None, None
+        return gx, gw, gb, None, None, None, None, None
 
 
 class MXLinear(nn.Linear):
@@ -440,7 +462,7 @@ class MXLinear(nn.Linear):
                      and linear_both_axes(x.device))
         return _MXLinearFn.apply(x, self.weight, self.bias,
                                  self.key_buffer if self.keyed else None, self.recipe,
-                                 self.context, both_axes)
+                                 self.context, both_axes, output_dtype(x))
 
     def extra_repr(self) -> str:
         acc = self.context.accumulation

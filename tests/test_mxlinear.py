@@ -408,3 +408,36 @@ def test_accumulation_from_the_recipe_and_its_errors():
     m = native.convert_linears(torch.nn.Sequential(torch.nn.Linear(256, 64)), "mxfp8",
                                accumulation="fp32_sequential")
     assert m[0].context.accumulation == "fp32_sequential"
+
+
+@pytest.mark.parametrize("name", ["bf16", "mxfp4_all", "mxfp4_wgrad"])
+def test_output_dtype_under_autocast_is_nn_linears(name):
+    """Under a bfloat16 autocast a float32 X gives nn.Linear's dtypes: a bfloat16 Y and a
+    float32 ∇X cast from a bfloat16 Dgrad GEMM, so Y and ∇X are the float32 run's rounded to
+    bfloat16 (MX GEMMs: the same quantized operands either way). The bf16 recipe equals
+    nn.Linear bit for bit. Wgrad keeps its float32 GEMM output."""
+    torch.manual_seed(5)
+    lin = native.MXLinear(96, 160, recipe=name, seed=2, backend="emulator")
+    ref = nn.Linear(96, 160)
+    ref.load_state_dict(lin.state_dict())
+    x = torch.randn(64, 96)
+    gy = torch.randn(64, 160).to(torch.bfloat16)
+    runs = []
+    for module, autocast in ((lin, True), (lin, False), (ref, True)):
+        xx = x.clone().requires_grad_()
+        module.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = module(xx)
+        y.backward(gy.to(y.dtype))
+        runs.append((y.detach(), xx.grad, module.weight.grad.clone()))
+    (y, gx, gw), (y32, gx32, gw32), (yr, gxr, _) = runs
+    assert y.dtype == yr.dtype == torch.bfloat16 and y32.dtype == torch.float32
+    assert gx.dtype == gx32.dtype == torch.float32
+    assert torch.equal(y, y32.to(torch.bfloat16))
+    assert torch.equal(gx, gx32.to(torch.bfloat16).float())
+    if name == "mxfp4_all":
+        assert not torch.equal(gx, gx32)  # (the MX Dgrad GEMM wrote bfloat16)
+    if name == "bf16":
+        assert torch.equal(y, yr) and torch.equal(gx, gxr)
+    else:
+        assert torch.equal(gw, gw32)
