@@ -592,7 +592,7 @@ def section_host(rows):
                  tiny, "e2m1", rounding="stochastic", seed=3)),
              ("quantize_dequantize e2m1 H16", lambda: native.quantize_dequantize(
                  tiny, "e2m1", rotation="hadamard16")),
-             # (no per-call plan: against the two one-axis calls it replaces in MXLinear)
+             # (against the two one-axis calls it replaces in MXLinear)
              ("quantize_dequantize_both_axes e2m1 H16",
               lambda: native.quantize_dequantize_both_axes(tiny, "e2m1", rotation="hadamard16")),
              ("dequantize e2m1 -> bf16", lambda: native.dequantize(q, torch.bfloat16)),

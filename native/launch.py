@@ -339,19 +339,28 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
 
 
 def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor,
-                  n: Numerics, tuning: Tuning) -> None:
+                  n: Numerics, tuning: Tuning) -> tuple:
     """``kernels.both_axes.qdq_both_axes_kernel`` on a contiguous 2-D ``x`` (rows and columns
     multiples of 32; a grid of 32-column programs within ``both_axes_grid``'s limits, so one
     of the tile's too): its quantize-dequantized values along the last axis into ``rows_out``
     (x's shape), along axis 0 into ``cols_out`` (x's transpose, contiguous); ``n``: RNE, a
-    float format, no rotation or a Hadamard one without random signs."""
+    float format, no rotation or a Hadamard one without random signs. Returns (grid, the
+    positional arguments, the constexprs, what ``run`` returned): what a per-call plan keeps
+    (``plans.make_both_axes``)."""
     n_rows, n_cols = x.shape
     bn = both_axes_columns(tuning, n_cols)
     consts = _both_axes_constexprs(n, x.dtype, bn, tuning.both_axes[1], n_cols % bn == 0,
                                    x.numel() >= BIG_NUMEL)
-    run(kernels.both_axes.qdq_both_axes_kernel, both_axes_grid(n_rows, n_cols, bn),
-        x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
-        cols_out.view(torch.int16), n_rows, n_cols, n.rot_scale, **consts)
+    grid = both_axes_grid(n_rows, n_cols, bn)
+    args = both_axes_args(x, rows_out, cols_out, n.rot_scale)
+    return grid, args, consts, run(kernels.both_axes.qdq_both_axes_kernel, grid, *args, **consts)
+
+
+def both_axes_args(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor,
+                   rot_scale: float) -> tuple:
+    """The positional arguments of ``qdq_both_axes_kernel`` (bf16 as int16 bit patterns)."""
+    return (x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
+            cols_out.view(torch.int16), x.shape[0], x.shape[1], rot_scale)
 
 
 def both_axes_columns(tuning: Tuning, n_cols: int) -> int:

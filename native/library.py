@@ -145,8 +145,13 @@ def quantize_dequantize(x, n: Numerics, axis: int, block_size: int, seed: int, k
 @_op("quantize_dequantize_both_axes")
 def quantize_dequantize_both_axes_op(x: Tensor, fmt: str, scale_rule: str, rotation: str,
                                      backend: str) -> tuple[Tensor, Tensor]:
+    pk = plans.key("ocpmx::quantize_dequantize_both_axes", x, (fmt, scale_rule, rotation,
+                                                               backend), None)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call (``native.plans``)
+        return plans.run_both_axes(plan, x)
     n = _numerics(fmt, scale_rule, "rne", rotation, -127)
-    return ops.both_axes_impl(x, n, None)
+    return ops.both_axes_impl(x, n, None, pk)
 
 
 @torch.library.register_fake("ocpmx::quantize_dequantize_both_axes")

@@ -259,6 +259,13 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
     (``kernels.both_axes``), where the kernel applies: the Triton backend, a float format, RNE,
     no rotation or a fixed Hadamard one (no random signs), the OCP conversion; elsewhere the two
     calls (with every option they take)."""
+    pk = plans.key("quantize_dequantize_both_axes", x, (fmt, scale_rule, rounding, rotation,
+                                                        backend, tuning, conversion), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call: the launch of the first (``native.plans``)
+        _check_keys(keys, x)
+        rows, cols = plans.run_both_axes(plan, x)
+        return rows, cols.t()
     n = numerics(fmt, scale_rule, rounding, rotation, conversion=conversion)
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"quantize_dequantize_both_axes takes a matrix, got "
@@ -275,7 +282,7 @@ def quantize_dequantize_both_axes(x: torch.Tensor, fmt, *, scale_rule="floor", r
         from . import library
         rows, cols = library.quantize_dequantize_both_axes(x, n, backend)
     else:
-        rows, cols = both_axes_impl(x, n, tuning)
+        rows, cols = both_axes_impl(x, n, tuning, pk)
     return rows, cols.t()  # (the one-axis call's layout: a view of the K-major values)
 
 
@@ -292,13 +299,14 @@ def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool
             and launch.both_axes_grid(*x.shape, 32) is not None)
 
 
-def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None):
+def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None, plan_key=None):
     """The one-pass kernel's (values along the last axis, values along axis 0 K-major: x's
-    transpose)."""
+    transpose). ``plan_key``: the call's combination, for ``plans.make_both_axes``."""
     x = x.detach().contiguous()
     rows = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     cols = torch.empty(x.shape[::-1], dtype=torch.bfloat16, device=x.device)
-    launch.qdq_both_axes(x, rows, cols, n, tuning or default_tuning(x.device))
+    done = launch.qdq_both_axes(x, rows, cols, n, tuning or default_tuning(x.device))
+    plans.make_both_axes(plan_key, rows, cols, done)
     return rows, cols
 
 

@@ -181,3 +181,71 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
         fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1
     return plan.result(data, scales)
+
+
+
+class BothAxesPlan:
+    """A repeated ``quantize_dequantize_both_axes`` call's launch: one
+    ``kernels.both_axes.qdq_both_axes_kernel`` launch on a matrix of ``shape`` (``grid``, the
+    rotation's scale ``rot_scale``, the constexprs ``consts`` and, bound in order, ``tail``),
+    and the compiled kernel for each specialization of the per-call arguments (the outputs'
+    alignment, the current device)."""
+
+    __slots__ = ("shape", "grid", "rot_scale", "consts", "tail", "compiled")
+
+    def __init__(self, shape: tuple, grid: tuple, rot_scale: float, consts: dict, tail: tuple):
+        self.shape, self.rot_scale, self.consts, self.tail = shape, rot_scale, consts, tail
+        self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        self.compiled = {}
+
+
+def _both_axes_kernel():
+    return launch.kernels.both_axes.qdq_both_axes_kernel
+
+
+def _both_axes_dyn(rows: torch.Tensor, cols: torch.Tensor, device: int) -> tuple:
+    return rows.data_ptr() & 15, cols.data_ptr() & 15, device
+
+
+def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done: tuple) -> None:
+    """After the whole way of a ``quantize_dequantize_both_axes`` call that wrote ``rows`` and
+    ``cols``: keep a plan for combination ``k`` where its launch (``done``: what
+    ``launch.qdq_both_axes`` returned) returned a compiled kernel."""
+    if k is None:
+        return
+    grid, args, consts, launched = done
+    if not fastlaunch.compiled(launched):
+        return
+    tail = fastlaunch.cached_tail(_both_axes_kernel(), args, consts)
+    if tail is None:
+        return
+    plan = BothAxesPlan(tuple(rows.shape), grid, args[5], consts, tail)
+    plan.compiled[_both_axes_dyn(rows, cols, current_device())] = launched
+    try:
+        if len(PLANS) >= MAX_PLANS:
+            PLANS.clear()
+        PLANS[k] = plan
+        STATS.made += 1
+    except TypeError:  # (an unhashable argument)
+        pass
+
+
+def run_both_axes(plan: BothAxesPlan, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one-pass kernel's (values along the last axis, values along axis 0 K-major: x's
+    transpose) of ``x`` through ``plan``: what ``ops.both_axes_impl`` returns."""
+    if x.requires_grad:
+        x = x.detach()
+    rows = x.new_empty(plan.shape, dtype=torch.bfloat16)
+    cols = x.new_empty(plan.shape[::-1], dtype=torch.bfloat16)
+    args = launch.both_axes_args(x, rows, cols, plan.rot_scale)
+    device = current_device()
+    dyn = _both_axes_dyn(rows, cols, device)
+    kernel = plan.compiled.get(dyn)
+    if kernel is None:  # a specialization not seen yet: through ``run``, then kept
+        launched = launch.run(_both_axes_kernel(), plan.grid, *args, **plan.consts)
+        if fastlaunch.compiled(launched):
+            plan.compiled[dyn] = launched
+    else:
+        fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
+        STATS.hits += 1
+    return rows, cols

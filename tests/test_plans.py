@@ -240,6 +240,52 @@ def test_custom_ops_take_plans(cpu_plans):
     assert plans.STATS.made == 2 and plans.STATS.hits == 4
 
 
+@pytest.mark.parametrize("dtype,rotation", [(torch.bfloat16, None),
+                                             (torch.float32, "hadamard16")])
+def test_both_axes_calls_take_a_plan(cpu_plans, dtype, rotation):
+    """A repeated ``quantize_dequantize_both_axes`` call (MXLinear's X and ∇Y) takes the
+    launch its first call left, through the stand-in, with new data each time: the values
+    along both axes are the two one-axis calls' of the emulator. Its custom op makes and takes
+    a plan of its own, K-major along axis 0."""
+    from ocpmx.native import library
+    g = torch.Generator().manual_seed(1)
+    kernel = launch.kernels.both_axes.qdq_both_axes_kernel
+    for i in range(4):
+        x = (torch.randn(96, 64, generator=g) * 3).to(dtype)
+        rows, cols = native.quantize_dequantize_both_axes(x, "e2m1", rotation=rotation)
+        for got, axis in ((rows, -1), (cols, 0)):
+            want = _reference(x, "e2m1", True, axis=axis, rotation=rotation)
+            assert got.shape == x.shape and torch.equal(got.view(torch.int16),
+                                                        want.view(torch.int16))
+        op_rows, op_cols = library.quantize_dequantize_both_axes_op(
+            x, "e2m1", "floor", rotation or "none", "")
+        assert torch.equal(op_rows.view(torch.int16), rows.view(torch.int16))
+        assert op_cols.shape == x.shape[::-1] and \
+            torch.equal(op_cols.view(torch.int16), cols.t().view(torch.int16))
+        assert plans.STATS.made == 2 and plans.STATS.hits == 2 * i
+    assert [s.kernel for s in cpu_plans] == [kernel, kernel]
+    assert sum(s.launches for s in cpu_plans) == 6
+    assert all(isinstance(p, plans.BothAxesPlan) for p in plans.PLANS.values())
+
+
+def test_both_axes_plan_is_keyed_on_every_argument(cpu_plans):
+    """Another format, rotation, tuning or shape is another combination: each goes the whole
+    way first, and none takes another's launch (its bits would be another's)."""
+    x = torch.randn(64, 96).bfloat16()
+    tiles = dataclasses.replace(native.default_tuning(), both_axes=(32, 1))
+    calls = [dict(), dict(fmt="e4m3"), dict(rotation="hadamard16"), dict(tuning=tiles),
+             dict(x=x[:32]), dict(scale_rule="even")]
+    for kw in calls + calls:
+        kw = dict(kw)
+        xx, fmt = kw.pop("x", x), kw.pop("fmt", "e2m1")
+        rows, cols = native.quantize_dequantize_both_axes(xx, fmt, **kw)
+        kw.pop("tuning", None)
+        for got, axis in ((rows, -1), (cols, 0)):
+            want = _reference(xx, fmt, True, axis=axis, **kw)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert plans.STATS.made == len(calls) and plans.STATS.hits == len(calls)
+
+
 def test_fastlaunch_off_or_compiling_takes_no_plan(cpu_plans, monkeypatch):
     x = torch.randn(32, 64)
     native.quantize(x, "e2m1")
@@ -299,3 +345,40 @@ def test_plans_same_bits_gpu(qdq, monkeypatch):
         for r, g in zip(ref, got, strict=True):
             assert torch.equal(r, g)
     assert plans.STATS.made == len(inputs) * len(options)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU: plans keep compiled kernels")
+def test_both_axes_plans_same_bits_gpu(monkeypatch):
+    """On the GPU: repeated ``quantize_dequantize_both_axes`` calls through their plans give
+    the bits of calls that take none (bf16 and float32 input, a misaligned one, no rotation
+    and H16), and do take them."""
+    orig = torch.randn(128 * 96 + 8, device="cuda")
+    base = orig.clone()
+    inputs = [lambda: base[:128 * 96].view(128, 96).bfloat16(),
+              lambda: base[4:4 + 128 * 96].view(128, 96),
+              lambda: base[1:1 + 128 * 96].view(128, 96)]  # (misaligned)
+    options = [dict(), dict(rotation="hadamard16"), dict(fmt="e4m3")]
+
+    def run_all(scale):
+        base.copy_(orig * scale)
+        out = []
+        for x in inputs:
+            for kw in options:
+                kw = dict(kw)
+                rows, cols = native.quantize_dequantize_both_axes(x(), kw.pop("fmt", "e2m1"),
+                                                                  **kw)
+                out += [rows.view(torch.int16).clone(), cols.contiguous().view(torch.int16)]
+        torch.cuda.synchronize()
+        return out
+    plans.clear()
+    run_all(1.0)  # the plans made (and Triton's kernels compiled)
+    assert plans.STATS.made == len(inputs) * len(options)
+    for scale in (2.0, 0.375, 1e-30):
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ())
+        ref = run_all(scale)
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ("cuda",))
+        hits = plans.STATS.hits
+        got = run_all(scale)
+        assert plans.STATS.hits == hits + len(inputs) * len(options)
+        for r, g in zip(ref, got, strict=True):
+            assert torch.equal(r, g)
