@@ -14,7 +14,8 @@ launch returned a compiled kernel (``fastlaunch``), it leaves a ``Plan``: the la
 outputs' shapes, and the compiled kernel for each specialization of the per-call arguments
 (the outputs' alignment, the seed's or the keys', the current device). A later call of the
 same combination allocates the outputs, puts the input, the outputs and the random arguments
-in place and calls the compiled kernel.
+in place and calls the compiled kernel. ``quantize_dequantize_both_axes`` (and its custom op)
+leaves a ``BothAxesPlan`` the same way where its call was the one-pass kernel's launch.
 
 Only a contiguous ``torch.Tensor`` on a device of ``DEVICE_TYPES`` (CUDA/ROCm), with
 ``fastlaunch`` on and outside ``torch.compile``, takes a plan. A call of another kind (a
