@@ -564,14 +564,14 @@ def gpu_us(fn, calls: int = 200) -> float:
 
 def section_host(rows):
     """Issue 18: host time per eager call of each native operation on a tiny input (the GPU
-    time negligible): ``us`` with per-call plans (``native.plans``: quantize and
-    quantize-dequantize), ``us_no_plans`` through the cached compiled kernels alone
-    (``native.fastlaunch``), ``us_triton_launch`` through Triton's own launch
-    (``kernel[grid]``), ``us_plans_getitem`` with plans but the compiled kernel launched
-    through ``CompiledKernel[grid]`` (``fastlaunch.DIRECT`` off), in the same run; ``gpu_us``
-    the GPU's own time per call (with plans):
-    where it is not below ``us`` the row measures the GPU, not the host. And one MXLinear
-    forward + backward. Baseline: ``copy_`` of the same tensor."""
+    time negligible): ``us`` with per-call plans (``native.plans``: quantize,
+    quantize-dequantize and, since a766863, quantize_dequantize_both_axes), ``us_no_plans``
+    through the cached compiled kernels alone (``native.fastlaunch``), ``us_triton_launch``
+    through Triton's own launch (``kernel[grid]``), ``us_plans_getitem`` with plans but the
+    compiled kernel launched through ``CompiledKernel[grid]`` (``fastlaunch.DIRECT`` off), in
+    the same run; ``gpu_us`` the GPU's own time per call (with plans): where it is not below
+    ``us`` the row measures the GPU, not the host. And one MXLinear forward + backward.
+    Baseline: ``copy_`` of the same tensor."""
     from ocpmx.native import fastlaunch, plans
     tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(tiny)

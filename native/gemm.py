@@ -454,7 +454,11 @@ def fit_method(method: str, fmt_a, fmt_b, m: int, n: int, k: int) -> str:
 
 
 def bf16_product(am: torch.Tensor, bm: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """A Bᵀ of dequantized bf16 operands (M, K) and (N, K), fp32 accumulation (cuBLAS)."""
+    """A Bᵀ of dequantized bf16 operands (M, K) and (N, K), fp32 accumulation (cuBLAS). With a
+    bfloat16 ``out_dtype`` cuBLAS rounds once on output, except that where torch allows it
+    (``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction``, on by default) a
+    split-K GEMM may add its partial sums in bf16, as ``nn.Linear``'s GEMMs do: accumulation
+    order is not part of the MX numerics this path reproduces (the operands are)."""
     if not am.is_cuda:  # bf16 operands, float32 products and sums
         return (am.float() @ bm.float().t()).to(out_dtype)
     if out_dtype == torch.float32:

@@ -6,9 +6,10 @@ quantizes its operands along its contraction dimension:
   dgrad  ∇X = ∇Y W   ∇Y and W along out-features (W quantized along its other axis)
   wgrad  ∇W = ∇Yᵀ X  ∇Y and X along tokens
 
-Output dtype: as ``nn.Linear``'s. Under a bfloat16 autocast Y and the Dgrad GEMM's output are
-bfloat16 (∇X is then cast to X's dtype), whatever X's dtype; without autocast, X's dtype
-(``output_dtype``). Wgrad's GEMM writes float32.
+Output dtype: as ``nn.Linear``'s under a bfloat16 autocast: Y and the Dgrad GEMM's output are
+bfloat16 (∇X is then cast to X's dtype), whatever X's dtype; otherwise X's dtype where it is
+float32 or bfloat16, else float32 (so not ``nn.Linear``'s under a float16 autocast or for a
+float16 X) (``output_dtype``). Wgrad's GEMM writes float32.
 
 Devices: on GPU tensors the Triton kernels; on CPU tensors the emulator (Numba) by default, or
 the Triton interpreter with ``backend='triton'`` (TRITON_INTERPRET=1). The quantized operands are
@@ -297,17 +298,23 @@ def _add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return y if bias is None else y + bias.to(y.dtype)
 
 
+def _own_dtype(x: torch.Tensor) -> torch.dtype:
+    """MXLinear's output dtype without a bfloat16 autocast: ``x``'s where it is float32 or
+    bfloat16, else float32."""
+    return x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
+
+
 def output_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype of MXLinear's Fprop output and of its Dgrad GEMM's: what ``nn.Linear``
-    returns. Under a bfloat16 autocast on ``x``'s device that is bfloat16 whatever ``x`` is
-    (the GEMM writes bfloat16 and ∇X is cast to X's dtype after it, as autocast's own cast
-    does); otherwise ``x``'s dtype where it is float32 or bfloat16, else float32. Wgrad's GEMM
-    writes float32 (the weight's gradient, cast to the weight's dtype)."""
+    """The dtype of MXLinear's Fprop output and of its Dgrad GEMM's. Under a bfloat16 autocast
+    on ``x``'s device it is bfloat16 whatever ``x`` is, as ``nn.Linear`` returns (the GEMM
+    writes bfloat16 and ∇X is cast to X's dtype after it, as autocast's own cast does);
+    otherwise ``_own_dtype(x)`` (a device without autocast, e.g. 'meta', included). Wgrad's
+    GEMM writes float32 (the weight's gradient, cast to the weight's dtype)."""
     device = x.device.type
-    if torch.is_autocast_enabled(device) and \
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device) and \
             torch.get_autocast_dtype(device) == torch.bfloat16:
         return torch.bfloat16
-    return x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
+    return _own_dtype(x)
 
 
 class _MXLinearFn(torch.autograd.Function):
@@ -317,10 +324,10 @@ class _MXLinearFn(torch.autograd.Function):
         """``both_axes``: X and ∇Y quantize-dequantized along both axes in one pass where the
         recipe allows (``MXLinear.forward`` decides: ``Tuning.linear_both_axes``, and only
         where the weight gets a gradient). ``out_dtype``: Y's and the Dgrad GEMM's dtype
-        (``output_dtype``; None: X's policy without autocast)."""
+        (``output_dtype``; None: ``_own_dtype(x)``, as without autocast)."""
         x2 = x.reshape(-1, x.shape[-1])
         if out_dtype is None:
-            out_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16) else torch.float32
+            out_dtype = _own_dtype(x)
         x_rows = x_cols = None
         if both_axes:
             # X along in-features (Fprop) and along tokens (Wgrad, kept for the backward

@@ -1,4 +1,5 @@
-"""Per-call plans: the host path of a repeated ``quantize`` or ``quantize_dequantize`` call.
+"""Per-call plans: the host path of a repeated ``quantize``, ``quantize_dequantize`` or
+``quantize_dequantize_both_axes`` call.
 
 A training step makes the same calls on the same shapes every step. Without a plan each call
 parses its arguments, picks the backend, the tuning and the kernel, and builds ~45 kernel
@@ -104,8 +105,12 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
     plan = Plan(k32, qdq, data_shape, scales_shape, n, result)
     seed_arg, sign_arg = launch.random_args(n, seed, keys)
     dyn = specialization(seed_arg, sign_arg, args[1], args[2], current_device())
-    if not remember(plan, dyn, args, launched):
-        return
+    if remember(plan, dyn, args, launched):
+        _keep(k, plan)
+
+
+def _keep(k: tuple, plan) -> None:
+    """Keep ``plan`` for combination ``k`` (starting afresh past ``MAX_PLANS``)."""
     try:
         if len(PLANS) >= MAX_PLANS:
             PLANS.clear()
@@ -113,6 +118,11 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
         STATS.made += 1
     except TypeError:  # (an unhashable argument)
         pass
+
+
+def _grid3(grid: tuple) -> tuple:
+    """A launch grid as the three dimensions the compiled kernel's launcher takes."""
+    return (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
 
 
 class Plan:
@@ -129,8 +139,7 @@ class Plan:
         self.k32, self.qdq = k32, qdq
         self.data_shape, self.scales_shape = data_shape, scales_shape
         self.numerics, self.result = numerics, result
-        g = k32.grid
-        self.grid = (g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)
+        self.grid = _grid3(k32.grid)
         self.tail = None      # the bound constexprs and defaults after the positional arguments
         self.compiled = {}    # per-call specialization -> compiled kernel
 
@@ -184,7 +193,6 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     return plan.result(data, scales)
 
 
-
 class BothAxesPlan:
     """A repeated ``quantize_dequantize_both_axes`` call's launch: one
     ``kernels.both_axes.qdq_both_axes_kernel`` launch on a matrix of ``shape`` (``grid``, the
@@ -196,7 +204,7 @@ class BothAxesPlan:
 
     def __init__(self, shape: tuple, grid: tuple, rot_scale: float, consts: dict, tail: tuple):
         self.shape, self.rot_scale, self.consts, self.tail = shape, rot_scale, consts, tail
-        self.grid = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        self.grid = _grid3(grid)
         self.compiled = {}
 
 
@@ -222,13 +230,7 @@ def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done
         return
     plan = BothAxesPlan(tuple(rows.shape), grid, args[5], consts, tail)
     plan.compiled[_both_axes_dyn(rows, cols, current_device())] = launched
-    try:
-        if len(PLANS) >= MAX_PLANS:
-            PLANS.clear()
-        PLANS[k] = plan
-        STATS.made += 1
-    except TypeError:  # (an unhashable argument)
-        pass
+    _keep(k, plan)
 
 
 def run_both_axes(plan: BothAxesPlan, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

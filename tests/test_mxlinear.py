@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ocpmx import emulator, native
-from ocpmx.native.linear import GemmContext, mix_seed
+from ocpmx.native.linear import GemmContext, mix_seed, output_dtype
 from ocpmx.native.recipes import FP8_ELEMENT, GEMMS, MX_ELEMENT, OPERANDS
 from native_util import devices
 
@@ -410,15 +410,17 @@ def test_accumulation_from_the_recipe_and_its_errors():
     assert m[0].context.accumulation == "fp32_sequential"
 
 
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("name", ["bf16", "mxfp4_all", "mxfp4_wgrad"])
-def test_output_dtype_under_autocast_is_nn_linears(name):
+def test_output_dtype_under_autocast_is_nn_linears(name, bias):
     """Under a bfloat16 autocast a float32 X gives nn.Linear's dtypes: a bfloat16 Y and a
     float32 ∇X cast from a bfloat16 Dgrad GEMM, so Y and ∇X are the float32 run's rounded to
-    bfloat16 (MX GEMMs: the same quantized operands either way). The bf16 recipe equals
-    nn.Linear bit for bit. Wgrad keeps its float32 GEMM output."""
+    bfloat16 (MX GEMMs: the same quantized operands either way). Where Fprop and Dgrad are
+    bf16 GEMMs (the bf16 recipe, mxfp4_wgrad) Y and ∇X equal nn.Linear's bit for bit, and the
+    bf16 recipe's ∇W too. Wgrad keeps its float32 GEMM output."""
     torch.manual_seed(5)
-    lin = native.MXLinear(96, 160, recipe=name, seed=2, backend="emulator")
-    ref = nn.Linear(96, 160)
+    lin = native.MXLinear(96, 160, bias=bias, recipe=name, seed=2, backend="emulator")
+    ref = nn.Linear(96, 160, bias=bias)
     ref.load_state_dict(lin.state_dict())
     x = torch.randn(64, 96)
     gy = torch.randn(64, 160).to(torch.bfloat16)
@@ -430,14 +432,29 @@ def test_output_dtype_under_autocast_is_nn_linears(name):
             y = module(xx)
         y.backward(gy.to(y.dtype))
         runs.append((y.detach(), xx.grad, module.weight.grad.clone()))
-    (y, gx, gw), (y32, gx32, gw32), (yr, gxr, _) = runs
+    (y, gx, gw), (y32, gx32, gw32), (yr, gxr, gwr) = runs
     assert y.dtype == yr.dtype == torch.bfloat16 and y32.dtype == torch.float32
-    assert gx.dtype == gx32.dtype == torch.float32
+    assert gx.dtype == gx32.dtype == gxr.dtype == torch.float32
+    assert gw.dtype == gw32.dtype == torch.float32
     assert torch.equal(y, y32.to(torch.bfloat16))
     assert torch.equal(gx, gx32.to(torch.bfloat16).float())
     if name == "mxfp4_all":
         assert not torch.equal(gx, gx32)  # (the MX Dgrad GEMM wrote bfloat16)
-    if name == "bf16":
+    if name in ("bf16", "mxfp4_wgrad"):
         assert torch.equal(y, yr) and torch.equal(gx, gxr)
+    if name == "bf16":
+        assert torch.equal(gw, gwr)
     else:
         assert torch.equal(gw, gw32)
+
+
+def test_output_dtype_on_a_device_without_autocast():
+    """A device autocast does not know ('meta') gives X's policy instead of an error: the bf16
+    recipe's layer runs forward and backward on meta tensors, as ``nn.Linear`` does."""
+    x = torch.empty(64, 96, device="meta", requires_grad=True)
+    assert output_dtype(x) == torch.float32
+    assert output_dtype(x.to(torch.float16)) == torch.float32
+    lin = native.MXLinear(96, 160, recipe="bf16", device="meta")
+    y = lin(x)
+    y.sum().backward()
+    assert y.dtype == torch.float32 and x.grad.shape == x.shape

@@ -245,14 +245,17 @@ def test_custom_ops_take_plans(cpu_plans):
 def test_both_axes_calls_take_a_plan(cpu_plans, dtype, rotation):
     """A repeated ``quantize_dequantize_both_axes`` call (MXLinear's X and ∇Y) takes the
     launch its first call left, through the stand-in, with new data each time: the values
-    along both axes are the two one-axis calls' of the emulator. Its custom op makes and takes
-    a plan of its own, K-major along axis 0."""
+    along both axes are the two one-axis calls' of the emulator (an input that requires grad
+    too, and no output does). Its custom op makes and takes a plan of its own, K-major along
+    axis 0."""
     from ocpmx.native import library
     g = torch.Generator().manual_seed(1)
     kernel = launch.kernels.both_axes.qdq_both_axes_kernel
     for i in range(4):
-        x = (torch.randn(96, 64, generator=g) * 3).to(dtype)
+        x = (torch.randn(96, 64, generator=g) * 3).to(dtype).requires_grad_(i % 2 == 1)
         rows, cols = native.quantize_dequantize_both_axes(x, "e2m1", rotation=rotation)
+        assert not rows.requires_grad and not cols.requires_grad
+        x = x.detach()
         for got, axis in ((rows, -1), (cols, 0)):
             want = _reference(x, "e2m1", True, axis=axis, rotation=rotation)
             assert got.shape == x.shape and torch.equal(got.view(torch.int16),
