@@ -442,10 +442,10 @@ COLUMN_TILES = [
 BOTH_AXES_TILES = ((64, 2), (128, 2), (128, 4), (256, 4))
 # quantize along axis 0 through the axis-0 kernel: the tiles above hold a column's whole block
 # per thread (sm_90, Triton 3.6, E2M1: 122-254 registers, 16-byte code stores) and wrote it at
-# 0.50-0.52 of copy on an H100 (bench_columns_kernel_h100.md), slower than their qdq (0.92-0.95)
-# though fewer bytes; these hold half a block per thread (61-74 registers, 8-byte stores:
-# twice the programs resident; 30-39 instructions per element against 24-28) or a block on
-# one warp
+# 0.48-0.52 of copy on an H100 (bench_columns_kernel_h100.md), slower than their qdq (0.92-0.95)
+# though fewer bytes; these hold half a block per thread (61-74 registers, 8-byte stores;
+# 30-39 instructions per element against 24-28) or a block on one warp, and ran slower still
+# there (0.41-0.45): the registers are not the bound
 BOTH_AXES_QUANTIZE_TILES = BOTH_AXES_TILES + ((32, 1), (32, 2), (64, 4), (128, 8))
 
 

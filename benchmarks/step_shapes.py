@@ -185,9 +185,7 @@ def tunings(axis: int):
         yield "transpose", dataclasses.replace(gb.GPU, columns_qdq="transpose")
         for t in COLUMN_TILES:
             yield str(t), dataclasses.replace(gb.GPU, columns_qdq="kernel", cols32_qdq=t)
-        for bn, warps in BOTH_AXES_TILES:  # the both-axes module's axis-0 kernel
-            yield f"both_axes({bn}, {warps})", dataclasses.replace(
-                gb.GPU, columns_qdq="both_axes", both_axes=(bn, warps))
+        yield from gb.both_axes_ways("columns_qdq", BOTH_AXES_TILES)  # the axis-0 kernel
 
 
 def qdq(x, axis, rot, tun):

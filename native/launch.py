@@ -247,9 +247,7 @@ def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
     more than one element before the quantized one, an integer format, stochastic rounding,
     random signs, another conversion than OCP's (a fold never comes here), or a grid past
     CUDA's limits."""
-    if (x.numel() != k * inner or n.fmt.kind == "int" or n.rounding != Rounding.RNE
-            or (n.rotation is not None and n.rotation.has_signs)
-            or n.conversion != Conversion.OCP):
+    if x.numel() != k * inner or not both_axes_takes(n):
         return None
     bn = both_axes_columns(tuning, inner)
     grid = both_axes_grid(k, inner, bn)
@@ -361,6 +359,14 @@ def both_axes_args(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tens
     """The positional arguments of ``qdq_both_axes_kernel`` (bf16 as int16 bit patterns)."""
     return (x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
             cols_out.view(torch.int16), x.shape[0], x.shape[1], rot_scale)
+
+
+def both_axes_takes(n: Numerics) -> bool:
+    """Whether the ``kernels.both_axes`` kernels compute numerics ``n``: a float format, RNE,
+    no rotation or one without random signs, the OCP conversion."""
+    return (n.fmt.kind != "int" and n.rounding == Rounding.RNE
+            and (n.rotation is None or not n.rotation.has_signs)
+            and n.conversion == Conversion.OCP)
 
 
 def both_axes_columns(tuning: Tuning, n_cols: int) -> int:

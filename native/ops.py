@@ -292,11 +292,8 @@ def both_axes_applies(x: torch.Tensor, n: Numerics, backend: str | None) -> bool
     the narrowest tile (32 columns a program), so with every tile (not read here: no tuning
     lookup while compiling). The shape's multiples of 32 are the callers' checks
     (``_check_input``)."""
-    return (pick_backend(x.device, backend) == "triton" and n.fmt.kind != "int"
-            and n.rounding == Rounding.RNE
-            and (n.rotation is None or not n.rotation.has_signs)
-            and n.conversion == Conversion.OCP and x.numel() > 0
-            and launch.both_axes_grid(*x.shape, 32) is not None)
+    return (pick_backend(x.device, backend) == "triton" and launch.both_axes_takes(n)
+            and x.numel() > 0 and launch.both_axes_grid(*x.shape, 32) is not None)
 
 
 def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None, plan_key=None):

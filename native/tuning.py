@@ -236,8 +236,9 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # form) in 7.2-7.5 ms a 125m step against 8.8. (64, 2) is within 3% of the best tile at every
 # shape there and for the both-axes pass (step_both_axes_h100.md: the best tile without a
 # rotation, 1% behind (128, 4) with H16). Quantize (codes) along axis 0 stays the column
-# kernel's: the axis-0 kernel wrote it at 0.50-0.52 of copy against 0.55 / 0.70 (its tiles hold
-# a column's whole block per thread, 122-254 registers: likely occupancy, not measured).
+# kernel's: the axis-0 kernel wrote it at 0.48-0.52 of copy against 0.56 / 0.70, and its
+# half-block tiles (61-74 registers) at 0.41-0.45 (twenty-sixth session, same file): not an
+# occupancy bound.
 H100 = Tuning(rows32_qdq=RowTile(16, 1),
               columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
