@@ -568,10 +568,12 @@ def section_host(rows):
     quantize-dequantize and, since a766863, quantize_dequantize_both_axes), ``us_no_plans``
     through the cached compiled kernels alone (``native.fastlaunch``), ``us_triton_launch``
     through Triton's own launch (``kernel[grid]``), ``us_plans_getitem`` with plans but the
-    compiled kernel launched through ``CompiledKernel[grid]`` (``fastlaunch.DIRECT`` off), in
-    the same run; ``gpu_us`` the GPU's own time per call (with plans): where it is not below
-    ``us`` the row measures the GPU, not the host. And one MXLinear forward + backward.
-    Baseline: ``copy_`` of the same tensor."""
+    compiled kernel launched through ``CompiledKernel[grid]`` (``fastlaunch.DIRECT`` off),
+    ``us_plans_tensors`` with plans passing the tensors themselves instead of their addresses
+    (``fastlaunch.takes_addresses`` off: Triton's launcher then checks each pointer with the
+    driver), in the same run; ``gpu_us`` the GPU's own time per call (with plans): where it is
+    not below ``us`` the row measures the GPU, not the host. And one MXLinear forward +
+    backward. Baseline: ``copy_`` of the same tensor."""
     from ocpmx.native import fastlaunch, plans
     tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(tiny)
@@ -602,16 +604,22 @@ def section_host(rows):
              ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step)]
     for name, fn in cases:
         times = {}
-        for mode, enabled, plan_devices, direct in (
-                ("triton", False, (), True), ("fast", True, (), True),
-                ("plans_getitem", True, ("cuda",), False), ("plans", True, ("cuda",), True)):
+        takes_addresses = fastlaunch.takes_addresses
+        for mode, enabled, plan_devices, direct, addresses in (
+                ("triton", False, (), True, True), ("fast", True, (), True, True),
+                ("plans_getitem", True, ("cuda",), False, True),
+                ("plans_tensors", True, ("cuda",), True, False),
+                ("plans", True, ("cuda",), True, True)):
             fastlaunch.ENABLED, plans.DEVICE_TYPES, fastlaunch.DIRECT = \
                 enabled, plan_devices, direct
+            fastlaunch.takes_addresses = takes_addresses if addresses else (lambda k: False)
             plans.clear()
             times[mode] = host_us(fn, calls=100 if fn is step else 500)
         fastlaunch.ENABLED, plans.DEVICE_TYPES, fastlaunch.DIRECT = True, ("cuda",), True
+        fastlaunch.takes_addresses = takes_addresses
         rows.append(dict(case=f"host time per call, {name} (us, best of 5)",
                          us=times["plans"], gpu_us=gpu_us(fn, 20 if fn is step else 200),
+                         us_plans_tensors=times["plans_tensors"],
                          us_plans_getitem=times["plans_getitem"], us_no_plans=times["fast"],
                          us_triton_launch=times["triton"],
                          speedup=times["triton"] / times["plans"]))

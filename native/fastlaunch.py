@@ -152,7 +152,7 @@ def launch(kernel, grid, args: tuple, constexprs: dict):
     return compiled
 
 
-_DIRECT: dict = {}  # compiled kernel -> (its launcher, function handle, packed metadata) or None
+_DIRECT: dict = {}  # compiled kernel -> (launcher, its leading arguments) or None
 _RUNTIME_KNOBS = None
 
 
@@ -168,27 +168,63 @@ def _no_launch_hooks() -> bool:
         (leave is None or not getattr(leave, "calls", True))
 
 
+# The parameters of Triton 3.6's ``CudaLauncher.__call__``, which allocates the scratch buffers
+# a kernel asks for (none, for the kernels here) and passes its own fields and the rest to the
+# C launcher ``CudaLauncher.launch`` in this order: grid, stream, function, cooperative-grid
+# and PDL flags, the two scratch buffers, the arguments.
+_LAUNCHER_36 = ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
+
+
+def _direct(compiled):
+    """(launcher, the arguments it takes between the stream and the kernel's) of a compiled
+    kernel, or None where it has no launcher to call directly. Where its launcher is Triton
+    3.6's ``CudaLauncher`` and the kernel takes no scratch memory: that launcher's C function
+    (``_LAUNCHER_36``), which skips a Python frame that repacks ~55 arguments; elsewhere the
+    launcher itself."""
+    try:
+        run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    except AttributeError:
+        return None
+    if function is None:  # (handles not loaded yet: not kept, asked again next launch)
+        return _EMPTY
+    try:
+        import inspect
+        import triton
+        if triton.__version__.startswith("3.6.") and \
+                tuple(inspect.signature(type(run).__call__).parameters) == _LAUNCHER_36 and \
+                not run.global_scratch_size and not run.profile_scratch_size:
+            return run.launch, (function, run.launch_cooperative_grid, run.launch_pdl, None,
+                                None, packed, None, None, None)
+    except (AttributeError, TypeError, ValueError, ImportError):
+        pass
+    return run, (function, packed, None, None, None)
+
+
+def takes_addresses(compiled) -> bool:
+    """Whether ``compiled`` (what a launch returned) takes a pointer argument as an integer
+    address as well as a tensor: Triton's compiled kernels do (their launcher checks a
+    tensor's pointer with the driver and takes an integer as it is)."""
+    return _launchable(compiled)
+
+
 def call(compiled, grid: tuple, args: tuple, stream) -> None:
     """``compiled[grid](*args, stream=stream)`` for a 3-dimensional ``grid`` and every
     parameter in order (``args``). Where no launch hook is set, Triton's launcher of the
-    compiled kernel is called directly with no launch metadata and no hooks, which is what
-    ``CompiledKernel[grid]`` passes it then apart from an empty hook chain called twice and a
-    metadata object built each launch; that Python is skipped. Elsewhere (hooks set, or a
-    compiled kernel without the launcher Triton 3.x has, ``DIRECT`` off: ``OCPMX_DIRECT_LAUNCH=0``)
-    through ``compiled[grid]``."""
+    compiled kernel (``_direct``) is called directly with no launch metadata and no hooks,
+    which is what ``CompiledKernel[grid]`` passes it then apart from an empty hook chain called
+    twice and a metadata object built each launch; that Python is skipped. Elsewhere (hooks
+    set, or a compiled kernel without the launcher Triton 3.x has, ``DIRECT`` off:
+    ``OCPMX_DIRECT_LAUNCH=0``) through ``compiled[grid]``."""
     direct = _DIRECT.get(compiled, _EMPTY)
     if direct is _EMPTY:
-        try:
-            direct = compiled.run, compiled.function, compiled.packed_metadata
-        except AttributeError:
-            direct = None
-        if direct is None or direct[1] is not None:  # (no function: handles not loaded yet)
+        direct = _direct(compiled)
+        if direct is not _EMPTY:
             _DIRECT[compiled] = direct
         else:
             direct = None
     if direct is not None and DIRECT and _no_launch_hooks():
-        launcher, function, packed = direct
-        launcher(grid[0], grid[1], grid[2], stream, function, packed, None, None, None, *args)
+        launcher, lead = direct
+        launcher(grid[0], grid[1], grid[2], stream, *lead, *args)
     else:
         compiled[grid](*args, stream=stream)
 

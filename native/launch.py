@@ -188,14 +188,19 @@ class Kernel32:
     flat: bool = False        # x viewed flat first (the row kernel's input whose last axis
     #                           is 1 or odd: blocks along a leading axis, size-1 axes after it)
 
-    def args(self, x: torch.Tensor, data, scales, seed_arg, sign_arg,
+    def args(self, x: torch.Tensor | int, data, scales, seed_arg, sign_arg,
              fold: FoldOutput | None = None) -> tuple:
-        """The positional arguments of one launch (``random_args`` gives seed and sign)."""
+        """The positional arguments of one launch (``random_args`` gives seed and sign).
+        The tensors may be given as their addresses (integers: ``native.plans``' launches of
+        a compiled kernel), the input then as it is (its view is the same address)."""
         outs = fold.args() if fold else (scales, scales, scales, scales)
-        if self.flat:
-            x = x.view(-1)
-        return (x if self.view is None else x.view(self.view), data, scales, sign_arg,
-                *self.sizes, seed_arg, self.rot_scale, *outs, *self.tail)
+        if type(x) is not int:
+            if self.flat:
+                x = x.view(-1)
+            if self.view is not None:
+                x = x.view(self.view)
+        return (x, data, scales, sign_arg, *self.sizes, seed_arg, self.rot_scale, *outs,
+                *self.tail)
 
     def launch(self, args: tuple):
         """Launch with ``args`` through ``run``; returns what ``run`` returns."""

@@ -36,6 +36,7 @@ from . import fastlaunch, launch
 from .launch import Kernel32
 
 DEVICE_TYPES = ("cuda",)
+_U64 = 0xFFFFFFFFFFFFFFFF
 MAX_PLANS = 4096  # far more combinations than a training run makes; past it, start afresh
 
 
@@ -103,8 +104,7 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
         return
     k32, args, launched = done
     plan = Plan(k32, qdq, data_shape, scales_shape, n, result)
-    seed_arg, sign_arg = launch.random_args(n, seed, keys)
-    dyn = specialization(seed_arg, sign_arg, args[1], args[2], current_device())
+    dyn = specialization(n, seed, keys, args[1], args[2], current_device())
     if remember(plan, dyn, args, launched):
         _keep(k, plan)
 
@@ -153,13 +153,17 @@ class Plan:
                 x.new_empty(self.scales_shape, dtype=torch.uint8))
 
 
-def specialization(seed_arg, sign_arg, data: torch.Tensor, scales: torch.Tensor,
-                   device: int) -> tuple:
+def specialization(n: launch.Numerics, seed: int, keys, data: torch.Tensor,
+                   scales: torch.Tensor, device: int) -> tuple:
     """What a compiled kernel is specialized on that the combination does not fix: the seed
-    and sign arguments' specializations (``fastlaunch.arg_key``: integers, or the key
-    tensor's two slices), the outputs' alignment, and the current device."""
-    return (fastlaunch.arg_key(seed_arg), fastlaunch.arg_key(sign_arg), data.data_ptr() & 15,
-            scales.data_ptr() & 15, device)
+    and sign arguments' specializations (the integers', ``fastlaunch.arg_key``; or the keys
+    tensor's alignment and stride, which fix those of its two elements), the outputs'
+    alignment, and the current device."""
+    if keys is None:
+        rand = (fastlaunch.arg_key(seed & _U64), fastlaunch.arg_key(n.sign_mask))
+    else:
+        rand = (keys.data_ptr() & 15, keys.stride(0))
+    return rand, data.data_ptr() & 15, scales.data_ptr() & 15, device
 
 
 def remember(plan: Plan, dyn: tuple, args: tuple, launched) -> bool:
@@ -176,15 +180,30 @@ def remember(plan: Plan, dyn: tuple, args: tuple, launched) -> bool:
 
 
 def run(plan: Plan, x: torch.Tensor, seed: int, keys):
-    """The operation on ``x`` through ``plan``: what the call it was made from returns."""
-    if x.requires_grad:
-        x = x.detach()
+    """The operation on ``x`` through ``plan``: what the call it was made from returns.
+
+    A compiled kernel that takes addresses (``fastlaunch.takes_addresses``: Triton's) gets the
+    tensors' addresses as integers, which its launcher passes on unchecked; given tensors, it
+    calls each one's ``data_ptr`` and asks the driver whether the pointer is a device's
+    (``cuPointerGetAttribute``), seven times a launch. The plan's tensors are known: the input
+    (a contiguous tensor on the combination's device), the outputs it allocated, the keys."""
     data, scales = plan.outputs(x)
-    seed_arg, sign_arg = launch.random_args(plan.numerics, seed, keys)
-    args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
     device = current_device()
-    dyn = specialization(seed_arg, sign_arg, data, scales, device)
+    dyn = specialization(plan.numerics, seed, keys, data, scales, device)
     kernel = plan.compiled.get(dyn)
+    if kernel is not None and fastlaunch.takes_addresses(kernel):
+        if keys is None:
+            seed_arg, sign_arg = seed & _U64, plan.numerics.sign_mask
+        else:  # (keys[0:1] and keys[1:2])
+            seed_arg = keys.data_ptr()
+            sign_arg = seed_arg + keys.stride(0) * 8
+        args = plan.k32.args(x.data_ptr(), data.data_ptr(), scales.data_ptr(), seed_arg,
+                             sign_arg)
+    else:
+        if x.requires_grad:
+            x = x.detach()
+        seed_arg, sign_arg = launch.random_args(plan.numerics, seed, keys)
+        args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
         remember(plan, dyn, args, plan.k32.launch(args))
     else:
@@ -236,14 +255,17 @@ def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done
 def run_both_axes(plan: BothAxesPlan, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The one-pass kernel's (values along the last axis, values along axis 0 K-major: x's
     transpose) of ``x`` through ``plan``: what ``ops.both_axes_impl`` returns."""
-    if x.requires_grad:
-        x = x.detach()
     rows = x.new_empty(plan.shape, dtype=torch.bfloat16)
     cols = x.new_empty(plan.shape[::-1], dtype=torch.bfloat16)
-    args = launch.both_axes_args(x, rows, cols, plan.rot_scale)
     device = current_device()
     dyn = _both_axes_dyn(rows, cols, device)
     kernel = plan.compiled.get(dyn)
+    if kernel is not None and fastlaunch.takes_addresses(kernel):  # (as ``run``'s)
+        args = (x.data_ptr(), rows.data_ptr(), cols.data_ptr(), *plan.shape, plan.rot_scale)
+    else:
+        if x.requires_grad:
+            x = x.detach()
+        args = launch.both_axes_args(x, rows, cols, plan.rot_scale)
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
         launched = launch.run(_both_axes_kernel(), plan.grid, *args, **plan.consts)
         if fastlaunch.compiled(launched):

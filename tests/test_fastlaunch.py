@@ -161,3 +161,47 @@ def test_direct_call_passes_what_triton_passes(monkeypatch):
     fastlaunch.call(hooked, (3, 2, 1), args, 1234)
     assert hooked.calls[1][7] is knobs.runtime.launch_enter_hook
     fastlaunch._DIRECT.clear()
+
+
+def test_direct_call_on_triton_36_calls_its_c_launcher(monkeypatch):
+    """Under Triton 3.6 (the GPU hosts'), whose ``CudaLauncher.__call__(gridX, gridY, gridZ,
+    stream, function, *args)`` allocates the scratch buffers a kernel asks for and passes the
+    C launcher grid, stream, function, its cooperative-grid and PDL flags, the two buffers and
+    the rest, ``fastlaunch.call`` calls that C launcher with the same arguments for a kernel
+    that asks for no scratch; with scratch, or under another Triton, it calls the launcher."""
+    import triton
+
+    class Launcher:  # the shape of Triton 3.6's CudaLauncher
+        launch_cooperative_grid, launch_pdl, profile_scratch_size = False, True, 0
+
+        def __init__(self, scratch):
+            self.global_scratch_size, self.calls = scratch, []
+            self.launch = lambda *a: self.calls.append(a)
+
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            self.calls.append("launcher")
+            buffer = "scratch" if self.global_scratch_size else None
+            self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid,
+                        self.launch_pdl, buffer, None, *args)
+
+    class Kernel:
+        function, packed_metadata = "fn-handle", ("packed",)
+
+        def __init__(self, scratch=0):
+            self.run = Launcher(scratch)
+
+    args = (torch.zeros(4), 7, 0.5, None)
+    want = Kernel()
+    want.run(3, 2, 1, 1234, "fn-handle", ("packed",), None, None, None, *args)
+    assert want.run.calls[0] == "launcher"
+    for version, scratch, through_launcher in (("3.6.0", 0, False), ("3.6.0", 64, True),
+                                                ("3.9.0", 0, True)):
+        monkeypatch.setattr(triton, "__version__", version)
+        fastlaunch._DIRECT.clear()
+        got = Kernel(scratch)
+        fastlaunch.call(got, (3, 2, 1), args, 1234)
+        assert (got.run.calls[0] == "launcher") == through_launcher
+        c_call = got.run.calls[-1]
+        assert c_call[:7] + c_call[8:] == want.run.calls[1][:7] + want.run.calls[1][8:]
+        assert c_call[7] == ("scratch" if scratch else None)
+    fastlaunch._DIRECT.clear()

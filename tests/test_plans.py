@@ -7,6 +7,7 @@ On the CPU the plan path runs through the Triton interpreter: plans are let onto
 positional arguments and the constexprs it bound: a wrong order or a stale seed changes the
 bits). Every result is compared with the emulator. On a GPU the same calls go through real
 compiled kernels, compared with calls that take no plan."""
+import ctypes
 import dataclasses
 
 import pytest
@@ -24,12 +25,18 @@ class StandIn:
     """What ``launch.run`` returns on the CPU under these tests: a 'compiled kernel' for the
     specialization of the arguments it was first launched with, whose launch checks that the
     arguments given have that specialization (as Triton's compiled kernel assumes) and runs the
-    interpreter on every positional argument given."""
+    interpreter on every positional argument given. Like Triton's, it has a launcher
+    (``run``, what ``fastlaunch.call`` calls) that takes a tensor argument as its address
+    too: the tensor is rebuilt there with the first launch's shape, strides and dtype (a wrong
+    address or position reads other memory and changes the bits)."""
 
     def __init__(self, kernel, args):
         self.kernel, self.n = kernel, len(args)
         self.spec = tuple(map(fastlaunch.arg_key, args))
-        self.launches = 0
+        self.like = tuple((a.shape, a.stride(), a.dtype) if isinstance(a, torch.Tensor)
+                          else None for a in args)
+        self.function, self.packed_metadata = object(), object()
+        self.launches = self.addresses = 0
 
     def __getitem__(self, grid):
         def runner(*args, stream=None):
@@ -38,6 +45,23 @@ class StandIn:
             self.launches += 1
             self.kernel[grid](*args)
         return runner
+
+    def run(self, gx, gy, gz, stream, function, packed, metadata, enter, leave, *args):
+        assert (function, packed) == (self.function, self.packed_metadata)
+        assert (metadata, enter, leave) == (None, None, None)
+        given = [_at(a, like) if like is not None and type(a) is int else a
+                 for a, like in zip(args, self.like)]
+        self.addresses += sum(a is not g for a, g in zip(args, given))
+        self[(gx, gy, gz)](*given, *args[self.n:], stream=stream)
+
+
+def _at(address: int, like: tuple) -> torch.Tensor:
+    """The CPU tensor of (shape, strides, dtype) ``like`` at ``address``."""
+    shape, stride, dtype = like
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+    size = span * torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_char * size).from_address(address)
+    return torch.frombuffer(buf, dtype=dtype).as_strided(shape, stride)
 
 
 @pytest.fixture
@@ -58,6 +82,7 @@ def cpu_plans(monkeypatch):
     monkeypatch.setattr(plans, "current_device", lambda: 0)
     monkeypatch.setattr(plans, "current_stream", lambda device: None)
     monkeypatch.setattr(fastlaunch, "compiled", lambda out: isinstance(out, StandIn))
+    monkeypatch.setattr(fastlaunch, "takes_addresses", lambda out: isinstance(out, StandIn))
     sigs = {}
 
     def signature(kernel):  # (the interpreter's kernels: the signature of the JITFunction)
@@ -126,8 +151,30 @@ def test_repeated_calls_take_the_plan_and_keep_the_bits(cpu_plans, qdq, dtype, s
     # 2^40 + 3, 1 and 2^64 - 1 each went through ``run`` first; 6, 2^40 + 5, 1 again and 16
     # through the plan's kernel of the same specialization
     assert plans.STATS.hits == 4 and sum(s.launches for s in cpu_plans) == 4
+    # (each through the launcher with the seven tensors' addresses: input, codes or values,
+    # scales, and the scales again for the fold's four unused outputs)
+    assert sum(s.addresses for s in cpu_plans) == 4 * 7
     if kw.get("tuning") is AXIS0:  # (the axis-0 kernel's launch is what the plan keeps)
         assert {s.kernel for s in cpu_plans} == {launch.kernels.both_axes.columns_kernel}
+
+
+@pytest.mark.parametrize("keys", [False, True])
+def test_a_kernel_without_addresses_takes_the_tensors(cpu_plans, monkeypatch, keys):
+    """A compiled kernel that does not take addresses (``fastlaunch.takes_addresses``) gets
+    the tensors themselves from a plan, with the same bits."""
+    monkeypatch.setattr(fastlaunch, "takes_addresses", lambda out: False)
+    x = torch.randn(64, 96).bfloat16().requires_grad_()
+    kw = dict(rounding="stochastic", rotation="hadamard16")
+    for seed in (3, 4, 5):
+        k = torch.tensor([seed, 0], dtype=torch.int64) if keys else None
+        for qdq in (False, True):
+            op = native.quantize_dequantize if qdq else native.quantize
+            _same(op(x, "e2m1", seed=seed, keys=k, **kw),
+                  _reference(x.detach(), "e2m1", qdq, seed, keys=k, **kw), qdq)
+        native.quantize_dequantize_both_axes(x, "e2m1")
+    assert plans.STATS.made == 3 and plans.STATS.hits == 6
+    assert sum(s.launches for s in cpu_plans) == 6
+    assert sum(s.addresses for s in cpu_plans) == 0
 
 
 def test_keys_are_read_per_call(cpu_plans):
@@ -142,6 +189,7 @@ def test_keys_are_read_per_call(cpu_plans):
             _same(op(x, "e2m1", keys=keys, **kw), _reference(x, "e2m1", qdq, keys=keys, **kw),
                   qdq)
     assert plans.STATS.made == 2 and plans.STATS.hits == 6
+    assert sum(s.addresses for s in cpu_plans) == 6 * 9  # (the two keys' too)
     with pytest.raises(TypeError, match="keys must be an int64 tensor"):
         native.quantize(x, "e2m1", keys=torch.zeros(2, dtype=torch.int32), **kw)
 
@@ -268,6 +316,7 @@ def test_both_axes_calls_take_a_plan(cpu_plans, dtype, rotation):
         assert plans.STATS.made == 2 and plans.STATS.hits == 2 * i
     assert [s.kernel for s in cpu_plans] == [kernel, kernel]
     assert sum(s.launches for s in cpu_plans) == 6
+    assert sum(s.addresses for s in cpu_plans) == 6 * 3  # (input, rows, columns)
     assert all(isinstance(p, plans.BothAxesPlan) for p in plans.PLANS.values())
 
 
