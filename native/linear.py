@@ -311,10 +311,24 @@ def output_dtype(x: torch.Tensor) -> torch.dtype:
     otherwise ``_own_dtype(x)`` (a device without autocast, e.g. 'meta', included). Wgrad's
     GEMM writes float32 (the weight's gradient, cast to the weight's dtype)."""
     device = x.device.type
-    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device) and \
+    if _autocast_available(device) and torch.is_autocast_enabled(device) and \
             torch.get_autocast_dtype(device) == torch.bfloat16:
         return torch.bfloat16
     return _own_dtype(x)
+
+
+# Whether a device type has autocast, per type: a dict lookup, which Dynamo traces; it cannot
+# trace ``torch.amp.is_autocast_available`` (a C builtin in PyTorch 2.11): the graph broke in
+# MXLinear.forward and tracing the autograd function after the break failed (an assertion in
+# Dynamo's higher-order-op code). Filled here for the usual types, eagerly for the rest.
+_AUTOCAST = {t: torch.amp.is_autocast_available(t) for t in ("cpu", "cuda", "meta")}
+
+
+def _autocast_available(device_type: str) -> bool:
+    known = _AUTOCAST.get(device_type)
+    if known is None:
+        known = _AUTOCAST[device_type] = torch.amp.is_autocast_available(device_type)
+    return known
 
 
 class _MXLinearFn(torch.autograd.Function):
