@@ -75,6 +75,26 @@ def test_block_compiles_whole_with_eager_bits(recipe):
         assert not all(torch.equal(a, b) for a, b in zip(got[0][2:], got[1][2:]))
 
 
+def test_mxlinear_compiles_whole_where_dynamo_cannot_trace_the_autocast_query(monkeypatch):
+    """PyTorch 2.11's Dynamo (the GPU hosts') cannot trace ``torch.amp.is_autocast_available``.
+    MXLinear.forward called it (bdff929), the graph broke there, and tracing the autograd
+    function after the break failed: every compiled training run stopped at its first step
+    until 27b37ee. CI's PyTorch traces the builtin, so here it is made untraceable: MXLinear
+    must still compile whole, under autocast and without."""
+    monkeypatch.setattr(torch.amp, "is_autocast_available",
+                        torch.compiler.disable(torch.amp.is_autocast_available))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = native.MXLinear(64, 32, recipe="mxfp4_all", backend="emulator")
+    x = torch.randn(32, 64)
+    compiled = torch.compile(lin, fullgraph=True, backend="aot_eager")
+    for autocast in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            got, want = compiled(x), lin(x)
+        assert got.dtype == want.dtype == (torch.bfloat16 if autocast else torch.float32)
+        assert torch.equal(as_bits(got), as_bits(want))
+
+
 def test_fp8_baseline_refuses_compilation():
     torch._dynamo.reset()
     blk, x, freqs = block_and_inputs("fp8")
