@@ -303,7 +303,7 @@ def both_axes_impl(x: torch.Tensor, n: Numerics, tuning: Tuning | None, plan_key
     rows = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
     cols = torch.empty(x.shape[::-1], dtype=torch.bfloat16, device=x.device)
     done = launch.qdq_both_axes(x, rows, cols, n, tuning or default_tuning(x.device))
-    plans.make_both_axes(plan_key, rows, cols, done)
+    plans.make_both_axes(plan_key, rows, cols, done, n.rot_scale)
     return rows, cols
 
 

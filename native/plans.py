@@ -235,10 +235,12 @@ def _both_axes_dyn(rows: torch.Tensor, cols: torch.Tensor, device: int) -> tuple
     return rows.data_ptr() & 15, cols.data_ptr() & 15, device
 
 
-def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done: tuple) -> None:
+def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done: tuple,
+                   rot_scale: float) -> None:
     """After the whole way of a ``quantize_dequantize_both_axes`` call that wrote ``rows`` and
     ``cols``: keep a plan for combination ``k`` where its launch (``done``: what
-    ``launch.qdq_both_axes`` returned) returned a compiled kernel."""
+    ``launch.qdq_both_axes`` returned) returned a compiled kernel. ``rot_scale``: the call's
+    (``Numerics.rot_scale``)."""
     if k is None:
         return
     grid, args, consts, launched = done
@@ -247,7 +249,7 @@ def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done
     tail = fastlaunch.cached_tail(_both_axes_kernel(), args, consts)
     if tail is None:
         return
-    plan = BothAxesPlan(tuple(rows.shape), grid, args[5], consts, tail)
+    plan = BothAxesPlan(tuple(rows.shape), grid, rot_scale, consts, tail)
     plan.compiled[_both_axes_dyn(rows, cols, current_device())] = launched
     _keep(k, plan)
 
