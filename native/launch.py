@@ -359,9 +359,13 @@ def qdq_both_axes(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tenso
     return grid, args, consts, run(kernels.both_axes.qdq_both_axes_kernel, grid, *args, **consts)
 
 
-def both_axes_args(x: torch.Tensor, rows_out: torch.Tensor, cols_out: torch.Tensor,
-                   rot_scale: float) -> tuple:
-    """The positional arguments of ``qdq_both_axes_kernel`` (bf16 as int16 bit patterns)."""
+def both_axes_args(x: torch.Tensor | int, rows_out, cols_out, rot_scale: float,
+                   shape: tuple | None = None) -> tuple:
+    """The positional arguments of ``qdq_both_axes_kernel`` (bf16 as int16 bit patterns). The
+    tensors may be given as their addresses (integers: ``native.plans``' launches of a compiled
+    kernel), with ``shape``, x's."""
+    if type(x) is int:
+        return (x, rows_out, cols_out, *shape, rot_scale)
     return (x.view(torch.int16) if x.dtype == torch.bfloat16 else x, rows_out.view(torch.int16),
             cols_out.view(torch.int16), x.shape[0], x.shape[1], rot_scale)
 

@@ -194,7 +194,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     if kernel is not None and fastlaunch.takes_addresses(kernel):
         if keys is None:
             seed_arg, sign_arg = seed & _U64, plan.numerics.sign_mask
-        else:  # (keys[0:1] and keys[1:2])
+        else:  # (keys[0:1] and keys[1:2]: int64)
             seed_arg = keys.data_ptr()
             sign_arg = seed_arg + keys.stride(0) * 8
         args = plan.k32.args(x.data_ptr(), data.data_ptr(), scales.data_ptr(), seed_arg,
@@ -263,7 +263,8 @@ def run_both_axes(plan: BothAxesPlan, x: torch.Tensor) -> tuple[torch.Tensor, to
     dyn = _both_axes_dyn(rows, cols, device)
     kernel = plan.compiled.get(dyn)
     if kernel is not None and fastlaunch.takes_addresses(kernel):  # (as ``run``'s)
-        args = (x.data_ptr(), rows.data_ptr(), cols.data_ptr(), *plan.shape, plan.rot_scale)
+        args = launch.both_axes_args(x.data_ptr(), rows.data_ptr(), cols.data_ptr(),
+                                     plan.rot_scale, plan.shape)
     else:
         if x.requires_grad:
             x = x.detach()
