@@ -171,7 +171,8 @@ def _no_launch_hooks() -> bool:
 # The parameters of Triton 3.6's ``CudaLauncher.__call__``, which allocates the scratch buffers
 # a kernel asks for (none, for the kernels here) and passes its own fields and the rest to the
 # C launcher ``CudaLauncher.launch`` in this order: grid, stream, function, cooperative-grid
-# and PDL flags, the two scratch buffers, the arguments.
+# and PDL flags, the two scratch buffers, the arguments. (3.6's ``HIPLauncher.__call__`` has the
+# same parameters and another order: only NVIDIA's launcher is taken apart.)
 _LAUNCHER_36 = ("self", "gridX", "gridY", "gridZ", "stream", "function", "args")
 
 
@@ -190,8 +191,10 @@ def _direct(compiled):
     try:
         import inspect
         import triton
-        if triton.__version__.startswith("3.6.") and \
-                tuple(inspect.signature(type(run).__call__).parameters) == _LAUNCHER_36 and \
+        kind = type(run)
+        if triton.__version__.startswith("3.6.") and kind.__name__ == "CudaLauncher" and \
+                kind.__module__ == "triton.backends.nvidia.driver" and \
+                tuple(inspect.signature(kind.__call__).parameters) == _LAUNCHER_36 and \
                 not run.global_scratch_size and not run.profile_scratch_size:
             return run.launch, (function, run.launch_cooperative_grid, run.launch_pdl, None,
                                 None, packed, None, None, None)

@@ -168,7 +168,8 @@ def test_direct_call_on_triton_36_calls_its_c_launcher(monkeypatch):
     stream, function, *args)`` allocates the scratch buffers a kernel asks for and passes the
     C launcher grid, stream, function, its cooperative-grid and PDL flags, the two buffers and
     the rest, ``fastlaunch.call`` calls that C launcher with the same arguments for a kernel
-    that asks for no scratch; with scratch, or under another Triton, it calls the launcher."""
+    that asks for no scratch; with scratch, under another Triton, or with AMD's launcher
+    (same parameters, another order), it calls the launcher."""
     import triton
 
     class Launcher:  # the shape of Triton 3.6's CudaLauncher
@@ -184,21 +185,28 @@ def test_direct_call_on_triton_36_calls_its_c_launcher(monkeypatch):
             self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid,
                         self.launch_pdl, buffer, None, *args)
 
+    Launcher.__name__, Launcher.__module__ = "CudaLauncher", "triton.backends.nvidia.driver"
+
+    class HIPLauncher(Launcher):  # (3.6's AMD launcher: the same parameters, another order)
+        pass
+    HIPLauncher.__module__ = "triton.backends.amd.driver"
+
     class Kernel:
         function, packed_metadata = "fn-handle", ("packed",)
 
-        def __init__(self, scratch=0):
-            self.run = Launcher(scratch)
+        def __init__(self, scratch=0, launcher=Launcher):
+            self.run = launcher(scratch)
 
     args = (torch.zeros(4), 7, 0.5, None)
     want = Kernel()
     want.run(3, 2, 1, 1234, "fn-handle", ("packed",), None, None, None, *args)
     assert want.run.calls[0] == "launcher"
-    for version, scratch, through_launcher in (("3.6.0", 0, False), ("3.6.0", 64, True),
-                                                ("3.9.0", 0, True)):
+    for version, scratch, launcher, through_launcher in (
+            ("3.6.0", 0, Launcher, False), ("3.6.0", 64, Launcher, True),
+            ("3.9.0", 0, Launcher, True), ("3.6.0", 0, HIPLauncher, True)):
         monkeypatch.setattr(triton, "__version__", version)
         fastlaunch._DIRECT.clear()
-        got = Kernel(scratch)
+        got = Kernel(scratch, launcher)
         fastlaunch.call(got, (3, 2, 1), args, 1234)
         assert (got.run.calls[0] == "launcher") == through_launcher
         c_call = got.run.calls[-1]
