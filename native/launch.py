@@ -163,12 +163,17 @@ def register_cap(tile, on_hopper: bool, fold_key: tuple) -> dict:
         fold_key == NO_FOLD_KEY else {}
 
 
-def random_args(n: Numerics, seed: int, keys: torch.Tensor | None) -> tuple:
+def random_args(n: Numerics, seed: int, keys: torch.Tensor | None,
+                addresses: bool = False) -> tuple:
     """The quantize kernels' seed and sign-mask arguments: integers, or (``keys``: int64
-    [seed, sign mask] on the data's device) pointers the kernels read them from."""
-    if keys is not None:
-        return keys[0:1], keys[1:2]
-    return seed & 0xFFFFFFFFFFFFFFFF, n.sign_mask
+    [seed, sign mask] on the data's device) pointers the kernels read them from: its two
+    one-element slices, or with ``addresses`` their addresses (``native.plans``)."""
+    if keys is None:
+        return seed & 0xFFFFFFFFFFFFFFFF, n.sign_mask
+    if addresses:
+        first = keys.data_ptr()
+        return first, first + keys.stride(0) * keys.element_size()
+    return keys[0:1], keys[1:2]
 
 
 @dataclass(frozen=True, eq=False)

@@ -36,7 +36,6 @@ from . import fastlaunch, launch
 from .launch import Kernel32
 
 DEVICE_TYPES = ("cuda",)
-_U64 = 0xFFFFFFFFFFFFFFFF
 MAX_PLANS = 4096  # far more combinations than a training run makes; past it, start afresh
 
 
@@ -160,7 +159,7 @@ def specialization(n: launch.Numerics, seed: int, keys, data: torch.Tensor,
     tensor's alignment and stride, which fix those of its two elements), the outputs'
     alignment, and the current device."""
     if keys is None:
-        rand = (fastlaunch.arg_key(seed & _U64), fastlaunch.arg_key(n.sign_mask))
+        rand = tuple(map(fastlaunch.arg_key, launch.random_args(n, seed, None)))
     else:
         rand = (keys.data_ptr() & 15, keys.stride(0))
     return rand, data.data_ptr() & 15, scales.data_ptr() & 15, device
@@ -192,11 +191,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     dyn = specialization(plan.numerics, seed, keys, data, scales, device)
     kernel = plan.compiled.get(dyn)
     if kernel is not None and fastlaunch.takes_addresses(kernel):
-        if keys is None:
-            seed_arg, sign_arg = seed & _U64, plan.numerics.sign_mask
-        else:  # (keys[0:1] and keys[1:2]: int64)
-            seed_arg = keys.data_ptr()
-            sign_arg = seed_arg + keys.stride(0) * 8
+        seed_arg, sign_arg = launch.random_args(plan.numerics, seed, keys, addresses=True)
         args = plan.k32.args(x.data_ptr(), data.data_ptr(), scales.data_ptr(), seed_arg,
                              sign_arg)
     else:
