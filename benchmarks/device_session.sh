@@ -8,7 +8,7 @@
 #   mkdir -p /tmp/ocpmx_run2 && CUDA_VISIBLE_DEVICES=2 OCPMX_RUN=/tmp/ocpmx_run2 setsid nohup \
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
-# Steps: env tests sass bench fold gemm linear linear_both launch columns colboth colprobe
+# Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck shapes both gemms host probe sweep cublas cublas_profile cublas_model emulate accum conform
 # conform_fold speed speed_both speed_cols.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
@@ -62,6 +62,10 @@ for s in "$@"; do
       done_ $s $? ;;
     bench)
       python3 benchmarks/gpu_bench.py --out $RUN/bench --sections quantize > $RUN/bench.log 2>&1
+      done_ $s $? ;;
+    sr)
+      # stochastic rounding against RNE and a copy: rows, columns, FP4/FP6/FP8, gfx950's SR
+      python3 benchmarks/gpu_bench.py --out $RUN/bench_sr --sections stochastic > $RUN/bench_sr.log 2>&1
       done_ $s $? ;;
     fold)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_fold --sections fold > $RUN/bench_fold.log 2>&1

@@ -625,10 +625,40 @@ def section_host(rows):
                          speedup=times["triton"] / times["plans"]))
 
 
+def section_stochastic(rows):
+    """Issue 18's stochastic rounding against RNE and a copy in one run (bf16 8192 x 14336):
+    rows and columns (axis 0, this GPU's default path), no rotation and H16, FP4, FP6 and FP8
+    elements, and the gfx950 conversion's stochastic rounding (rows, no rotation). Row names as in ``quantize``, with
+    ``conversion=gfx950`` appended where it is not 'ocp'."""
+    m, k = TOKENS, 14336
+    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    copy_ms = bench(lambda: dst.copy_(src()))
+    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
+    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    for fmt, axes in (("e2m1", (-1, 0)), ("e3m2", (-1,)), ("e4m3", (-1,))):
+        bits = {"e2m1": 4, "e3m2": 6, "e4m3": 8}[fmt]
+        nbytes = m * k * 2 + m * k * bits // 8 + m * k // 32
+        for axis in axes:
+            for rot in (None, "hadamard16"):
+                for rnd, conv in (("rne", "ocp"), ("stochastic", "ocp"),
+                                  ("stochastic", "gfx950")):
+                    if conv == "gfx950" and (axis, rot) != (-1, None):
+                        continue  # (gfx950's conversion: rows without a rotation)
+                    ms = bench(lambda: native.quantize(src(), fmt, axis=axis, rotation=rot,
+                                                       rounding=rnd, scale_rule="even",
+                                                       conversion=conv))
+                    tail = "" if conv == "ocp" else f" conversion={conv}"
+                    rows.append(dict(case=f"quantize {fmt} axis={axis} rot={rot} {rnd}{tail}",
+                                     ms=ms, gbs=nbytes / ms / 1e6,
+                                     of_copy=nbytes / ms / 1e6 / copy_gbs))
+
+
 SECTIONS = {"quantize": section_quantize, "gemm": section_gemm, "linear": section_linear,
             "numerics": section_numerics, "emulate": section_emulate, "fold": section_fold,
             "host": section_host, "columns": section_columns,
-            "columns_both": section_columns_both}
+            "columns_both": section_columns_both,
+            "stochastic": section_stochastic}
 
 
 def header():
@@ -655,7 +685,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="results/native_gpu")
     ap.add_argument("--sections", nargs="+", choices=list(SECTIONS),
-                    default=[s for s in SECTIONS if s != "columns_both"])  # (part of columns)
+                    default=[s for s in SECTIONS if s not in ("columns_both", "stochastic")])
+    # (columns_both: part of columns; stochastic: rows of quantize and columns)
     args = ap.parse_args()
     torch.manual_seed(0)
     head = header()
