@@ -83,7 +83,7 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
 
     scale_rule: 'floor' (§6.3, default), 'ceil', 'rceil' (NVIDIA), 'even' (torchao/AMD)
                 (or an ``ocpmx.spec.ScaleRule``).
-    rounding:   'rne' (§6.3, default) or 'stochastic' (16 random bits per element from
+    rounding:   'rne' (§6.3, default) or 'stochastic' (8 random bits per element from
                 Philox4x32-10 keyed by ``seed``, counted by the element's index in the K-major
                 layout, the quantized axis last: ``ocpmx.spec.philox.stochastic_bits``).
     rotation:   None, 'hadamard16', 'hadamard32', 'random_sign16:SEED', or a ``Rotation``;

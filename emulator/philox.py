@@ -18,6 +18,7 @@ _MASK = np.uint64(0xFFFFFFFF)
 
 SR_BITS = definition.SR_BITS
 SR_GROUP = definition.SR_GROUP
+SR_PER_WORD = definition.SR_PER_WORD
 
 
 @nb.njit(cache=True, inline="always")
@@ -56,9 +57,10 @@ def stochastic_bits(seed, index):
     ``ocpmx.spec.philox.stochastic_bits``, the definition."""
     w = philox4(seed, index // np.uint64(SR_GROUP))
     j = index % np.uint64(SR_GROUP)
-    half = j // np.uint64(2)
-    word = w[0] if half == 0 else (w[1] if half == 1 else (w[2] if half == 2 else w[3]))
-    return (word >> (np.uint64(SR_BITS) * (j % np.uint64(2)))) & np.uint64((1 << SR_BITS) - 1)
+    q = j // np.uint64(SR_PER_WORD)
+    word = w[0] if q == 0 else (w[1] if q == 1 else (w[2] if q == 2 else w[3]))
+    return (word >> (np.uint64(SR_BITS) * (j % np.uint64(SR_PER_WORD)))) & \
+        np.uint64((1 << SR_BITS) - 1)
 
 
 @nb.njit(cache=True, parallel=True)

@@ -33,15 +33,20 @@ def philox_word(seed: int, offset: int) -> int:
 # Stochastic rounding's random bits (Rounding.STOCHASTIC): SR_BITS per element. Elements are
 # counted by their index in the K-major layout (the quantized axis moved last: the layout of
 # the quantized output and of tl.dot_scaled's operands; for an element cast, the flat index).
-# The SR_GROUP elements of indices c * SR_GROUP .. c * SR_GROUP + SR_GROUP - 1 (a quarter of
-# a 32-block) share one Philox4x32-10 call with counter (c lo, c hi, 0, 0); element j of a
-# group takes bits [SR_BITS * (j % 2), SR_BITS * (j % 2) + SR_BITS) of word j // 2.
-SR_BITS = 16
-SR_GROUP = 128 // SR_BITS
+# The SR_GROUP elements of indices c * SR_GROUP .. c * SR_GROUP + SR_GROUP - 1 (half a
+# 32-block) share one Philox4x32-10 call with counter (c lo, c hi, 0, 0); element j of a group
+# takes bits [SR_BITS * (j % SR_PER_WORD), ... + SR_BITS) of word j // SR_PER_WORD.
+# Eight bits: a bf16 input has 8 significant bits, so in an element format's normal range its
+# dropped fraction has at most 7 - MBITS bits and is compared whole; only values in the
+# element's subnormal binade (and float32 inputs) lose fraction bits past the eighth, a bias
+# below 2^-8 of an element quantum. Sixteen elements a call halve Philox's cost per element.
+SR_BITS = 8
+SR_PER_WORD = 32 // SR_BITS
+SR_GROUP = 4 * SR_PER_WORD
 
 
 def stochastic_bits(seed: int, index: int) -> int:
     """The SR_BITS random bits of the element at (K-major) index ``index``."""
     c, j = divmod(index, SR_GROUP)
-    word = philox4x32(seed, (c & _M32, (c >> 32) & _M32, 0, 0))[j // 2]
-    return (word >> (SR_BITS * (j % 2))) & ((1 << SR_BITS) - 1)
+    word = philox4x32(seed, (c & _M32, (c >> 32) & _M32, 0, 0))[j // SR_PER_WORD]
+    return (word >> (SR_BITS * (j % SR_PER_WORD))) & ((1 << SR_BITS) - 1)

@@ -57,7 +57,7 @@ class Rounding(_Named):
     """Rounding: how an element value between two codes is rounded (§6.3 requires RNE)."""
 
     RNE = 0         # §6.3: round to nearest, ties to even (default)
-    STOCHASTIC = 1  # up with probability frac16 / 2^16 (``ocpmx.spec.philox.stochastic_bits``)
+    STOCHASTIC = 1  # up with probability frac8 / 2^8 (``ocpmx.spec.philox.stochastic_bits``)
 
 
 class Conversion(_Named):
@@ -81,8 +81,8 @@ SCALE_RULES: dict[str, str] = {
 }
 ROUNDINGS: dict[str, str] = {
     "rne": "§6.3: round to nearest, ties to even (default)",
-    "stochastic": "round up iff r < frac16: frac16 the first 16 bits of the fraction (truncated), "
-                  "r 16 random bits of Philox4x32-10 keyed by seed, 8 elements of consecutive "
+    "stochastic": "round up iff r < frac8: frac8 the first 8 bits of the fraction (truncated), "
+                  "r 8 random bits of Philox4x32-10 keyed by seed, 16 elements of consecutive "
                   "K-major indices per call (ocpmx.spec.philox.stochastic_bits)",
 }
 CONVERSIONS: dict[str, str] = {

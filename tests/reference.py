@@ -9,7 +9,7 @@ from fractions import Fraction
 from ocpmx.emulator import decode_code
 from ocpmx.spec import FORMATS
 
-SR_BITS = 16  # stochastic rounding: random bits per element, 8 elements per Philox call
+SR_BITS = 8  # stochastic rounding: random bits per element, 16 elements per Philox call
 
 
 def philox_ref(seed, counter):
@@ -76,12 +76,12 @@ def encode_value(v: Fraction, negative: bool, name: str, rbits=None, int8_min=-1
 
 
 def sr_bits_ref(seed, index):
-    """Stochastic rounding's random bits of the element at flat index ``index``: 16 bits, the
-    eight elements 8c .. 8c + 7 sharing Philox(seed, (c lo, c hi, 0, 0)); element j takes the
-    low (j even) or high (j odd) half of word j // 2."""
-    c, j = divmod(index, 8)
-    word = philox_ref(seed, [c & 0xFFFFFFFF, c >> 32, 0, 0])[j // 2]
-    return (word >> (16 * (j % 2))) & 0xFFFF
+    """Stochastic rounding's random bits of the element at flat index ``index``: 8 bits, the
+    sixteen elements 16c .. 16c + 15 sharing Philox(seed, (c lo, c hi, 0, 0)); element j takes
+    byte j % 4 (the lowest first) of word j // 4."""
+    c, j = divmod(index, 16)
+    word = philox_ref(seed, [c & 0xFFFFFFFF, c >> 32, 0, 0])[j // 4]
+    return (word >> (8 * (j % 4))) & 0xFF
 
 
 def quantize_block(values, name, rule="floor", rbits=None, int8_min=-127):

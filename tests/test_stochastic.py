@@ -36,12 +36,12 @@ def test_philox_one_thread_and_thread_pool_give_the_same_words():
 
 
 def test_sr_random_bits_definition():
-    """The 16 random bits per element (8 elements per Philox call), three ways: the spec's plain
+    """The 8 random bits per element (16 elements per Philox call), three ways: the spec's plain
     Python definition, the emulator's Numba version, and the test reference."""
     from ocpmx.emulator.philox import stochastic_bits
     from ocpmx.spec.philox import stochastic_bits as definition
     for seed in (0, 1234, 2**63 + 5):
-        for i in (0, 1, 2, 7, 8, 9, 15, 2**32 * 8 + 3, 2**40 + 11):
+        for i in (0, 1, 2, 3, 4, 7, 8, 9, 12, 15, 16, 17, 31, 2**32 * 16 + 3, 2**40 + 11):
             want = sr_bits_ref(seed, i)
             assert definition(seed, i) == want
             assert int(stochastic_bits(np.uint64(seed), np.uint64(i))) == want

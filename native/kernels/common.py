@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...spec.philox import SR_BITS, SR_GROUP
+from ...spec.philox import SR_BITS, SR_GROUP, SR_PER_WORD
 from ...spec.rules import Rounding, ScaleRule
 
 # the options, by name (the kernels' RULE and ROUNDING constexprs hold these values)
@@ -28,6 +28,7 @@ STOCHASTIC = tl.constexpr(int(Rounding.STOCHASTIC))
 RBITS = tl.constexpr(SR_BITS)
 RMASK = tl.constexpr((1 << SR_BITS) - 1)
 RGROUP = tl.constexpr(SR_GROUP)
+RPER = tl.constexpr(SR_PER_WORD)  # elements per 32-bit word
 
 
 @triton.jit
@@ -168,23 +169,28 @@ def philox_words(seed, counter):
 @triton.jit
 def stochastic_bits(seed, flat):
     """Stochastic rounding's random bits (int64) of the elements at flat indices ``flat``: word
-    j // 2, half j % 2 of the Philox call of their group (j = flat mod RGROUP). One call per
-    element: the generic path (the row kernel draws one call per group, ``group_bits``)."""
+    j // RPER, bits RBITS * (j % RPER) up, of the Philox call of their group (j = flat mod
+    RGROUP). One call per element: the generic path (the row kernel draws one call per group,
+    ``quarter_bits``)."""
     w0, w1, w2, w3 = philox_words(seed, flat // RGROUP)
     j = flat % RGROUP
-    w = tl.where(j < 4, tl.where(j < 2, w0, w1), tl.where(j < 6, w2, w3))
-    return ((w >> ((j % 2) * RBITS).to(tl.uint32)) & RMASK).to(tl.int64)
+    q = j // RPER
+    w = tl.where(q < 2, tl.where(q < 1, w0, w1), tl.where(q < 3, w2, w3))
+    return ((w >> ((j % RPER) * RBITS).to(tl.uint32)) & RMASK).to(tl.int64)
 
 
 @triton.jit
-def group_bits(seed, counter):
-    """[N, RGROUP] random bits (int64) of N groups of RGROUP consecutive elements, one Philox
-    call per group (``counter``: [N] group indices, flat index // RGROUP)."""
+def quarter_bits(seed, counter):
+    """The random bits (int64) of N groups of RGROUP = 16 consecutive elements as two [N, 8]
+    quarters of a 32-block (elements 0-7 from words 0-1, 8-15 from words 2-3), one Philox call
+    per group (``counter``: [N] group indices, flat index // RGROUP)."""
+    tl.static_assert(RGROUP == 16 and RPER == 4, "a group is two quarters, four bytes a word")
     w0, w1, w2, w3 = philox_words(seed, counter)
-    j = tl.arange(0, RGROUP)[None, :]
-    w = tl.where(j < 4, tl.where(j < 2, w0[:, None], w1[:, None]),
-                 tl.where(j < 6, w2[:, None], w3[:, None]))
-    return ((w >> ((j % 2) * RBITS).to(tl.uint32)) & RMASK).to(tl.int64)
+    j = tl.arange(0, 8)[None, :]
+    sh = ((j % 4) * RBITS).to(tl.uint32)
+    first = tl.where(j < 4, w0[:, None], w1[:, None])
+    second = tl.where(j < 4, w2[:, None], w3[:, None])
+    return ((first >> sh) & RMASK).to(tl.int64), ((second >> sh) & RMASK).to(tl.int64)
 
 
 @triton.jit
@@ -197,20 +203,20 @@ def stochastic_code(ab, sb, special, rbits, MBITS: tl.constexpr, BIAS: tl.conste
     y is exact wherever its code can be nonzero (as in ``round_on_grid``). With f its float32
     exponent field and sig its 24-bit significand, the element quantum is 2^(F - 127 - MBITS)
     with F = max(f, 128 - BIAS) (the subnormal binade shares the lowest normal one's quantum),
-    so Y = sig >> (F - f + 7 - MBITS) is y / quantum with RBITS = 16 fraction bits, truncated.
-    The magnitude code is the codes below binade F plus (Y + 0xFFFF - r) >> 16, which rounds up
-    iff frac16 + 0xFFFF - r >= 2^16, i.e. iff r < frac16; a carry past the binade lands on the
-    next binade's first code. A float32-subnormal y (f = 0) shifts out entirely
-    (it lies far below every element quantum), so the implicit bit needs no test. In a
-    NaN/Inf block 2^-s is replaced by 0, as in ``round_on_grid``."""
-    tl.static_assert(RBITS == 16, "Y holds the fraction's first 16 bits")
+    so Y = sig >> (F - f + 23 - MBITS - RBITS) is y / quantum with RBITS fraction bits,
+    truncated. The magnitude code is the codes below binade F plus (Y + RMASK - r) >> RBITS,
+    which rounds up iff frac + RMASK - r >= 2^RBITS, i.e. iff r < frac (frac: the fraction's
+    first RBITS bits); a carry past the binade lands on the next binade's first code. A
+    float32-subnormal y (f = 0) shifts out entirely (it lies far below every element quantum),
+    so the implicit bit needs no test. In a NaN/Inf block 2^-s is replaced by 0, as in
+    ``round_on_grid``."""
     inv = tl.where(special, 0, (127 - sb) << 23).to(tl.float32, bitcast=True)
     y = (ab.to(tl.float32, bitcast=True) * inv).to(tl.int32, bitcast=True)
     f = y >> 23
     fl = tl.maximum(f, 128 - BIAS)
-    sh = tl.minimum(fl - f + (7 - MBITS), 31)
+    sh = tl.minimum(fl - f + (23 - MBITS - RBITS), 31)
     big = ((y & 0x7FFFFF) | 0x800000) >> sh
-    mag = ((fl - (128 - BIAS)) << MBITS) + ((big + (RMASK - rbits.to(tl.int32))) >> 16)
+    mag = ((fl - (128 - BIAS)) << MBITS) + ((big + (RMASK - rbits.to(tl.int32))) >> RBITS)
     if SAT:
         mag = tl.minimum(mag, MAXC)
     return mag

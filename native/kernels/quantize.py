@@ -28,9 +28,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (FLOOR, RGROUP, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
-                     encode, f32_to_bf16_bits, group_bits, load_key, pow2_scale,
-                     rotation_signs, round_on_grid, stochastic_bits)
+from .common import (FLOOR, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
+                     encode, f32_to_bf16_bits, load_key, pow2_scale,
+                     quarter_bits, rotation_signs, round_on_grid, stochastic_bits)
 from .fold import (NAN_EXP, fold_elements, fold_values, group_exponents,
                    store_group_exponents)
 
@@ -540,16 +540,13 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       n_rows, FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr,
                       POW2: tl.constexpr, HW_CVT: tl.constexpr):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
-    8p .. 8p + 7 of each block in quarter p): stochastic rounding's bits (a quarter is one
-    group of 8, one Philox call each, counted at K-major block indices, so every kernel draws
+    8p .. 8p + 7 of each block in quarter p): stochastic rounding's bits (two quarters are one
+    group of 16, one Philox call each, counted at K-major block indices, so every kernel draws
     the same bits for an element), rotation, scale, codes (or bf16 values, QDQ), stores at
     K-major block indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN)."""
     if ROUNDING == STOCHASTIC:
-        tl.static_assert(RGROUP == 8, "a quarter of a 32-block is one stochastic-rounding group")
-        b0 = group_bits(seed, blk * 4)
-        b1 = group_bits(seed, blk * 4 + 1)
-        b2 = group_bits(seed, blk * 4 + 2)
-        b3 = group_bits(seed, blk * 4 + 3)
+        b0, b1 = quarter_bits(seed, blk * 2)  # (two quarters: one stochastic-rounding group)
+        b2, b3 = quarter_bits(seed, blk * 2 + 1)
     else:
         b0, b1, b2, b3 = 0, 0, 0, 0
     if ROT > 0:
@@ -750,8 +747,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     its stores (one block's values live at a time; each column's KB blocks of codes still
     written by this program, close together in time). Not with a fold.
 
-    Stochastic rounding counts elements in the K-major layout, so a quarter of a block is one
-    group of 8, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
+    Stochastic rounding counts elements in the K-major layout, so half a block is one group of
+    16, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
     (``common.load_key``)."""
     if ROUNDING == STOCHASTIC:
         seed = load_key(seed)
