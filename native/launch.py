@@ -77,10 +77,11 @@ class Numerics:
     def quarter_in_scale(self, in_dtype: torch.dtype) -> bool:
         """Whether the row kernel may put H16's 1/4 into the block scale
         (``QUARTER_IN_SCALE``, see ``kernels.quantize.quantize_rows32_kernel``): H16 on bf16 or
-        float16 input (x/4 exact), a float format, RNE."""
+        float16 input (x/4 exact), a float format, RNE or stochastic rounding (each divides |v|
+        by the block's 2^s in one float32 multiply: by 2^(s + 2) the same real number)."""
         r = self.rotation
         return (r is not None and r.size == 16 and in_dtype in (torch.bfloat16, torch.float16)
-                and self.fmt.kind != "int" and self.rounding == Rounding.RNE)
+                and self.fmt.kind != "int")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -166,8 +166,9 @@ def test_h16_on_every_bf16_value(device, fmt):
     """H16 on bf16 input puts its 1/4 into the block scale (QUARTER_IN_SCALE in
     quantize_rows32_kernel): every bf16 value in 32-blocks, shuffled (NaN and Inf in most
     blocks) and in order (blocks of subnormals, of huge values whose sums overflow), one
-    32-block tile per program, every scale rule, deterministic and random signs, codes, scales
-    and quantize-dequantize."""
+    32-block tile per program, every scale rule, deterministic and random signs, RNE and
+    stochastic rounding (which takes the 1/4 into the scale too), codes, scales and
+    quantize-dequantize."""
     tuning = native.Tuning(rows32=native.RowTile(32, 1), rows32_qdq=native.RowTile(32, 1))
     x = all_bf16_blocks(1)
     x = x[x.shape[0] // 2 - 64:]  # 64 shuffled blocks (NaN, Inf in every tile), all in order
@@ -177,13 +178,14 @@ def test_h16_on_every_bf16_value(device, fmt):
     assert (big < 2.0**-126).sum() >= 2 and (big > 2.0**125).sum() > 10
     for rot in ("hadamard16", Rotation(16, 12)):
         for rule in RULES:
-            mx = native.quantize(xt, fmt, scale_rule=rule, rotation=rot, tuning=tuning)
-            ref = emulator.quantize(x, fmt, scale_rule=rule, rotation=rot)
-            assert_same(mx, ref)
-            got = native.quantize_dequantize(xt, fmt, scale_rule=rule, rotation=rot,
-                                             tuning=tuning)
-            want = emulator.dequantize(ref).astype(ml_dtypes.bfloat16).view(np.int16)
-            assert np.array_equal(bf16_bits(got), want), (rot, rule)
+            for rnd in ("rne", "stochastic")[:2 if rule in ("floor", "even") else 1]:
+                kw = dict(scale_rule=rule, rotation=rot, rounding=rnd, seed=5)
+                mx = native.quantize(xt, fmt, tuning=tuning, **kw)
+                ref = emulator.quantize(x, fmt, **kw)
+                assert_same(mx, ref)
+                got = native.quantize_dequantize(xt, fmt, tuning=tuning, **kw)
+                want = emulator.dequantize(ref).astype(ml_dtypes.bfloat16).view(np.int16)
+                assert np.array_equal(bf16_bits(got), want), (rot, rule, rnd)
 
 
 @pytest.mark.parametrize("device", devices())

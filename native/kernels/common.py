@@ -233,8 +233,8 @@ def encode(ab, neg, sb, special, any_special, rbits, OFF: tl.constexpr,
     shared exponent ``sb`` (broadcastable to ab's shape); ``rbits``: stochastic rounding's RBITS
     random bits of each element (``stochastic_bits``; unused under RNE); CAST: element casts
     (scale 2^0, no block).
-    ``OFF``: the RNE float path divides |v| by 2^(s + OFF) (QUARTER_IN_SCALE in
-    ``quantize.quantize_rows32_kernel``); the others need OFF = 0. NAN_POS: NaN gets the
+    ``OFF``: the float paths (RNE and stochastic) divide |v| by 2^(s + OFF) (QUARTER_IN_SCALE
+    in ``quantize.quantize_rows32_kernel``); the integer path needs OFF = 0. NAN_POS: NaN gets the
     positive NaN code (after a rotation, whose NaN is +qNaN: ``ocpmx.spec.rotation``). SAT =
     False: the scale rule keeps every RNE code at most MAXC (not floor; see ``envelope_code``;
     stochastic rounding saturates regardless). RAW
@@ -244,8 +244,8 @@ def encode(ab, neg, sb, special, any_special, rbits, OFF: tl.constexpr,
     if ROUNDING == STOCHASTIC and not IS_INT:  # float formats: 32-bit integer arithmetic
         # always saturated: even where the scale rule keeps y below the top code's RNE
         # boundary (SAT False), y may exceed the largest normal and round up past it
-        mag = stochastic_code(ab, sb, special, rbits, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC,
-                              SAT=True)
+        mag = stochastic_code(ab, sb + OFF, special, rbits, MBITS=MBITS, BIAS=BIAS,
+                              MAXC=MAXC, SAT=True)
         sign = tl.where(neg, SIGN, 0)
         code = sign | mag
     elif IS_INT:  # exact integer path (emulator: encode)

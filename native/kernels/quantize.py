@@ -481,14 +481,15 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     registers: stages h = 1, 2, 4 inside a quarter, h = 8 and h = 16 between quarters. Same
     bits as ``quantize_kernel`` (and the emulator).
 
-    QUARTER_IN_SCALE (H16 on bf16 or float16 input, a float format, RNE): the rotation's 1/4
+    QUARTER_IN_SCALE (H16 on bf16 or float16 input, a float format): the rotation's 1/4
     goes into the block scale instead of a multiply per element. The emulator rotates as signs,
     butterfly stages, then v = fl(T * 1/4). On bf16 or float16 input every x is a multiple of
     2^-133 (resp. 2^-24), so every butterfly intermediate and T are multiples of it too, and T/4
     is a float32 number: v = T / 4 exactly (Inf and NaN stay what they are). So max|v| = max|T| / 4
-    (one multiply per block, exact), and the elements' RNE input y = |v| * 2^-s =
-    |T| * 2^-(s + 2): the same real number, rounded once either way, 2^-(s + 2) being a float32
-    number (|v| < 2^126 gives s <= 124 for every float format). Same bits as the emulator.
+    (one multiply per block, exact), and the elements' input y = |v| * 2^-s = |T| * 2^-(s + 2)
+    (RNE's and stochastic rounding's alike): the same real number, rounded once either way,
+    2^-(s + 2) being a float32 number (|v| < 2^126 gives s <= 124 for every float format). Same
+    bits as the emulator.
 
     QDQ: instead of codes and scales, write the dequantized values as bf16 (data_ptr: the
     output viewed as int32 pairs), the bits of ``dequantize(quantize(x), bfloat16)``: on chips
