@@ -628,7 +628,8 @@ def section_host(rows):
 def section_stochastic(rows):
     """Issue 18's stochastic rounding against RNE and a copy in one run (bf16 8192 x 14336):
     rows and columns (axis 0, this GPU's default path), no rotation and H16, FP4, FP6 and FP8
-    elements, and the gfx950 conversion's stochastic rounding (rows, no rotation). Row names as in ``quantize``, with
+    elements, and the gfx950 conversion's stochastic rounding (rows, no rotation); first the
+    row kernel's tiles under stochastic rounding (E2M1). Row names as in ``quantize``, with
     ``conversion=gfx950`` appended where it is not 'ocp'."""
     m, k = TOKENS, 14336
     src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
@@ -636,6 +637,15 @@ def section_stochastic(rows):
     copy_ms = bench(lambda: dst.copy_(src()))
     copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
     rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    nbytes4 = m * k * 2 + m * k // 2 + m * k // 32
+    for rot in (None, "hadamard16"):  # row tiles (speed only; the tests pin the bits)
+        for tile in (RowTile(32, 1, 72), RowTile(32, 1), RowTile(32, 1, 96), RowTile(64, 2),
+                     RowTile(64, 2, 72), RowTile(128, 4)):
+            tuning = dataclasses.replace(native.default_tuning(dst.device), rows32=tile)
+            ms = bench(lambda: native.quantize(src(), "e2m1", rotation=rot, scale_rule="even",
+                                               rounding="stochastic", tuning=tuning))
+            rows.append(dict(case=f"tile sweep rows32 {tile} e2m1 rot={rot} stochastic", ms=ms,
+                             gbs=nbytes4 / ms / 1e6, of_copy=nbytes4 / ms / 1e6 / copy_gbs))
     for fmt, axes in (("e2m1", (-1, 0)), ("e3m2", (-1,)), ("e4m3", (-1,))):
         bits = {"e2m1": 4, "e3m2": 6, "e4m3": 8}[fmt]
         nbytes = m * k * 2 + m * k * bits // 8 + m * k // 32
