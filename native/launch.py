@@ -327,22 +327,25 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
         # vec = 1 tile and the row kernel right; the same tiles right with ``encode``), cause
         # not isolated (results/native_gpu/column_fold_cvt_h100.txt)
         fold_key = fold_key[:3] + (False,)
+    serial = tile.serial and kb > 1 and not fold
+    # (joint: two blocks of 4-bit codes per program, quantize only)
+    joint = tile.joint and serial and kb == 2 and not qdq and not split and \
+        n.constexprs(in_dtype)["PACK"] == 2
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold_key, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,
-                              inner if const else 0,
-                              tile.serial and kb > 1 and not fold), tile.columns, kb
+                              inner if const else 0, serial, joint), tile.columns, kb
 
 
 @functools.lru_cache(maxsize=1024)
 def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
                        even: bool, split: bool = False, stride: int = 0,
-                       serial: bool = False) -> dict:
+                       serial: bool = False, joint: bool = False) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
                 VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, SPLIT=split,
-                INNER=stride, SERIAL=serial,
+                INNER=stride, SERIAL=serial, JOINT=joint,
                 num_warps=tile.warps,
                 **register_cap(tile, on_hopper, fold_key))
 

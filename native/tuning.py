@@ -45,7 +45,10 @@ class ColumnTile:
     distinct ``inner``; not with ``split``, and only where the offsets fit the load's 24-bit
     immediate); ``serial``: the program's blocks along K quantized one after another (a
     32-row load and its stores each, one block's values live at a time), not all at once
-    (not with a fold, whose groups a program holds whole: there the tile runs at once)."""
+    (not with a fold, whose groups a program holds whole: there the tile runs at once);
+    ``joint`` (with ``serial``, two blocks along K, 4-bit codes, no quantize-dequantize): the
+    first pass keeps its codes and scales and the second stores both, so that each column's
+    32 code bytes (one sector) go out in back-to-back stores (elsewhere plain ``serial``)."""
     columns: int
     warps: int
     kblocks: int = 1
@@ -56,6 +59,7 @@ class ColumnTile:
     split: bool = False
     const_stride: bool = False
     serial: bool = False
+    joint: bool = False
 
     def __post_init__(self):
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:

@@ -392,7 +392,12 @@ CONST_STRIDE = [(128, 2, 1, True, True, 2, None, False, True),
 SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
           ((32, 1, 2, True, False, 2, None, False, True, True), 480),
           ((64, 1, 2, True, True, 2, None, True, False, True), 480),
-          ((16, 1, 4, True, True, 2, None, False, False, True), 384)]
+          ((16, 1, 4, True, True, 2, None, False, False, True), 384),
+          # ``joint``: the two passes' codes stored together (two blocks along K; the 3-D
+          # case's five blocks run one a program, plain serial), with and without the row
+          # stride compiled in
+          ((64, 1, 2, True, True, 2, None, False, False, True, True), 480),
+          ((32, 1, 2, True, False, 2, None, False, True, True, True), 480)]
 
 
 @pytest.mark.parametrize("device", devices())

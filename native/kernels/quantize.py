@@ -539,12 +539,16 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr, NB: tl.constexpr,
                       EVEN: tl.constexpr, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
                       n_rows, FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr,
-                      POW2: tl.constexpr, HW_CVT: tl.constexpr):
+                      POW2: tl.constexpr, HW_CVT: tl.constexpr, DEFER: tl.constexpr = False):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
     8p .. 8p + 7 of each block in quarter p): stochastic rounding's bits (two quarters are one
     group of 16, one Philox call each, counted at K-major block indices, so every kernel draws
     the same bits for an element), rotation, scale, codes (or bf16 values, QDQ), stores at
-    K-major block indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN)."""
+    K-major block indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN).
+    ``DEFER`` (4-bit codes, no QDQ, no fold): store nothing, return the blocks' code words
+    (w0, w1, w2, w3: [NB] each, quarters 0-3) and scales [NB] for the caller to store."""
+    tl.static_assert(not DEFER or (PACK == 2 and not QDQ and FOLD_GROUP == 0),
+                     "DEFER returns the code words of 4-bit codes")
     if ROUNDING == STOCHASTIC:
         b0, b1 = quarter_bits(seed, blk * 2)  # (two quarters: one stochastic-rounding group)
         b2, b3 = quarter_bits(seed, blk * 2 + 1)
@@ -620,8 +624,9 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
         w3 = raw_word(a3, u3, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
-        store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
-        store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
+        if not DEFER:
+            store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
+            store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
     else:
         c0 = quarter_codes(a0, u0, sb, sp, any_special, b0, OFF=OFF, RULE=RULE,
                            ROUNDING=ROUNDING, ROT=ROT, IS_INT=IS_INT, ENVELOPE=ENVELOPE,
@@ -657,14 +662,21 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ)
         else:
             if PACK == 2:  # the block's 16 code bytes as four int32 words: one 16-byte store
-                store_words(data_ptr, blk, nibbles_to_word(c0), nibbles_to_word(c1),
-                            nibbles_to_word(c2), nibbles_to_word(c3), valid, NB=NB, EVEN=EVEN)
+                w0 = nibbles_to_word(c0)
+                w1 = nibbles_to_word(c1)
+                w2 = nibbles_to_word(c2)
+                w3 = nibbles_to_word(c3)
+                if not DEFER:
+                    store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
             else:
                 store_codes(data_ptr, blk, c0, 0, valid, NB=NB, PACK=PACK, EVEN=EVEN)
                 store_codes(data_ptr, blk, c1, 1, valid, NB=NB, PACK=PACK, EVEN=EVEN)
                 store_codes(data_ptr, blk, c2, 2, valid, NB=NB, PACK=PACK, EVEN=EVEN)
                 store_codes(data_ptr, blk, c3, 3, valid, NB=NB, PACK=PACK, EVEN=EVEN)
-            store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
+            if not DEFER:
+                store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
+    if DEFER:
+        return w0, w1, w2, w3, scale
 
 
 @triton.jit
@@ -715,7 +727,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            BN: tl.constexpr, KB: tl.constexpr, HIDE: tl.constexpr,
                            VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
                            EVEN: tl.constexpr, SPLIT: tl.constexpr = False,
-                           INNER: tl.constexpr = 0, SERIAL: tl.constexpr = False):
+                           INNER: tl.constexpr = 0, SERIAL: tl.constexpr = False,
+                           JOINT: tl.constexpr = False):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -746,7 +759,10 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
 
     ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load and
     its stores (one block's values live at a time; each column's KB blocks of codes still
-    written by this program, close together in time). Not with a fold.
+    written by this program, close together in time). Not with a fold. ``JOINT`` (``SERIAL``,
+    KB = 2, 4-bit codes): the first pass keeps its code words and scales and the second
+    stores both, a column's 32 code bytes (one 32-byte sector) in back-to-back 16-byte
+    stores, as the two-block tiles write them.
 
     Stochastic rounding counts elements in the K-major layout, so half a block is one group of
     16, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
@@ -768,6 +784,9 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     # SERIAL: the program's KB blocks along K one after another, KP = 1 block per pass
     NS: tl.constexpr = KB if SERIAL else 1
     KP: tl.constexpr = 1 if SERIAL else KB
+    tl.static_assert(not JOINT or (SERIAL and KB == 2 and PACK == 2 and not QDQ
+                                   and FOLD_GROUP == 0 and not SPLIT),
+                     "JOINT: two serial passes of 4-bit codes")
     if SPLIT:
         tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
         PARTS: tl.constexpr = 2
@@ -814,15 +833,33 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                 t = tl.cast(words & -65536, tl.float32, bitcast=True)
             # the pass's blocks are blocks kt KB + ps .. of their columns: as a program of KP
             # blocks at position kt NS + ps
-            cols32_part(t, first, pid_n, kt * NS + ps, o, data_ptr, scale_ptr, sign_mask, K,
-                        inner, seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
-                        n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
-                        MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
-                        NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
-                        ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                        PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE,
-                        FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT,
-                        BN=BN // PARTS, KB=KP, STEP=PARTS, BIG=BIG, EVEN=EVEN)
+            out = cols32_part(t, first, pid_n, kt * NS + ps, o, data_ptr, scale_ptr, sign_mask,
+                              K, inner, seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr,
+                              total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
+                              EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
+                              NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
+                              SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
+                              ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
+                              QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
+                              D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
+                              STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
+            if JOINT:
+                if ps == 0:
+                    words0, scale0, blk0, valid0 = out
+                else:
+                    words1, scale1, _, _ = out
+    if JOINT:  # each column's two blocks: 8 code words and 2 scale bytes, stored together
+        words = tl.reshape(tl.permute(tl.join(words0, words1), (0, 2, 1)), (BN, 8))
+        woff = blk0[:, None] * 4 + tl.arange(0, 8)[None, :]
+        scales = tl.reshape(tl.join(scale0, scale1), (BN, 2)).to(tl.uint8)
+        soff = blk0[:, None] + tl.arange(0, 2)[None, :]
+        wptr = data_ptr.to(tl.pointer_type(tl.int32))
+        if EVEN:
+            tl.store(wptr + woff, words)
+            tl.store(scale_ptr + soff, scales)
+        else:
+            tl.store(wptr + woff, words, mask=valid0[:, None] & (woff >= 0))
+            tl.store(scale_ptr + soff, scales, mask=valid0[:, None] & (soff >= 0))
 
 
 @triton.jit
@@ -838,10 +875,12 @@ def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner
                 QUARTER_IN_SCALE: tl.constexpr, FOLD_GROUP: tl.constexpr,
                 D_MAX: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr,
                 BN: tl.constexpr, KB: tl.constexpr, STEP: tl.constexpr, BIG: tl.constexpr,
-                EVEN: tl.constexpr):
+                EVEN: tl.constexpr, DEFER: tl.constexpr = False):
     """The column kernel after its load: a float32 tile [32 KB, BN] of the program's columns
     ``first``, ``first`` + STEP, ... (of the BN STEP columns from pid_n BN STEP on), quantized
-    into the K-major output as the row kernel's quarters."""
+    into the K-major output as the row kernel's quarters. ``DEFER`` (KB = 1): nothing stored;
+    returns the code words [BN, 4], the scales [BN], the blocks' K-major indices and
+    ``valid`` (``quantize_quarters``'s DEFER)."""
     q0, q1, q2, q3 = columns_to_quarters(t, BN=BN, KB=KB)
     b = tl.arange(0, BN * KB)
     col = (pid_n * BN + b // KB) * STEP + first  # block b: block kt KB + b % KB of column col
@@ -850,12 +889,19 @@ def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner
         blk = (o.to(tl.int64) * inner + col) * (K // 32) + kt * KB + b % KB
     else:
         blk = (o * inner + col) * (K // 32) + kt * KB + b % KB
-    quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
-                      sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS,
-                      MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC,
-                      NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV,
-                      ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS,
-                      PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN * KB,
-                      EVEN=EVEN, exp_ptr=exp_ptr, pow2_ptr=pow2_ptr, stats_ptr=stats_ptr,
-                      total_ptr=total_ptr, n_blocks=n_blocks, n_rows=n_rows,
-                      FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT)
+    out = quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
+                            sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
+                            EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
+                            NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
+                            SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
+                            ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
+                            QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=BN * KB, EVEN=EVEN,
+                            exp_ptr=exp_ptr, pow2_ptr=pow2_ptr, stats_ptr=stats_ptr,
+                            total_ptr=total_ptr, n_blocks=n_blocks, n_rows=n_rows,
+                            FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT,
+                            DEFER=DEFER)
+    if DEFER:
+        w0, w1, w2, w3, scale = out
+        words = tl.reshape(tl.permute(tl.join(tl.join(w0, w1), tl.join(w2, w3)), (0, 2, 1)),
+                           (BN * KB, 4))
+        return words, scale, blk, valid
