@@ -230,7 +230,7 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
                         (fold.rows,) if fold else (1,), consts,
                         flat=bf16 and x.dim() > 0 and x.shape[-1] % 2 == 1)
     path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize",
-                                    n.rounding == Rounding.STOCHASTIC)
+                                    n.rounding == Rounding.STOCHASTIC, n.rotation is not None)
     k = x.shape[axis]
     if path == "both_axes":
         k32 = columns32(x, k, inner, n, tuning, qdq)

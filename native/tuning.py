@@ -108,6 +108,8 @@ class Tuning:
                          'both_axes' folds through the column kernel)
     cols32_sr            the column kernel's tile under stochastic rounding, quantize and
                          quantize-dequantize alike (None: the operation's own; not the fold)
+    cols32_unrotated     the column kernel's quantize tile (RNE) without a rotation (None:
+                         ``cols32``)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
@@ -131,6 +133,7 @@ class Tuning:
     columns_fold: str | None = None
     cols32_fold: ColumnTile | None = None
     cols32_sr: ColumnTile | None = None
+    cols32_unrotated: ColumnTile | None = None
     last_axis: StridedTile = StridedTile(16, 256, 4)
     other_axis: StridedTile = StridedTile(64, 64, 4)
     dequantize: StridedTile = StridedTile(16, 256, 4)
@@ -154,16 +157,19 @@ class Tuning:
             raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "
                              f"got {self.both_axes}")
 
-    def column_path(self, op: str = "quantize",
-                    stochastic: bool = False) -> tuple[str, ColumnTile]:
+    def column_path(self, op: str = "quantize", stochastic: bool = False,
+                    rotated: bool = True) -> tuple[str, ColumnTile]:
         """('transpose', 'kernel' or 'both_axes', the column tile) for blocks along a non-last
         axis of ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3, never
         'both_axes': the column kernel instead); ``stochastic``: under stochastic rounding
-        (``cols32_sr``, where set, for quantize and qdq). Under 'both_axes' the tile is the
-        column kernel's for the calls the both-axes kernel does not take
+        (``cols32_sr``, where set, for quantize and qdq); ``rotated``: with a rotation (else
+        ``cols32_unrotated``, where set, for quantize under RNE). Under 'both_axes' the tile is
+        the column kernel's for the calls the both-axes kernel does not take
         (``launch.kernel32`` decides)."""
         if op == "quantize":
             path, tile = self.columns, self.cols32
+            if not rotated and not stochastic and self.cols32_unrotated is not None:
+                tile = self.cols32_unrotated
         elif op in ("qdq", "fold"):
             path, tile = getattr(self, f"columns_{op}"), getattr(self, f"cols32_{op}")
             path, tile = path or self.columns, tile or self.cols32
@@ -243,15 +249,25 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # kernel's: the axis-0 kernel wrote it at 0.48-0.52 of copy against 0.56 / 0.70, and its
 # half-block tiles (61-74 registers) at 0.41-0.45 (twenty-sixth session, same file): not an
 # occupancy bound.
+# Twenty-eighth session (results/native_gpu/column_tile_check_h100.txt, bits equal to the
+# transpose path's on 117 M random bf16 patterns): without a rotation the two-block quantize
+# tile spills (80 spill stores, Triton 3.6); its ``serial`` + ``joint`` form (a block at a
+# time, each column's 32 code bytes stored together) spills none and runs at 0.72 of copy
+# against 0.555 (the stride compiled in; 0.68-0.70 without), while with H16 it loses (0.66
+# against 0.70) and under stochastic rounding too (0.48 against the one-block SR tile's 0.52):
+# ``cols32_unrotated`` takes it for RNE without a rotation only.
 H100 = Tuning(rows32_qdq=RowTile(16, 1),
               columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
+              cols32_unrotated=ColumnTile(128, 2, 2, kb_fast=True, vec=2, const_stride=True,
+                                          serial=True, joint=True),
               columns_qdq="both_axes", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
               cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2),
               both_axes=(64, 2), linear_both_axes=True,
               notes="GPU defaults, H100 column kernel for quantize, the axis-0 kernel for qdq, "
-                    "16-block qdq rows, MXLinear's both-axes pass")
+                    "16-block qdq rows, MXLinear's both-axes pass, a joint serial tile for "
+                    "quantize without a rotation")
 # On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at

@@ -757,6 +757,15 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
     assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
+    # without a rotation the H100 quantizes (RNE) with its joint serial tile; not under
+    # stochastic rounding, not quantize-dequantize, not the fold; other tunings keep cols32
+    joint = native.ColumnTile(128, 2, 2, True, True, 2, const_stride=True, serial=True,
+                              joint=True)
+    assert T.H100.column_path("quantize", False, False) == ("kernel", joint)
+    assert T.H100.column_path("quantize", True, False) == ("kernel", sr)
+    assert T.H100.column_path("qdq", False, False) == T.H100.column_path("qdq")
+    assert T.H100.column_path("fold", False, False) == T.H100.column_path("fold")
+    assert T.H200.column_path("quantize", False, False) == T.H200.column_path()
     with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose', 'kernel' or "
                                          "'both_axes'"):
         native.Tuning(columns_qdq="rows")
@@ -796,6 +805,14 @@ def test_column_path_per_operation(device, monkeypatch):
     want = native_fold.quantize_folded(xt.cpu(), "e2m1", 2, axis=0, backend="emulator")
     for field in ("codes", "exponents", "scales", "stats"):
         assert torch.equal(getattr(folded, field).cpu(), getattr(want, field)), field
+    # the launch passes the rotation: the H100's joint serial tile (JOINT) runs E2M1 without
+    # a rotation only; E4M3 (8-bit codes) runs it as plain serial
+    xb = torch.zeros(256, 256, dtype=torch.bfloat16, device=device)
+    for fmt, rot, joint in (("e2m1", None, True), ("e2m1", Rotation(16), False),
+                            ("e4m3", None, False)):
+        n = native.ops.numerics(fmt, "even", "rne", rot)
+        k32 = launch.kernel32(xb, 0, 256, 256 * 256 // 32, n, T.H100)
+        assert k32.consts["JOINT"] is joint and k32.consts["SERIAL"] is (rot is None), (fmt, rot)
 
 
 def test_default_tuning_per_gpu(monkeypatch):
