@@ -95,6 +95,17 @@ def rotating(make, n=4):
     return nxt
 
 
+def copy_baseline(rows, m, k):
+    """The bandwidth baseline of a section: a rotating bf16 [m, k] source and a destination,
+    a copy between them timed and its row appended; (source, destination, copy GB/s)."""
+    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    copy_ms = bench(lambda: dst.copy_(src()))
+    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
+    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    return src, dst, copy_gbs
+
+
 def section_quantize(rows):
     out = []
     m, k = TOKENS, 14336
@@ -346,11 +357,7 @@ def section_fold(rows):
     against a copy and against the plain quantize of the same input, rows and columns (Wgrad's
     operands), H16 and stochastic rounding; and its host time per call."""
     m, k = TOKENS, 14336
-    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
-    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
-    copy_ms = bench(lambda: dst.copy_(src()))
-    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
-    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    src, dst, copy_gbs = copy_baseline(rows, m, k)
     for group, pow2 in ((4, True), (4, False), (32, False)):
         for rot in (None, "hadamard16"):
             for axis in (-1, 0):
@@ -469,11 +476,7 @@ def section_columns(rows, short: bool = False):
     transpose path's (``bits_equal``: codes and scale bytes, or the bf16 values; the row
     kernel on the transposed input, so independent of every column path timed)."""
     m, k = TOKENS, 14336
-    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
-    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
-    copy_ms = bench(lambda: dst.copy_(src()))
-    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
-    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    src, dst, copy_gbs = copy_baseline(rows, m, k)
     nbytes = m * k * 2 + m * k // 2 + m * k // 32
     transpose = ("transpose", dataclasses.replace(GPU, columns="transpose",
                                                   columns_qdq="transpose"))
@@ -520,7 +523,8 @@ def section_columns(rows, short: bool = False):
         for name, tuning in qdq_ways:
             timed(f"columns qdq {name} e2m1 -> bf16 rot={rot}",
                   lambda t, tuning=tuning: qdq(t, tuning), want,
-                  lambda ms: 2 * m * k * 2 / ms / 1e6, lambda ms: copy_ms / ms)
+                  lambda ms: 2 * m * k * 2 / ms / 1e6,
+                  lambda ms: 2 * m * k * 2 / ms / 1e6 / copy_gbs)
 
 
 def section_columns_both(rows):
@@ -632,11 +636,7 @@ def section_stochastic(rows):
     row kernel's tiles under stochastic rounding (E2M1). Row names as in ``quantize``, with
     ``conversion=gfx950`` appended where it is not 'ocp'."""
     m, k = TOKENS, 14336
-    src = rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
-    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
-    copy_ms = bench(lambda: dst.copy_(src()))
-    copy_gbs = 2 * m * k * 2 / copy_ms / 1e6
-    rows.append(dict(case="copy bf16 (read + write)", ms=copy_ms, gbs=copy_gbs, of_copy=1.0))
+    src, dst, copy_gbs = copy_baseline(rows, m, k)
     nbytes4 = m * k * 2 + m * k // 2 + m * k // 32
     for rot in (None, "hadamard16"):  # row tiles (speed only; the tests pin the bits)
         for tile in (RowTile(32, 1, 72), RowTile(32, 1), RowTile(32, 1, 96), RowTile(64, 2),
