@@ -255,7 +255,11 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # time, each column's 32 code bytes stored together) spills none and runs at 0.72 of copy
 # against 0.555 (the stride compiled in; 0.68-0.70 without), while with H16 it loses (0.66
 # against 0.70) and under stochastic rounding too (0.48 against the one-block SR tile's 0.52):
-# ``cols32_unrotated`` takes it for RNE without a rotation only.
+# ``cols32_unrotated`` takes it for RNE without a rotation only. The one-block SR tile with
+# the stride compiled in (``const_stride``, 1.8 instructions per element fewer) ran H16 + SR
+# at 0.537 of copy against 0.520 without, quantize-dequantize under SR 0.504 against 0.469
+# (column_tile_check_h100_sr.txt, same run); joint two-block SR tiles lose (0.48-0.49, also
+# capped at 192 registers, which spills none).
 H100 = Tuning(rows32_qdq=RowTile(16, 1),
               columns="kernel", cols32=ColumnTile(128, 2, 2, kb_fast=True, vec=2,
                                                  const_stride=True),
@@ -263,7 +267,7 @@ H100 = Tuning(rows32_qdq=RowTile(16, 1),
                                           serial=True, joint=True),
               columns_qdq="both_axes", cols32_qdq=ColumnTile(64, 2, 2, kb_fast=True, vec=2),
               columns_fold="transpose",
-              cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2),
+              cols32_sr=ColumnTile(64, 1, kb_fast=True, vec=2, const_stride=True),
               both_axes=(64, 2), linear_both_axes=True,
               notes="GPU defaults, H100 column kernel for quantize, the axis-0 kernel for qdq, "
                     "16-block qdq rows, MXLinear's both-axes pass, a joint serial tile for "

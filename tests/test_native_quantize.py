@@ -776,7 +776,7 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H100.column_path("fold")[0] == "transpose"
     # stochastic rounding: the H100's one-block tile for quantize and qdq, not for the fold;
     # tunings without an SR tile keep the operation's own
-    sr = native.ColumnTile(64, 1, 1, True, True, 2)
+    sr = native.ColumnTile(64, 1, 1, True, True, 2, const_stride=True)
     assert T.H100.column_path("quantize", True) == ("kernel", sr)
     assert T.H100.column_path("qdq", True) == ("both_axes", sr)  # (the column kernel runs SR)
     assert T.H100.column_path("fold", True) == T.H100.column_path("fold")
