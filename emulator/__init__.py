@@ -1,5 +1,8 @@
 """The golden model: bit-exact OCP MX v1.0 cast/decode, block quantize, packing, Hadamard
 rotations and MX dot products with explicit accumulation models (Numba)."""
+from .numba_cache import drop_stale as _drop_stale
+
+_drop_stale()  # before any kernel loads its cache (see numba_cache)
 from ..spec.rotation import Rotation, parse_rotation
 from .accumulate import HOPPER_BF16, HOPPER_FP8, MODELS, ChunkedModel, mx_dot, mx_matmul
 from .block_quantize import MXArray, cast, dequantize, quantize
