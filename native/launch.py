@@ -75,7 +75,7 @@ class Numerics:
         return _constexprs(self, in_dtype)
 
     def quarter_in_scale(self, in_dtype: torch.dtype) -> bool:
-        """Whether the row kernel may put H16's 1/4 into the block scale
+        """Whether the row and column kernels may put H16's 1/4 into the block scale
         (``QUARTER_IN_SCALE``, see ``kernels.quantize.quantize_rows32_kernel``): H16 on bf16 or
         float16 input (x/4 exact), a float format, RNE or stochastic rounding (each divides |v|
         by the block's 2^s in one float32 multiply: by 2^(s + 2) the same real number)."""
@@ -229,8 +229,9 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
                         torch.int32 if bf16 else None, (n_blocks,), n.rot_scale,
                         (fold.rows,) if fold else (1,), consts,
                         flat=bf16 and x.dim() > 0 and x.shape[-1] % 2 == 1)
-    path, tile = tuning.column_path("fold" if fold else "qdq" if qdq else "quantize",
-                                    n.rounding == Rounding.STOCHASTIC, n.rotation is not None)
+    path, tile = tuning.column_path(
+        "fold" if fold else "qdq" if qdq else "quantize", n.rounding == Rounding.STOCHASTIC,
+        unrotated_fp4=n.rotation is None and n.constexprs(x.dtype)["PACK"] == 2)
     k = x.shape[axis]
     if path == "both_axes":
         k32 = columns32(x, k, inner, n, tuning, qdq)

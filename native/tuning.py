@@ -65,6 +65,9 @@ class ColumnTile:
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:
             raise ValueError(f"ColumnTile vec must be a power of two dividing columns "
                              f"({self.columns}), got {self.vec}")
+        if self.joint and not self.serial:
+            raise ValueError("a joint ColumnTile stores its serial passes together: it takes "
+                             "serial=True")
         if self.split and self.columns % 2:
             raise ValueError(f"a split ColumnTile takes an even number of columns, got "
                              f"{self.columns}")
@@ -108,8 +111,8 @@ class Tuning:
                          'both_axes' folds through the column kernel)
     cols32_sr            the column kernel's tile under stochastic rounding, quantize and
                          quantize-dequantize alike (None: the operation's own; not the fold)
-    cols32_unrotated     the column kernel's quantize tile (RNE) without a rotation (None:
-                         ``cols32``)
+    cols32_unrotated     the column kernel's quantize tile for 4-bit codes (FP4) under RNE
+                         without a rotation (None: ``cols32``)
     last_axis / other_axis   the strided quantize kernel along the last axis / another one
     dequantize           the dequantize kernel
     transpose            (BK, BI) of the tiled transpose
@@ -157,18 +160,18 @@ class Tuning:
             raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "
                              f"got {self.both_axes}")
 
-    def column_path(self, op: str = "quantize", stochastic: bool = False,
-                    rotated: bool = True) -> tuple[str, ColumnTile]:
+    def column_path(self, op: str = "quantize", stochastic: bool = False, *,
+                    unrotated_fp4: bool = False) -> tuple[str, ColumnTile]:
         """('transpose', 'kernel' or 'both_axes', the column tile) for blocks along a non-last
         axis of ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3, never
         'both_axes': the column kernel instead); ``stochastic``: under stochastic rounding
-        (``cols32_sr``, where set, for quantize and qdq); ``rotated``: with a rotation (else
-        ``cols32_unrotated``, where set, for quantize under RNE). Under 'both_axes' the tile is
-        the column kernel's for the calls the both-axes kernel does not take
-        (``launch.kernel32`` decides)."""
+        (``cols32_sr``, where set, for quantize and qdq); ``unrotated_fp4``: 4-bit codes
+        without a rotation (``cols32_unrotated``, where set, for quantize under RNE). Under
+        'both_axes' the tile is the column kernel's for the calls the both-axes kernel does not
+        take (``launch.kernel32`` decides)."""
         if op == "quantize":
             path, tile = self.columns, self.cols32
-            if not rotated and not stochastic and self.cols32_unrotated is not None:
+            if unrotated_fp4 and not stochastic and self.cols32_unrotated is not None:
                 tile = self.cols32_unrotated
         elif op in ("qdq", "fold"):
             path, tile = getattr(self, f"columns_{op}"), getattr(self, f"cols32_{op}")

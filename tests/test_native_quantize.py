@@ -394,7 +394,7 @@ SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
           ((64, 1, 2, True, True, 2, None, True, False, True), 480),
           ((16, 1, 4, True, True, 2, None, False, False, True), 384),
           # ``joint``: the two passes' codes stored together (two blocks along K; the 3-D
-          # case's five blocks run one a program, plain serial), with and without the row
+          # case's five blocks run one block a program, not serial), with and without the row
           # stride compiled in
           ((64, 1, 2, True, True, 2, None, False, False, True, True), 480),
           ((32, 1, 2, True, False, 2, None, False, True, True, True), 480)]
@@ -785,15 +785,17 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
     assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
-    # without a rotation the H100 quantizes (RNE) with its joint serial tile; not under
+    # FP4 without a rotation the H100 quantizes (RNE) with its joint serial tile; not under
     # stochastic rounding, not quantize-dequantize, not the fold; other tunings keep cols32
     joint = native.ColumnTile(128, 2, 2, True, True, 2, const_stride=True, serial=True,
                               joint=True)
-    assert T.H100.column_path("quantize", False, False) == ("kernel", joint)
-    assert T.H100.column_path("quantize", True, False) == ("kernel", sr)
-    assert T.H100.column_path("qdq", False, False) == T.H100.column_path("qdq")
-    assert T.H100.column_path("fold", False, False) == T.H100.column_path("fold")
-    assert T.H200.column_path("quantize", False, False) == T.H200.column_path()
+    assert T.H100.column_path("quantize", unrotated_fp4=True) == ("kernel", joint)
+    assert T.H100.column_path("quantize", True, unrotated_fp4=True) == ("kernel", sr)
+    assert T.H100.column_path("qdq", unrotated_fp4=True) == T.H100.column_path("qdq")
+    assert T.H100.column_path("fold", unrotated_fp4=True) == T.H100.column_path("fold")
+    assert T.H200.column_path("quantize", unrotated_fp4=True) == T.H200.column_path()
+    with pytest.raises(ValueError, match="joint ColumnTile .* takes serial=True"):
+        native.ColumnTile(64, 1, 2, joint=True)
     with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose', 'kernel' or "
                                          "'both_axes'"):
         native.Tuning(columns_qdq="rows")
@@ -833,14 +835,29 @@ def test_column_path_per_operation(device, monkeypatch):
     want = native_fold.quantize_folded(xt.cpu(), "e2m1", 2, axis=0, backend="emulator")
     for field in ("codes", "exponents", "scales", "stats"):
         assert torch.equal(getattr(folded, field).cpu(), getattr(want, field)), field
-    # the launch passes the rotation: the H100's joint serial tile (JOINT) runs E2M1 without
-    # a rotation only; E4M3 (8-bit codes) runs it as plain serial
+    # the launch passes the rotation and the format: the H100's joint serial tile (JOINT)
+    # runs E2M1 without a rotation only; E4M3 (8-bit codes) and H16 take the two-block tile
     xb = torch.zeros(256, 256, dtype=torch.bfloat16, device=device)
     for fmt, rot, joint in (("e2m1", None, True), ("e2m1", Rotation(16), False),
                             ("e4m3", None, False)):
         n = native.ops.numerics(fmt, "even", "rne", rot)
         k32 = launch.kernel32(xb, 0, 256, 256 * 256 // 32, n, T.H100)
-        assert k32.consts["JOINT"] is joint and k32.consts["SERIAL"] is (rot is None), (fmt, rot)
+        assert k32.consts["JOINT"] is joint and k32.consts["SERIAL"] is joint, (fmt, rot)
+    # the joint tile where every program's columns exist (EVEN: the unmasked stores; the
+    # every-value test's 48 columns cut its last program short)
+    tile = native.ColumnTile(64, 1, 2, True, True, 2, serial=True, joint=True)
+    xe = np.random.default_rng(4).standard_normal((128, 64)).astype(np.float32)
+    xe[3, 5], xe[70, 63] = np.nan, -np.inf
+    xb = torch.from_numpy(xe).to(device).bfloat16()
+    ref_in = xb.float().cpu().numpy()
+    k32 = launch.kernel32(xb, 0, 64, 128 * 64 // 32, native.ops.numerics("e2m1", "even", "rne",
+                                                                        None),
+                          native.Tuning(columns="kernel", cols32=tile))
+    assert k32.consts["JOINT"] and k32.consts["EVEN"]
+    for rot in (None, "hadamard16"):
+        assert_same(native.quantize(xb, "e2m1", axis=0, rotation=rot, scale_rule="even",
+                                    tuning=native.Tuning(columns="kernel", cols32=tile)),
+                    emulator.quantize(ref_in, "e2m1", axis=0, rotation=rot, scale_rule="even"))
 
 
 def test_default_tuning_per_gpu(monkeypatch):
