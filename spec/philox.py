@@ -36,10 +36,12 @@ def philox_word(seed: int, offset: int) -> int:
 # The SR_GROUP elements of indices c * SR_GROUP .. c * SR_GROUP + SR_GROUP - 1 (half a
 # 32-block) share one Philox4x32-10 call with counter (c lo, c hi, 0, 0); element j of a group
 # takes bits [SR_BITS * (j % SR_PER_WORD), ... + SR_BITS) of word j // SR_PER_WORD.
-# Eight bits: a bf16 input has 8 significant bits, so in an element format's normal range its
-# dropped fraction has at most 7 - MBITS bits and is compared whole; only values in the
-# element's subnormal binade (and float32 inputs) lose fraction bits past the eighth, a bias
-# below 2^-8 of an element quantum. Sixteen elements a call halve Philox's cost per element.
+# Eight bits: an unrotated bf16 input has 8 significant bits, so in an element format's normal
+# range its dropped fraction has at most 7 - MBITS bits and is compared whole. Values in the
+# element's subnormal binade, float16 and float32 inputs, and rotated inputs (a Hadamard
+# rotation's sums carry more significant bits than bf16) can lose fraction bits past the
+# eighth: a bias below 2^-8 of an element quantum. Sixteen elements a call halve Philox's cost
+# per element.
 SR_BITS = 8
 SR_PER_WORD = 32 // SR_BITS
 SR_GROUP = 4 * SR_PER_WORD
