@@ -38,8 +38,9 @@ from triton.testing import do_bench
 
 from ocpmx import emulator, native
 from ocpmx.native import fold
+from ocpmx.native.tensor import pack_factor
 from ocpmx.native.tuning import GPU, ColumnTile, RowTile
-from ocpmx.spec import Rotation
+from ocpmx.spec import Rotation, get_format
 
 LLAMA_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (4096, 6144)]  # (K = in, N = out)
 TOKENS = 8192
@@ -647,8 +648,8 @@ def section_stochastic(rows):
             rows.append(dict(case=f"tile sweep rows32 {tile} e2m1 rot={rot} stochastic", ms=ms,
                              gbs=nbytes4 / ms / 1e6, of_copy=nbytes4 / ms / 1e6 / copy_gbs))
     for fmt, axes in (("e2m1", (-1, 0)), ("e3m2", (-1,)), ("e4m3", (-1,))):
-        bits = {"e2m1": 4, "e3m2": 6, "e4m3": 8}[fmt]
-        nbytes = m * k * 2 + m * k * bits // 8 + m * k // 32
+        # bytes moved: the bf16 input, the codes as stored (FP6 one a byte), the scales
+        nbytes = m * k * 2 + m * k // pack_factor(get_format(fmt)) + m * k // 32
         for axis in axes:
             for rot in (None, "hadamard16"):
                 for rnd, conv in (("rne", "ocp"), ("stochastic", "ocp"),
