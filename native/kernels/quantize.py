@@ -380,9 +380,15 @@ def raw_word(ab, u, sb, special, any_special, OFF: tl.constexpr, MBITS: tl.const
 
 
 @triton.jit
+def block_words(w0, w1, w2, w3, NB: tl.constexpr):
+    """The four code words [NB] of each block (quarters 0-3) as [NB, 4], a block's 16 bytes."""
+    return tl.reshape(tl.permute(tl.join(tl.join(w0, w1), tl.join(w2, w3)), (0, 2, 1)), (NB, 4))
+
+
+@triton.jit
 def store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB: tl.constexpr, EVEN: tl.constexpr):
     """The four code words [NB] of each block (quarters 0-3): one 16-byte store per block."""
-    words = tl.reshape(tl.permute(tl.join(tl.join(w0, w1), tl.join(w2, w3)), (0, 2, 1)), (NB, 4))
+    words = block_words(w0, w1, w2, w3, NB=NB)
     woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
     wptr = data_ptr.to(tl.pointer_type(tl.int32))
     if EVEN:
@@ -902,6 +908,4 @@ def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner
                             DEFER=DEFER)
     if DEFER:
         w0, w1, w2, w3, scale = out
-        words = tl.reshape(tl.permute(tl.join(tl.join(w0, w1), tl.join(w2, w3)), (0, 2, 1)),
-                           (BN * KB, 4))
-        return words, scale, blk, valid
+        return block_words(w0, w1, w2, w3, NB=BN * KB), scale, blk, valid
