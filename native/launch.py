@@ -231,7 +231,7 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
                         flat=bf16 and x.dim() > 0 and x.shape[-1] % 2 == 1)
     path, tile = tuning.column_path(
         "fold" if fold else "qdq" if qdq else "quantize", n.rounding == Rounding.STOCHASTIC,
-        unrotated_fp4=n.rotation is None and n.constexprs(x.dtype)["PACK"] == 2)
+        unrotated_fp4=n.rotation is None and pack_factor(n.fmt) == 2)
     k = x.shape[axis]
     if path == "both_axes":
         k32 = columns32(x, k, inner, n, tuning, qdq)
@@ -331,7 +331,7 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     serial = tile.serial and kb > 1 and not fold
     # (joint: two blocks of 4-bit codes per program, quantize only)
     joint = tile.joint and serial and kb == 2 and not qdq and not split and \
-        n.constexprs(in_dtype)["PACK"] == 2
+        pack_factor(n.fmt) == 2
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold_key, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,
