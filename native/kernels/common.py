@@ -216,7 +216,9 @@ def stochastic_code(ab, sb, special, rbits, MBITS: tl.constexpr, BIAS: tl.conste
     fl = tl.maximum(f, 128 - BIAS)
     sh = tl.minimum(fl - f + (23 - MBITS - RBITS), 31)
     big = ((y & 0x7FFFFF) | 0x800000) >> sh
-    mag = ((fl - (128 - BIAS)) << MBITS) + ((big + (RMASK - rbits.to(tl.int32))) >> RBITS)
+    # (the codes below binade F added before the shift, at 2^RBITS times: one multiply-add)
+    BELOW: tl.constexpr = ((128 - BIAS) << MBITS) * (RMASK + 1)
+    mag = ((fl << (MBITS + RBITS)) + (RMASK - BELOW) + big - rbits.to(tl.int32)) >> RBITS
     if SAT:
         mag = tl.minimum(mag, MAXC)
     return mag
@@ -247,7 +249,10 @@ def encode(ab, neg, sb, special, any_special, rbits, OFF: tl.constexpr,
         mag = stochastic_code(ab, sb + OFF, special, rbits, MBITS=MBITS, BIAS=BIAS,
                               MAXC=MAXC, SAT=True)
         sign = tl.where(neg, SIGN, 0)
-        code = sign | mag
+        if RAW:  # no sign: the caller puts the signs in per word (``quantize.sign_nibbles``)
+            code = mag
+        else:
+            code = sign | mag
     elif IS_INT:  # exact integer path (emulator: encode)
         ef = ab >> 23
         mf = ab & 0x7FFFFF
@@ -287,10 +292,11 @@ def encode(ab, neg, sb, special, any_special, rbits, OFF: tl.constexpr,
         code = sign | tl.minimum(mag, MAXC)
     # NaN and Inf keep their encoding (they occur only in blocks whose scale is NaN)
     if RAW:  # no NaN code (0, no sign: its sign bit, added later, is taken off here), Inf
-        # saturates (its sign added later)
+        # saturates (its sign added later); RNE's codes carry the envelope's 0x4B000000
         tl.static_assert(NANC < 0 and INFC < 0, "RAW codes are for formats without NaN or Inf codes")
-        nan_code = 0x4B000000 - sign
-        inf_code = tl.zeros_like(code) + (0x4B000000 + MAXC)
+        raw_bias: tl.constexpr = 0 if ROUNDING == STOCHASTIC else 0x4B000000
+        nan_code = raw_bias - sign
+        inf_code = tl.zeros_like(code) + (raw_bias + MAXC)
     else:
         if NANC >= 0 and NAN_POS:
             nan_code = tl.zeros_like(code) + NANC

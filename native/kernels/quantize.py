@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (FLOOR, RNE, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
+from .common import (FLOOR, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
                      encode, f32_to_bf16_bits, load_key, pow2_scale,
                      quarter_bits, rotation_signs, round_on_grid, stochastic_bits)
 from .fold import (NAN_EXP, fold_elements, fold_values, group_exponents,
@@ -367,16 +367,19 @@ def quarter_codes(ab, u, sb, special, any_special, rbits, OFF: tl.constexpr,
 
 
 @triton.jit
-def raw_word(ab, u, sb, special, any_special, OFF: tl.constexpr, MBITS: tl.constexpr,
-             BIAS: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
-             SIGN: tl.constexpr, SAT: tl.constexpr, NB: tl.constexpr):
-    """One quarter [NB, 8] of E2M1 blocks (RNE) as packed code words [NB]: the magnitudes from
-    ``encode``'s RAW envelope codes, their bias removed once per word, then the signs from
-    ``sign_nibbles`` added (the nibbles' sign bits are clear before)."""
-    c = encode(ab, u < 0, sb, special, any_special, 0, OFF=OFF, ROUNDING=RNE, IS_INT=False,
-               ENVELOPE=True, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=0,
-               SIGN=SIGN, CAST=False, NAN_POS=False, SAT=SAT, RAW=True)
-    return nibbles_to_word(c, RAW=True) + (sign_nibbles(u, NB) & -0x77777778)
+def raw_word(ab, u, sb, special, any_special, rbits, OFF: tl.constexpr,
+             ROUNDING: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+             MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr, SIGN: tl.constexpr,
+             SAT: tl.constexpr, NB: tl.constexpr):
+    """One quarter [NB, 8] of E2M1 blocks as packed code words [NB]: the magnitudes from
+    ``encode``'s RAW codes (RNE: the envelope's, their bias removed once per word; stochastic:
+    ``stochastic_code``'s, ``rbits`` the quarter's random bits), then the signs from
+    ``sign_nibbles`` added (the nibbles' sign bits are clear before): one funnel shift an
+    element instead of a shift and a merge."""
+    c = encode(ab, u < 0, sb, special, any_special, rbits, OFF=OFF, ROUNDING=ROUNDING,
+               IS_INT=False, ENVELOPE=True, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC,
+               INFC=INFC, NEGMAX=0, SIGN=SIGN, CAST=False, NAN_POS=False, SAT=SAT, RAW=True)
+    return nibbles_to_word(c, RAW=ROUNDING != STOCHASTIC) + (sign_nibbles(u, NB) & -0x77777778)
 
 
 @triton.jit
@@ -570,8 +573,7 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
     # the elements are divided by 2^(s + OFF)
     OFF: tl.constexpr = 2 if QUARTER_IN_SCALE else 0
     # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
-    RAW: tl.constexpr = PACK == 2 and not QDQ and ROUNDING != STOCHASTIC and not IS_INT \
-        and ENVELOPE and FOLD_GROUP == 0
+    RAW: tl.constexpr = PACK == 2 and not QDQ and not IS_INT and ENVELOPE and FOLD_GROUP == 0
     # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
     # and a funnel shift per element: 14.5 SASS instructions per element with H16 on sm_90,
     # 18.3 with round_on_grid and the sign merged per element)
@@ -622,13 +624,17 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                                                        BIAS=BIAS, MAXV=MAXV),
                          3, valid, NB=NB, EVEN=EVEN, EXACT=ex)
     elif RAW:  # packed E2M1 from the envelope: each quarter's word, signs added per word
-        w0 = raw_word(a0, u0, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+        w0 = raw_word(a0, u0, sb, sp, any_special, b0, OFF=OFF, ROUNDING=ROUNDING,
+                      MBITS=MBITS, BIAS=BIAS,
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
-        w1 = raw_word(a1, u1, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+        w1 = raw_word(a1, u1, sb, sp, any_special, b1, OFF=OFF, ROUNDING=ROUNDING,
+                      MBITS=MBITS, BIAS=BIAS,
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
-        w2 = raw_word(a2, u2, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+        w2 = raw_word(a2, u2, sb, sp, any_special, b2, OFF=OFF, ROUNDING=ROUNDING,
+                      MBITS=MBITS, BIAS=BIAS,
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
-        w3 = raw_word(a3, u3, sb, sp, any_special, OFF=OFF, MBITS=MBITS, BIAS=BIAS,
+        w3 = raw_word(a3, u3, sb, sp, any_special, b3, OFF=OFF, ROUNDING=ROUNDING,
+                      MBITS=MBITS, BIAS=BIAS,
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
         if not DEFER:
             store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
