@@ -532,7 +532,8 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                       PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=NB, EVEN=EVEN,
                       exp_ptr=exp_ptr, pow2_ptr=pow2_ptr, stats_ptr=stats_ptr,
                       total_ptr=total_ptr, n_blocks=n_blocks, n_rows=n_rows,
-                      FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT)
+                      FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT,
+                      SR_SIGN_WORDS=True)
 
 
 @triton.jit
@@ -548,14 +549,21 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr, NB: tl.constexpr,
                       EVEN: tl.constexpr, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
                       n_rows, FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr,
-                      POW2: tl.constexpr, HW_CVT: tl.constexpr, DEFER: tl.constexpr = False):
+                      POW2: tl.constexpr, HW_CVT: tl.constexpr, DEFER: tl.constexpr = False,
+                      SR_SIGN_WORDS: tl.constexpr = False):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
     8p .. 8p + 7 of each block in quarter p): stochastic rounding's bits (two quarters are one
     group of 16, one Philox call each, counted at K-major block indices, so every kernel draws
     the same bits for an element), rotation, scale, codes (or bf16 values, QDQ), stores at
     K-major block indices ``blk`` [NB] (``valid`` masks the blocks that exist, unless EVEN).
     ``DEFER`` (4-bit codes, no QDQ, no fold): store nothing, return the blocks' code words
-    (w0, w1, w2, w3: [NB] each, quarters 0-3) and scales [NB] for the caller to store."""
+    (w0, w1, w2, w3: [NB] each, quarters 0-3) and scales [NB] for the caller to store.
+    ``SR_SIGN_WORDS``: E2M1 codes under stochastic rounding take their signs per word
+    (``raw_word``), as under RNE, instead of one shift and merge per element. Timed on one H100
+    against the per-element merge in the same runs (``bench_sr_h100.md``): the row kernel with
+    H16 0.700 -> 0.722 of copy, without a rotation level (0.71); the column kernel's SR tile
+    0.547 -> 0.521 with H16 and 0.527 -> 0.479 without (more registers), so only the row kernel
+    sets it."""
     tl.static_assert(not DEFER or (PACK == 2 and not QDQ and FOLD_GROUP == 0),
                      "DEFER returns the code words of 4-bit codes")
     if ROUNDING == STOCHASTIC:
@@ -573,7 +581,8 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
     # the elements are divided by 2^(s + OFF)
     OFF: tl.constexpr = 2 if QUARTER_IN_SCALE else 0
     # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
-    RAW: tl.constexpr = PACK == 2 and not QDQ and not IS_INT and ENVELOPE and FOLD_GROUP == 0
+    RAW: tl.constexpr = PACK == 2 and not QDQ and not IS_INT and ENVELOPE and FOLD_GROUP == 0 \
+        and (ROUNDING != STOCHASTIC or SR_SIGN_WORDS)
     # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
     # and a funnel shift per element: 14.5 SASS instructions per element with H16 on sm_90,
     # 18.3 with round_on_grid and the sign merged per element)
@@ -623,7 +632,7 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
         store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, OFF, MBITS=MBITS,
                                                        BIAS=BIAS, MAXV=MAXV),
                          3, valid, NB=NB, EVEN=EVEN, EXACT=ex)
-    elif RAW:  # packed E2M1 from the envelope: each quarter's word, signs added per word
+    elif RAW:  # packed E2M1 (the envelope's, or stochastic): each quarter's word, signs added per word
         w0 = raw_word(a0, u0, sb, sp, any_special, b0, OFF=OFF, ROUNDING=ROUNDING,
                       MBITS=MBITS, BIAS=BIAS,
                       MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
