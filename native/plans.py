@@ -36,6 +36,7 @@ from . import fastlaunch, launch
 from .launch import Kernel32
 
 DEVICE_TYPES = ("cuda",)
+_UNSEEN = (None, False)  # a plan's entry for a specialization it has no compiled kernel for
 MAX_PLANS = 4096  # far more combinations than a training run makes; past it, start afresh
 
 
@@ -103,7 +104,8 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
         return
     k32, args, launched = done
     plan = Plan(k32, qdq, data_shape, scales_shape, n, result)
-    dyn = specialization(n, seed, keys, args[1], args[2], current_device())
+    dyn = specialization(launch.random_args(n, seed, keys, addresses=True), keys, args[1],
+                         args[2], current_device())
     if remember(plan, dyn, args, launched):
         _keep(k, plan)
 
@@ -140,7 +142,7 @@ class Plan:
         self.numerics, self.result = numerics, result
         self.grid = _grid3(k32.grid)
         self.tail = None      # the bound constexprs and defaults after the positional arguments
-        self.compiled = {}    # per-call specialization -> compiled kernel
+        self.compiled = {}    # per-call specialization -> (compiled kernel, takes addresses)
 
     def outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh (data, scales) on ``x``'s device as the kernel takes them
@@ -152,14 +154,15 @@ class Plan:
                 x.new_empty(self.scales_shape, dtype=torch.uint8))
 
 
-def specialization(n: launch.Numerics, seed: int, keys, data: torch.Tensor,
-                   scales: torch.Tensor, device: int) -> tuple:
+def specialization(random: tuple, keys, data: torch.Tensor, scales: torch.Tensor,
+                   device: int) -> tuple:
     """What a compiled kernel is specialized on that the combination does not fix: the seed
-    and sign arguments' specializations (the integers', ``fastlaunch.arg_key``; or the keys
-    tensor's alignment and stride, which fix those of its two elements), the outputs'
-    alignment, and the current device."""
+    and sign arguments' specializations (``random``: the integers ``launch.random_args``
+    gives where no keys are passed, ``fastlaunch.arg_key``'s; or the keys tensor's alignment
+    and stride, which fix those of its two elements), the outputs' alignment, and the current
+    device."""
     if keys is None:
-        rand = tuple(map(fastlaunch.arg_key, launch.random_args(n, seed, None)))
+        rand = (fastlaunch.arg_key(random[0]), fastlaunch.arg_key(random[1]))
     else:
         rand = (keys.data_ptr() & 15, keys.stride(0))
     return rand, data.data_ptr() & 15, scales.data_ptr() & 15, device
@@ -174,7 +177,7 @@ def remember(plan: Plan, dyn: tuple, args: tuple, launched) -> bool:
         plan.tail = fastlaunch.cached_tail(plan.k32.kernel, args, plan.k32.consts)
         if plan.tail is None:
             return False
-    plan.compiled[dyn] = launched
+    plan.compiled[dyn] = (launched, fastlaunch.takes_addresses(launched))
     return True
 
 
@@ -188,19 +191,18 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     (a contiguous tensor on the combination's device), the outputs it allocated, the keys."""
     data, scales = plan.outputs(x)
     device = current_device()
-    dyn = specialization(plan.numerics, seed, keys, data, scales, device)
-    kernel = plan.compiled.get(dyn)
-    if kernel is not None and fastlaunch.takes_addresses(kernel):
-        seed_arg, sign_arg = launch.random_args(plan.numerics, seed, keys, addresses=True)
-        args = plan.k32.args(x.data_ptr(), data.data_ptr(), scales.data_ptr(), seed_arg,
-                             sign_arg)
+    random = launch.random_args(plan.numerics, seed, keys, addresses=True)
+    kernel, addresses = plan.compiled.get(
+        specialization(random, keys, data, scales, device), _UNSEEN)
+    if addresses:
+        args = plan.k32.args(x.data_ptr(), data.data_ptr(), scales.data_ptr(), *random)
     else:
         if x.requires_grad:
             x = x.detach()
-        seed_arg, sign_arg = launch.random_args(plan.numerics, seed, keys)
-        args = plan.k32.args(x, data, scales, seed_arg, sign_arg)
+        args = plan.k32.args(x, data, scales, *launch.random_args(plan.numerics, seed, keys))
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
-        remember(plan, dyn, args, plan.k32.launch(args))
+        remember(plan, specialization(random, keys, data, scales, device), args,
+                 plan.k32.launch(args))
     else:
         fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1
@@ -211,8 +213,8 @@ class BothAxesPlan:
     """A repeated ``quantize_dequantize_both_axes`` call's launch: one
     ``kernels.both_axes.qdq_both_axes_kernel`` launch on a matrix of ``shape`` (``grid``, the
     rotation's scale ``rot_scale``, the constexprs ``consts`` and, bound in order, ``tail``),
-    and the compiled kernel for each specialization of the per-call arguments (the outputs'
-    alignment, the current device)."""
+    and the compiled kernel (and whether it takes addresses) for each specialization of the
+    per-call arguments (the outputs' alignment, the current device)."""
 
     __slots__ = ("shape", "grid", "rot_scale", "consts", "tail", "compiled")
 
@@ -245,7 +247,8 @@ def make_both_axes(k: tuple | None, rows: torch.Tensor, cols: torch.Tensor, done
     if tail is None:
         return
     plan = BothAxesPlan(tuple(rows.shape), grid, rot_scale, consts, tail)
-    plan.compiled[_both_axes_dyn(rows, cols, current_device())] = launched
+    plan.compiled[_both_axes_dyn(rows, cols, current_device())] = \
+        (launched, fastlaunch.takes_addresses(launched))
     _keep(k, plan)
 
 
@@ -256,8 +259,8 @@ def run_both_axes(plan: BothAxesPlan, x: torch.Tensor) -> tuple[torch.Tensor, to
     cols = x.new_empty(plan.shape[::-1], dtype=torch.bfloat16)
     device = current_device()
     dyn = _both_axes_dyn(rows, cols, device)
-    kernel = plan.compiled.get(dyn)
-    if kernel is not None and fastlaunch.takes_addresses(kernel):  # (as ``run``'s)
+    kernel, addresses = plan.compiled.get(dyn, _UNSEEN)
+    if addresses:  # (as ``run``'s)
         args = launch.both_axes_args(x.data_ptr(), rows.data_ptr(), cols.data_ptr(),
                                      plan.rot_scale, plan.shape)
     else:
@@ -267,7 +270,7 @@ def run_both_axes(plan: BothAxesPlan, x: torch.Tensor) -> tuple[torch.Tensor, to
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
         launched = launch.run(_both_axes_kernel(), plan.grid, *args, **plan.consts)
         if fastlaunch.compiled(launched):
-            plan.compiled[dyn] = launched
+            plan.compiled[dyn] = (launched, fastlaunch.takes_addresses(launched))
     else:
         fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1
