@@ -534,7 +534,7 @@ def section_columns_both(rows):
     section_columns(rows, short=True)
 
 
-HOST_REPEATS = 15  # rounds of each launch path in ``section_host``
+HOST_REPEATS = 15  # rounds of every case and launch path in ``section_host``
 
 
 def host_us(fn, calls: int = 500, repeats: int = 5) -> float:
@@ -622,23 +622,24 @@ def section_host(rows):
         fastlaunch.takes_addresses = takes_addresses if addresses else (lambda k: False)
         plans.clear()
 
-    for name, fn in cases:
-        # the modes interleaved, HOST_REPEATS rounds of each: a host's slow spells (seconds
-        # long, up to 1.5x on the H100 hosts) reach every mode alike, and the best of many
-        # short rounds finds its quiet spells
-        times = {mode: float("inf") for mode in modes}
-        for _ in range(HOST_REPEATS):
+    # every (case, launch path) once per round, HOST_REPEATS rounds, the best round kept: a
+    # host's slow spells (seconds long, up to 1.5x on the H100 hosts) reach every row alike,
+    # and the best of many short rounds finds the quiet spells
+    times = {(name, mode): float("inf") for name, _ in cases for mode in modes}
+    for _ in range(HOST_REPEATS):
+        for name, fn in cases:
             for mode in modes:
                 set_mode(mode)
-                times[mode] = min(times[mode], host_us(fn, calls=50 if fn is step else 200,
-                                                       repeats=1))
-        set_mode("plans")
+                t = host_us(fn, calls=50 if fn is step else 200, repeats=1)
+                times[name, mode] = min(times[name, mode], t)
+    set_mode("plans")
+    for name, fn in cases:
+        t = {mode: times[name, mode] for mode in modes}
         rows.append(dict(case=f"host time per call, {name} (us, best of {HOST_REPEATS})",
-                         us=times["plans"], gpu_us=gpu_us(fn, 20 if fn is step else 200),
-                         us_plans_tensors=times["plans_tensors"],
-                         us_plans_getitem=times["plans_getitem"], us_no_plans=times["fast"],
-                         us_triton_launch=times["triton"],
-                         speedup=times["triton"] / times["plans"]))
+                         us=t["plans"], gpu_us=gpu_us(fn, 20 if fn is step else 200),
+                         us_plans_tensors=t["plans_tensors"],
+                         us_plans_getitem=t["plans_getitem"], us_no_plans=t["fast"],
+                         us_triton_launch=t["triton"], speedup=t["triton"] / t["plans"]))
 
 
 def section_stochastic(rows):
