@@ -580,7 +580,9 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       r2.to(tl.int32, bitcast=True), r3.to(tl.int32, bitcast=True))
     # the elements are divided by 2^(s + OFF)
     OFF: tl.constexpr = 2 if QUARTER_IN_SCALE else 0
-    # packed FP4 codes from the envelope (encode's RAW): 2^23's bits come off once per word
+    # packed FP4 magnitudes (encode's RAW), the signs added per word: under RNE from the
+    # envelope (2^23's bits come off once per word), under stochastic rounding where the
+    # caller asks (SR_SIGN_WORDS)
     RAW: tl.constexpr = PACK == 2 and not QDQ and not IS_INT and ENVELOPE and FOLD_GROUP == 0 \
         and (ROUNDING != STOCHASTIC or SR_SIGN_WORDS)
     # (a code word per quarter from 3 float multiply-adds, a 3-way min, an integer multiply-add
