@@ -379,6 +379,15 @@ def section_fold(rows):
                         case=f"quantize_folded e2m1 group {group}{' pow2' if pow2 else ''} "
                              f"axis={axis} rot={rot} {rnd}", ms=ms, gbs=gbs,
                         of_copy=gbs / copy_gbs, of_quantize=plain / ms))
+    # the fold of stored codes (``fold.fold``: ``mx_matmul``'s fp8 methods on MXTensors)
+    q = native.quantize(src(), "e2m1", scale_rule="even")
+    for group, pow2 in ((4, True), (32, False)):
+        ms = bench(lambda: fold.fold(q, group) if not pow2 else fold.fold_kmajor(
+            q.data, q.scales_kmajor, k, q.fmt, group, pow2=True))
+        nbytes = m * k * (0.5 + 1) + m * k // 32 + m * k // 32 // group * (4 + 4 * pow2)
+        gbs = nbytes / ms / 1e6
+        rows.append(dict(case=f"fold e2m1 group {group}{' pow2' if pow2 else ''} (from codes)",
+                         ms=ms, gbs=gbs, of_copy=gbs / copy_gbs))
     tiny = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
     for name, fn in (("quantize e2m1", lambda: native.quantize(tiny, "e2m1")),
                      ("quantize_folded e2m1 group 4 pow2",

@@ -188,6 +188,9 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
     return FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2)
 
 
+FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
+
+
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
                 group: int = 4, pow2: bool = False) -> FoldedTensor:
     """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32).
@@ -206,12 +209,12 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
           else exps)  # (the kernel does not touch it without POW2)
     n_groups = rows * nblk // group
     if n_groups:
-        ng = max(1, min(16, 64 // group))  # groups per program: at most 2048 elements
-        launch.run(kernels.fold.fold_kernel, (cdiv(n_groups, ng),), data, scales, codes,
+        ng = max(1, FOLD_BLOCKS // group)  # groups per program: a block per thread
+        launch.run(kernels.quantize.fold_kernel, (cdiv(n_groups, ng),), data, scales, codes,
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], GROUP=group, NG=ng, POW2=pow2,
-                   HW_CVT=_e4m3_cvt(data.device))
+                   HW_CVT=_e4m3_cvt(data.device), num_warps=max(1, min(4, ng * group // 32)))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
                         p2 if pow2 else None)
 

@@ -2,7 +2,8 @@
 and the FP8 GEMM of two folded operands (``ocpmx.emulator.fold`` defines both; the tests
 compare bit for bit).
 
-The fold of block b in a group with exponent R: every element's value times 2^(s_b - R), as an
+The fold of block b in a group with exponent R (``kernels.quantize``: in the quantize pass, or
+``fold_kernel`` on stored codes): every element's value times 2^(s_b - R), as an
 E4M3 code (exact for s_b - R in the format's shift range; else rounded to nearest E4M3, which
 the host counts from the emulator's definition when asked). R = (the largest s_b among the
 group's blocks holding a nonzero element) - D_MAX; a NaN-scale block gives E4M3 NaN codes.
@@ -146,52 +147,6 @@ def store_group_exponents(r, q, valid, exp_ptr, pow2_ptr, stats_ptr, total_ptr, 
     if n_changed > 0:
         tl.atomic_add(stats_ptr + 1, n_changed)
         tl.atomic_add(total_ptr, n_changed)
-
-
-@triton.jit
-def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
-                n_groups, rows,
-                # the MX element format (the source)
-                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
-                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
-                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
-                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
-                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
-                ENVELOPE: tl.constexpr, PACK: tl.constexpr,
-                # the fold: the largest exact shift; the tile; POW2: also write 2^R as float32
-                # group-major (pow2_ptr[g, row]); HW_CVT: the GPU's E4M3 conversion
-                D_MAX: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
-                POW2: tl.constexpr, HW_CVT: tl.constexpr):
-    """NG groups of GROUP 32-blocks (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of
-    the flat block sequence, which a row's K / 32 blocks divide) -> E4M3 codes and R.
-    stats_ptr: two int64, zeroed by the host: [0] |= 1 where some R lies outside
-    [-RANK1_EXP, RANK1_EXP] (NaN groups included: the folded GEMM's choice of epilogue), [1] +=
-    the elements whose E4M3 code is not their exact value (a block too far below its group's
-    largest), which total_ptr (the process's running count on this device) also gets.
-    HW_CVT: the E4M3 codes by the GPU's conversion instruction, else by ``encode`` (the
-    interpreter; the same bits). With POW2, pow2_ptr (float32, (K / (32 GROUP), rows)) gets
-    2^R group by group: cuBLAS's blockwise scale layout (``native.fold.blockwise_scales``).
-    ``kernels.quantize`` folds in its own pass with the same helpers."""
-    q = tl.program_id(0) * NG + tl.arange(0, NG)
-    valid = q < n_groups
-    blk = q[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # [NG, GROUP]
-    sc = tl.load(scale_ptr + blk, mask=valid[:, None], other=127).to(tl.int32)
-    e = blk[:, :, None] * 32 + tl.arange(0, 32)[None, None, :]  # element indices
-    m3 = valid[:, None, None] & (e >= 0)
-    if PACK == 2:
-        byte = tl.load(data_ptr + e // 2, mask=m3, other=0).to(tl.int32)
-        code = (byte >> ((e % 2) * 4)) & 0xF
-    else:
-        code = tl.load(data_ptr + e, mask=m3, other=0).to(tl.int32)
-    r, nan = group_exponents(sc, tl.max(code & (SIGN - 1), axis=2) > 0, D_MAX=D_MAX)
-    d = sc - 127 - r[:, None]  # each block's shift
-    c8, changed = fold_elements(code, d[:, :, None], (sc == 255)[:, :, None], m3, BITS=BITS,
-                                EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
-                                SUBQ=SUBQ, HW_CVT=HW_CVT)
-    tl.store(out_ptr + e, c8.to(tl.uint8), mask=m3)
-    n_changed = tl.sum(tl.sum(tl.sum(changed.to(tl.int64), axis=2), axis=1), axis=0)
-    store_group_exponents(tl.where(nan, NAN_EXP, r), q, valid, exp_ptr, pow2_ptr, stats_ptr,
-                          total_ptr, n_groups, rows, n_changed, POW2=POW2)
 
 
 @triton.jit

@@ -420,8 +420,7 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
     values in units of the block scale, signed float32: ``fold_values``) and E8M0 scales [NB],
     whole groups of GROUP consecutive blocks (a row's K / 32 blocks divide into them; the GROUP
     consecutive entries of ``blk`` from a multiple of GROUP on are one group, in order), folded
-    into E4M3 as ``kernels.fold.fold_kernel`` folds the stored codes: the same helpers, the
-    same bits. ``n_blocks``: the tensor's blocks (rows x K / 32)."""
+    into E4M3 (``fold_kernel`` folds stored codes with it: the same bits). ``n_blocks``: the tensor's blocks (rows x K / 32)."""
     tl.static_assert(NB % GROUP == 0, "a program holds whole fold groups")
     NGP: tl.constexpr = NB // GROUP
     sc = scale.to(tl.int32)
@@ -461,6 +460,57 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
     exists = tl.max(tl.reshape(valid.to(tl.int32), (NGP, GROUP)), axis=1) > 0
     store_group_exponents(tl.where(nan, NAN_EXP, r), q, exists, exp_ptr, pow2_ptr, stats_ptr,
                           total_ptr, n_blocks // GROUP, n_rows, n_changed, POW2=POW2)
+
+
+@triton.jit
+def load_quarter(data_ptr, blk, part: tl.constexpr, valid, NB: tl.constexpr,
+                 PACK: tl.constexpr):
+    """The codes (int32 [NB, 8]) of quarter ``part`` of 32-blocks ``blk`` of stored K-major
+    codes (``store_codes``' layout): FP4 one 4-byte load of 8 nibbles, else 8 bytes."""
+    if PACK == 2:
+        off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
+        b = tl.load(data_ptr + off, mask=valid[:, None] & (off >= 0), other=0).to(tl.int32)
+        return tl.reshape(tl.join(b & 0xF, b >> 4), (NB, 8))
+    off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
+    return tl.load(data_ptr + off, mask=valid[:, None] & (off >= 0), other=0).to(tl.int32)
+
+
+@triton.jit
+def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+                n_groups, rows,
+                # the MX element format (the source)
+                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                ENVELOPE: tl.constexpr, PACK: tl.constexpr,
+                # the fold: the largest exact shift; the tile; POW2: also write 2^R as float32
+                # group-major (pow2_ptr[g, row]); HW_CVT: the GPU's E4M3 conversion
+                D_MAX: tl.constexpr, GROUP: tl.constexpr, NG: tl.constexpr,
+                POW2: tl.constexpr, HW_CVT: tl.constexpr):
+    """The fold of stored MX codes (``native.fold.fold_kmajor``): NG groups of GROUP 32-blocks
+    (K-major: group q is blocks q*GROUP .. q*GROUP+GROUP-1 of the flat block sequence, which a
+    row's K / 32 blocks divide) -> E4M3 codes, R (and with POW2 2^R as float32 group-major,
+    pow2_ptr[g, row]: cuBLAS's blockwise scale layout) and the stats (``fold_quarters``: [0]
+    |= 1 where some R lies past the folded GEMM's rank-1 epilogue, [1] and total_ptr += the
+    elements whose E4M3 code is not their exact value). A thread holds whole blocks as
+    quarters, as the quantize row kernel does, and folds them with the row kernel's own
+    ``fold_quarters`` (its stochastic-rounding fold, which starts from codes too): the same
+    helpers and layout, the same bits. HW_CVT: the E4M3 codes by the GPU's conversion
+    instruction, else by ``encode`` (the interpreter; the same bits)."""
+    NB: tl.constexpr = NG * GROUP
+    blk = tl.program_id(0) * NB + tl.arange(0, NB)
+    valid = blk < n_groups * GROUP
+    scale = tl.load(scale_ptr + blk, mask=valid, other=127)
+    fold_quarters(load_quarter(data_ptr, blk, 0, valid, NB=NB, PACK=PACK),
+                  load_quarter(data_ptr, blk, 1, valid, NB=NB, PACK=PACK),
+                  load_quarter(data_ptr, blk, 2, valid, NB=NB, PACK=PACK),
+                  load_quarter(data_ptr, blk, 3, valid, NB=NB, PACK=PACK),
+                  scale, blk, valid, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+                  n_groups * GROUP, rows, SIGN=SIGN, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
+                  BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, GROUP=GROUP, D_MAX=D_MAX,
+                  POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=False, FROM_CODES=True)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
