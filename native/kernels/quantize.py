@@ -420,7 +420,8 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
     values in units of the block scale, signed float32: ``fold_values``) and E8M0 scales [NB],
     whole groups of GROUP consecutive blocks (a row's K / 32 blocks divide into them; the GROUP
     consecutive entries of ``blk`` from a multiple of GROUP on are one group, in order), folded
-    into E4M3 (``fold_kernel`` folds stored codes with it: the same bits). ``n_blocks``: the tensor's blocks (rows x K / 32)."""
+    into E4M3 (``fold_kernel`` folds stored codes with it: the same bits). ``n_blocks``: the
+    tensor's blocks (rows x K / 32)."""
     tl.static_assert(NB % GROUP == 0, "a program holds whole fold groups")
     NGP: tl.constexpr = NB // GROUP
     sc = scale.to(tl.int32)
@@ -684,19 +685,19 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
         store_bf16_pairs(data_ptr, blk, rounded_values(a3, u3 < 0, sb, sp, OFF, MBITS=MBITS,
                                                        BIAS=BIAS, MAXV=MAXV),
                          3, valid, NB=NB, EVEN=EVEN, EXACT=ex)
-    elif RAW:  # packed E2M1 (the envelope's, or stochastic): each quarter's word, signs added per word
+    elif RAW:  # packed E2M1 magnitudes (RNE's envelope, or stochastic), signs added per word
         w0 = raw_word(a0, u0, sb, sp, any_special, b0, OFF=OFF, ROUNDING=ROUNDING,
-                      MBITS=MBITS, BIAS=BIAS,
-                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+                      MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN,
+                      SAT=RULE == FLOOR, NB=NB)
         w1 = raw_word(a1, u1, sb, sp, any_special, b1, OFF=OFF, ROUNDING=ROUNDING,
-                      MBITS=MBITS, BIAS=BIAS,
-                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+                      MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN,
+                      SAT=RULE == FLOOR, NB=NB)
         w2 = raw_word(a2, u2, sb, sp, any_special, b2, OFF=OFF, ROUNDING=ROUNDING,
-                      MBITS=MBITS, BIAS=BIAS,
-                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+                      MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN,
+                      SAT=RULE == FLOOR, NB=NB)
         w3 = raw_word(a3, u3, sb, sp, any_special, b3, OFF=OFF, ROUNDING=ROUNDING,
-                      MBITS=MBITS, BIAS=BIAS,
-                      MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN, SAT=RULE == FLOOR, NB=NB)
+                      MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC, INFC=INFC, SIGN=SIGN,
+                      SAT=RULE == FLOOR, NB=NB)
         if not DEFER:
             store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB=NB, EVEN=EVEN)
             store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
