@@ -192,8 +192,8 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     data, scales = plan.outputs(x)
     device = current_device()
     random = launch.random_args(plan.numerics, seed, keys, addresses=True)
-    kernel, addresses = plan.compiled.get(
-        specialization(random, keys, data, scales, device), _UNSEEN)
+    dyn = specialization(random, keys, data, scales, device)
+    kernel, addresses = plan.compiled.get(dyn, _UNSEEN)
     if addresses:
         args = plan.k32.args(x.data_ptr(), data.data_ptr(), scales.data_ptr(), *random)
     else:
@@ -201,8 +201,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
             x = x.detach()
         args = plan.k32.args(x, data, scales, *launch.random_args(plan.numerics, seed, keys))
     if kernel is None:  # a specialization not seen yet: through ``run``, then kept
-        remember(plan, specialization(random, keys, data, scales, device), args,
-                 plan.k32.launch(args))
+        remember(plan, dyn, args, plan.k32.launch(args))
     else:
         fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1

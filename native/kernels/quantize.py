@@ -266,6 +266,16 @@ def bf16_bits(val, EXACT: tl.constexpr):
 
 
 @triton.jit
+def store_blocks(ptr, off, val, valid, EVEN: tl.constexpr):
+    """Store ``val`` [NB, W] at ``ptr + off``, row i belonging to block i: all of it where the
+    grid tiles the tensor exactly (EVEN), else the rows of the blocks that exist (``valid``)."""
+    if EVEN:
+        tl.store(ptr + off, val)
+    else:
+        tl.store(ptr + off, val, mask=valid[:, None] & (off >= 0))
+
+
+@triton.jit
 def store_bf16_pairs(out_ptr, blk, val, part: tl.constexpr, valid, NB: tl.constexpr,
                      EVEN: tl.constexpr, EXACT: tl.constexpr):
     """Quarter ``part`` [NB, 8] of float32 values as bf16 (``bf16_bits``), stored as int32
@@ -273,10 +283,7 @@ def store_bf16_pairs(out_ptr, blk, val, part: tl.constexpr, valid, NB: tl.conste
     b = bf16_bits(val, EXACT=EXACT)
     lo, hi = tl.split(tl.reshape(b, (NB, 4, 2)))
     off = blk[:, None] * 16 + part * 4 + tl.arange(0, 4)[None, :]
-    if EVEN:
-        tl.store(out_ptr + off, lo | (hi << 16))
-    else:
-        tl.store(out_ptr + off, lo | (hi << 16), mask=valid[:, None] & (off >= 0))
+    store_blocks(out_ptr, off, lo | (hi << 16), valid, EVEN=EVEN)
 
 
 @triton.jit
@@ -302,10 +309,7 @@ def store_codes(data_ptr, blk, code, part: tl.constexpr, valid, NB: tl.constexpr
     else:
         off = blk[:, None] * 32 + part * 8 + tl.arange(0, 8)[None, :]
         val = code.to(tl.uint8)
-    if EVEN:
-        tl.store(data_ptr + off, val)
-    else:
-        tl.store(data_ptr + off, val, mask=valid[:, None] & (off >= 0))
+    store_blocks(data_ptr, off, val, valid, EVEN=EVEN)
 
 
 @triton.jit
@@ -393,11 +397,7 @@ def store_words(data_ptr, blk, w0, w1, w2, w3, valid, NB: tl.constexpr, EVEN: tl
     """The four code words [NB] of each block (quarters 0-3): one 16-byte store per block."""
     words = block_words(w0, w1, w2, w3, NB=NB)
     woff = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
-    wptr = data_ptr.to(tl.pointer_type(tl.int32))
-    if EVEN:
-        tl.store(wptr + woff, words)
-    else:
-        tl.store(wptr + woff, words, mask=valid[:, None] & (woff >= 0))
+    store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, words, valid, EVEN=EVEN)
 
 
 @triton.jit
@@ -927,13 +927,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         woff = blk0[:, None] * 4 + tl.arange(0, 8)[None, :]
         scales = tl.reshape(tl.join(scale0, scale1), (BN, 2)).to(tl.uint8)
         soff = blk0[:, None] + tl.arange(0, 2)[None, :]
-        wptr = data_ptr.to(tl.pointer_type(tl.int32))
-        if EVEN:
-            tl.store(wptr + woff, words)
-            tl.store(scale_ptr + soff, scales)
-        else:
-            tl.store(wptr + woff, words, mask=valid0[:, None] & (woff >= 0))
-            tl.store(scale_ptr + soff, scales, mask=valid0[:, None] & (soff >= 0))
+        store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, words, valid0, EVEN=EVEN)
+        store_blocks(scale_ptr, soff, scales, valid0, EVEN=EVEN)
 
 
 @triton.jit
