@@ -2,6 +2,8 @@
 
 Runs on the GPU when there is one, else on the CPU through the Triton interpreter.
 """
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -984,3 +986,32 @@ def test_bf16_blocks_along_a_leading_axis_with_size_one_axes_after(device):
                                              tuning=tuning)
             assert got.shape == t.shape
             assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("axis, tile", [
+    (-1, None),  # the row kernel, its last program cut short
+    (0, native.ColumnTile(16, 1, 2, True, True, 2, None, False, False, True, True)),  # joint
+    (0, native.ColumnTile(16, 1, 2))])  # two blocks at once
+def test_masked_blocks_store_nothing_past_the_outputs(device, axis, tile):
+    """The 32-block kernels' stores where the grid does not tile the tensor (``store_blocks``
+    and the joint tile's stores): the blocks that do not exist write nothing. The outputs are
+    the heads of larger buffers filled with a sentinel, whose tails must stay as they were;
+    the heads hold the emulator's codes and scales."""
+    from ocpmx.native import launch, ops
+    n = ops.numerics("e2m1", "even", "rne", None)
+    rows, k = 40, 64  # 40 K-major rows of 2 blocks: no tile divides them
+    x = torch.randn((rows, k) if axis == -1 else (k, rows)).bfloat16().to(device)
+    tuning = native.default_tuning(x.device)
+    if tile is not None:
+        tuning = dataclasses.replace(tuning, columns="kernel", cols32=tile,
+                                     cols32_unrotated=None)
+    data_buf = torch.full((rows * k // 2 + 4096,), 0xA5, dtype=torch.uint8, device=device)
+    scale_buf = torch.full((rows * k // 32 + 4096,), 0x5A, dtype=torch.uint8, device=device)
+    data = data_buf[:rows * k // 2].view(rows, k // 2)
+    scales = scale_buf[:rows * k // 32].view(rows, k // 32)
+    launch.rows32(x, axis % 2, rows if axis == 0 else 1, data, scales, rows * k // 32, n, 0,
+                  tuning)
+    assert (data_buf[rows * k // 2:] == 0xA5).all() and (scale_buf[rows * k // 32:] == 0x5A).all()
+    want = native.quantize(x.cpu(), "e2m1", axis=axis, scale_rule="even", backend="emulator")
+    assert torch.equal(data.cpu(), want.data) and torch.equal(scales.cpu(), want.scales_kmajor)
