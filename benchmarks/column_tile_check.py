@@ -5,6 +5,14 @@ with the transpose path's on uniformly random bf16 bit patterns (every class of 
 Inf, subnormals, zeros), 117 M elements.
 
   python benchmarks/column_tile_check.py [--tiles TILE ...]
+  python benchmarks/column_tile_check.py --fold [--tiles TILE ...]
+
+``--fold``: ``native.fold.quantize_folded`` along tokens instead (MXLinear's Wgrad operands
+under the fold methods): groups of 4 blocks with 2^R (``fp8_cublas``) without a rotation, with
+H16 and with H16 + stochastic rounding, each tile's codes, exponents, 2^R, MX scales and
+counts against the transpose path's; of copy = bytes moved (bf16 in; E4M3 codes, scales,
+exponents, 2^R out) against the copy's rate. A fold takes whole groups per program: a tile's
+blocks along K become the least common multiple of its own and the group's.
 
 TILE: ColumnTile's fields comma-separated (columns, warps, kblocks, hide, kb_fast, vec,
 maxnreg, split, const_stride, serial, joint), e.g. "128,2,2,True,True,2,None,False,False,True".
@@ -50,6 +58,8 @@ def main():
         "128,2,2,True,True,2,None,False,False,True", "64,1,2,True,True,2,None,False,False,True",
         "128,2,4,True,True,2,None,False,False,True", "64,1,4,True,True,2,None,False,False,True",
         "64,2,4,True,True,2,None,False,False,True"])
+    ap.add_argument("--fold", action="store_true",
+                    help="time and check quantize_folded along tokens (group 4, 2^R)")
     args = ap.parse_args()
     tiles = {}  # every tile read before the GPU work starts
     for spec in args.tiles:
@@ -57,6 +67,8 @@ def main():
             tiles[spec] = parse(spec)
         except (ValueError, TypeError) as e:
             ap.error(f"--tiles {spec!r}: {e}")
+    if args.fold:
+        sys.exit(check_folds(tiles))
     m, k = gb.TOKENS, 14336
     src = gb.rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
@@ -99,6 +111,58 @@ def main():
                        + ("" if ok else " BITS DIFFER"))
         print(f"{spec} | " + "; ".join(out), flush=True)
     sys.exit(1 if bad else 0)
+
+
+FOLD_FIELDS = ("codes", "exponents", "scales", "stats", "pow2")
+
+
+def bits_of(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bits (2^R is float32: NaN groups compare by their bits)."""
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+def check_folds(tiles: dict) -> int:
+    """--fold: each tile's quantize_folded along tokens timed (of copy) and compared field for
+    field with the transpose path's; returns 1 where some tile's bits differ."""
+    from ocpmx.native import fold
+    m, k, group = gb.TOKENS, 14336, 4
+    src = gb.rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
+    dst = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    copy_ms = gb.bench(lambda: dst.copy_(src()))
+    nbytes = m * k * (2 + 1) + m * k // 32 + m * k // 32 // group * 8
+    g = torch.Generator(device="cuda").manual_seed(0)
+    # random bf16 patterns (NaN, Inf, subnormals, zeros) and, for the fold's range, normal
+    # values whose blocks lie up to 2^12 apart within a group (some past E2M1's 14 octaves)
+    bits = torch.randint(-32768, 32768, (m, k), device="cuda", dtype=torch.int32,
+                         generator=g).to(torch.int16).view(torch.bfloat16)
+    spread = (torch.randn(m, k, device="cuda", generator=g) * torch.exp2(torch.randint(
+        -6, 7, (m // 32, k), device="cuda", generator=g).float()).repeat_interleave(32, 0)
+    ).to(torch.bfloat16)
+    tr = dataclasses.replace(gb.GPU, columns="transpose", columns_fold="transpose")
+
+    def qf(x, rot, rnd, tun):
+        return fold.quantize_folded(x, "e2m1", group, axis=0, pow2=True, rotation=rot,
+                                    rounding=rnd, scale_rule="even", seed=5, tuning=tun)
+
+    ref = {(c, i): qf(x, *c, tr) for c in CASES for i, x in enumerate((bits, spread))}
+    print(f"copy {copy_ms:.4f} ms; {torch.cuda.get_device_name()}; fold group {group} 2^R",
+          flush=True)
+    bad = 0
+    for spec in ["default", "transpose"] + list(tiles):
+        tun = native.default_tuning(src().device) if spec == "default" else tr \
+            if spec == "transpose" else dataclasses.replace(
+                gb.GPU, columns_fold="kernel", cols32_fold=tiles[spec])
+        out = []
+        for rot, rnd in CASES:
+            diff = [f for i, x in enumerate((bits, spread)) for f in FOLD_FIELDS
+                    if not torch.equal(bits_of(getattr(qf(x, rot, rnd, tun), f)),
+                                       bits_of(getattr(ref[((rot, rnd), i)], f)))]
+            ms = gb.bench(lambda: qf(src(), rot, rnd, tun))
+            bad += bool(diff)
+            out.append(f"fold {rot or 'none'} {rnd} {nbytes / ms / (4 * m * k / copy_ms):.3f}"
+                       f" ({ms:.4f} ms)" + (f" BITS DIFFER: {sorted(set(diff))}" if diff else ""))
+        print(f"{spec} | " + "; ".join(out), flush=True)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

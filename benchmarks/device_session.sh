@@ -9,7 +9,7 @@
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
-# colcheck shapes both gemms host probe sweep cublas cublas_profile cublas_model emulate accum conform
+# colcheck colfold shapes both gemms kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
 # conform_fold speed speed_both speed_cols.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
@@ -90,6 +90,12 @@ for s in "$@"; do
       python3 benchmarks/column_tile_check.py ${COLCHECK_TILES:+--tiles $COLCHECK_TILES} \
         > $RUN/column_tile_check.txt 2>&1
       done_ $s $? ;;
+    colfold)
+      # quantize_folded along tokens (group 4, 2^R) per column tile, timed and its bits checked
+      # against the transpose path (exit 1: a tile's bits differ); COLFOLD_TILES: the tiles
+      python3 benchmarks/column_tile_check.py --fold ${COLFOLD_TILES:+--tiles $COLFOLD_TILES} \
+        > $RUN/column_fold_check.txt 2>&1
+      done_ $s $? ;;
     shapes)
       # the step's quantize-dequantize calls at the small presets' shapes, per tile (exit 1: a
       # tile's bits differ)
@@ -113,6 +119,10 @@ for s in "$@"; do
       done_ $s $? ;;
     launch)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_host --sections host > $RUN/bench_host.log 2>&1
+      done_ $s $? ;;
+    kernels)
+      # the kernels of one MXLinear forward + backward at 8B shapes (GEMMs against the passes)
+      python3 benchmarks/mxlinear_kernels.py --out $RUN/mxlinear_kernels > $RUN/mxlinear_kernels.log 2>&1
       done_ $s $? ;;
     host)
       python3 benchmarks/mxlinear_host_profile.py --out $RUN/mxlinear_host > $RUN/mxlinear_host.log 2>&1
