@@ -189,6 +189,7 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
 
 
 FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
+FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per thread)
 
 
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
@@ -214,7 +215,7 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], GROUP=group, NG=ng, POW2=pow2,
-                   HW_CVT=_e4m3_cvt(data.device), num_warps=max(1, min(4, ng * group // 32)))
+                   HW_CVT=_e4m3_cvt(data.device), num_warps=max(1, min(FOLD_WARPS, ng * group // 32)))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
                         p2 if pow2 else None)
 
