@@ -122,7 +122,8 @@ for s in "$@"; do
       done_ $s $? ;;
     foldsweep)
       # the fold of stored codes per program shape (FOLD_BLOCKS, FOLD_WARPS), bits and time
-      python3 benchmarks/fold_codes_sweep.py > $RUN/fold_codes_sweep.txt 2>&1
+      python3 benchmarks/fold_codes_sweep.py ${FOLDSWEEP_SHAPES:+--shapes $FOLDSWEEP_SHAPES} \
+        > $RUN/fold_codes_sweep.txt 2>&1
       done_ $s $? ;;
     kernels)
       # the kernels of one MXLinear forward + backward at 8B shapes (GEMMs against the passes)
