@@ -9,7 +9,7 @@
 #       bash benchmarks/device_session.sh STEPS... > /tmp/ocpmx_run2/driver.log 2>&1 &
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
-# colcheck colfold shapes both gemms foldsweep kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
+# colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
 # conform_fold speed speed_both speed_cols.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
@@ -119,6 +119,11 @@ for s in "$@"; do
       done_ $s $? ;;
     launch)
       python3 benchmarks/gpu_bench.py --out $RUN/bench_host --sections host > $RUN/bench_host.log 2>&1
+      done_ $s $? ;;
+    foldws)
+      # the warp-specialized persistent chained folded GEMM (an experiment): bits against the
+      # library's chained kernel, time against it and cuBLAS bf16 at Llama-8B shapes
+      python3 benchmarks/fold_gemm_ws.py > $RUN/fold_gemm_ws.txt 2>&1
       done_ $s $? ;;
     foldsweep)
       # the fold of stored codes per program shape (FOLD_BLOCKS, FOLD_WARPS), bits and time
