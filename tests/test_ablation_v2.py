@@ -845,7 +845,10 @@ def test_mechanism_on_repeated_batches(corpus, bf16_run):
     tr = r["treatments"]
     for q in ("none", "h16"):
         m = tr[q]["scopes"]["model"]
-        assert m["cos1"] == pytest.approx(1.0, abs=1e-9) and m["acc_w"] == pytest.approx(2.0)
+        # <E_t, E_t-1> reads E_t-1 from the float32 ring (lag 0 is float64): each element off
+        # by at most 2^-24 relative, so cos1 is 1 within 2^-24 (an AMD EPYC gave 1 + 1.3e-9)
+        assert m["cos1"] == pytest.approx(1.0, abs=2.0**-24)
+        assert m["acc_w"] == pytest.approx(2.0)
         assert m["acc_all"] == pytest.approx(2.0, abs=1e-6)
     for q in ("random_sign", "sr", "sr_gfx950"):
         m = tr[q]["scopes"]["model"]
