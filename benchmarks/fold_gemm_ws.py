@@ -12,6 +12,11 @@ acc += (T * 2^ea) * 2^eb) and times both beside cuBLAS bf16 at Llama-8B shapes. 
 registers, spills, wgmmas and whether the loop was warp-specialized.
 
   python benchmarks/fold_gemm_ws.py [--compile-only] [--configs BM,BN,STAGES,WARPS ...]
+  TRITON_INTERPRET=1 python benchmarks/fold_gemm_ws.py --interpret   # the indexing, on a CPU
+
+``--interpret``: small operands through the Triton interpreter (K = 32 per dot, as the
+library's kernel takes there), bit for bit against ``folded_matmul(promote=False)``: checks the
+descriptors' indexing and the epilogue, not the GPU's sums.
 
 Compiled for sm_90 under Triton 3.6.0 (this machine, 2026-11-27; groups of 32 blocks, BK =
 128): 128 x 128 on 4 warps warp-specializes (168 registers, no spill, against 255 and 59 spill
@@ -154,13 +159,41 @@ def on_gpu(configs):
     return 1 if bad else 0
 
 
+def interpret() -> int:
+    """--interpret: the kernel's bits against the library's chained kernel on CPU tensors."""
+    from ocpmx.native import fold
+    g = torch.Generator().manual_seed(0)
+    bad = 0
+    for m, n, k, group, bm, bn in ((64, 32, 256, 4, 32, 16), (32, 64, 512, 8, 16, 32)):
+        x = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-4, 5, (m, k // 32),
+                                                                     generator=g)).repeat_interleave(32, 1)
+        w = torch.randn(n, k, generator=g)
+        a = fold.quantize_folded(x, "e2m1", group, scale_rule="even")
+        b = fold.quantize_folded(w, "e2m1", group, scale_rule="even")
+        want = fold.folded_matmul(a, b, promote=False)
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        c = torch.empty(m, n, dtype=torch.float32)
+        ad = TensorDescriptor.from_tensor(a.codes.view(torch.float8_e4m3fn), [bm, 32])
+        bd = TensorDescriptor.from_tensor(b.codes.view(torch.float8_e4m3fn), [bn, 32])
+        ws_folded_gemm[(3,)](ad, bd, a.exponents, b.exponents, c, m, n, k, GROUP=group, BM=bm,
+                             BN=bn, BK=32, NUM_SMS=3, WS=True)
+        same = torch.equal(c.view(torch.int32), want.view(torch.int32))
+        bad += not same
+        print(f"M={m} N={n} K={k} group {group} tile {bm}x{bn}: bits "
+              f"{'equal' if same else 'DIFFER'}", flush=True)
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--interpret", action="store_true")
     ap.add_argument("--configs", nargs="+", default=["128,128,3,4", "128,128,4,4",
                                                       "128,256,3,4", "128,128,3,8"])
     args = ap.parse_args()
     configs = [parse(s) for s in args.configs]
+    if args.interpret:
+        sys.exit(interpret())
     if args.compile_only:
         compile_only(configs)
     else:
