@@ -423,3 +423,50 @@ def test_device_session_moves_another_trees_results_aside(tmp_path):
     assert not (run / "speed").exists()
     assert (run / "commit").read_text().strip() == "unknown"
     assert len([p for p in run.iterdir() if p.name.startswith("stale-")]) == 2
+
+
+TREES = Path(__file__).resolve().parents[1] / "benchmarks" / "device_trees.sh"
+
+
+def _tree(tmp_path, name, sha, body):
+    """A tree archive .../trees/ocpmx_NAME_SHA.tar whose device_session.sh runs ``body``."""
+    src = tmp_path / f"src_{name}" / "benchmarks"
+    src.mkdir(parents=True)
+    (src / "device_session.sh").write_text(body)
+    trees = tmp_path / "trees"
+    trees.mkdir(exist_ok=True)
+    subprocess.run(["tar", "cf", str(trees / f"ocpmx_{name}_{sha}.tar"), "-C",
+                    str(src.parent), "benchmarks"], check=True)
+
+
+def test_device_trees_run_one_after_another_and_poll_always_writes_the_runs(tmp_path):
+    """``device_trees.sh``: each tree's device_session.sh with its own steps, commit and run
+    folder, one after another; ``poll`` writes every run folder to $OUT/runs.tgz whether or not
+    the trees are done (a device call cut at its limit returns nothing written later)."""
+    import tarfile
+    body = ('echo "$OCPMX_COMMIT $* $(date +%s%N)" > "$OCPMX_RUN/out.txt"; '
+            'sleep "${SLEEP_S:-0}"; echo "=== all done"\n')
+    _tree(tmp_path, "a", "111aaa", body)
+    _tree(tmp_path, "b", "222bbb", body)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, TREES=str(tmp_path / "trees"), TREES_TMP=str(tmp_path / "run"),
+               OUT=str(out), SLEEP_S="1")
+    (tmp_path / "run").mkdir()
+    r = subprocess.run(["bash", str(TREES), "start", "a:env tests", "b:gemm"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    early = subprocess.run(["bash", str(TREES), "poll", "0"], env=env, capture_output=True,
+                           text=True, timeout=30)
+    assert "still running" in early.stdout and (out / "runs.tgz").exists()
+    done = subprocess.run(["bash", str(TREES), "poll", "20"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "all trees done" in done.stdout
+    with tarfile.open(out / "runs.tgz") as t:
+        a = t.extractfile("ocpmx_run_a/out.txt").read().decode().split()
+        b = t.extractfile("ocpmx_run_b/out.txt").read().decode().split()
+    assert a[:3] == ["111aaa", "env", "tests"] and b[:2] == ["222bbb", "gemm"]
+    assert int(b[-1]) - int(a[-1]) >= 10**9  # b started after a's one-second session
+    missing = subprocess.run(["bash", str(TREES), "start", "c:env"], env=env,
+                             capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 2 and "ocpmx_c_" in missing.stderr
