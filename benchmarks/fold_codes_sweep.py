@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_bench as gb  # noqa: E402
+from column_tile_check import bits_of  # noqa: E402
 from ocpmx import native  # noqa: E402
 from ocpmx.native import fold  # noqa: E402
 
@@ -60,8 +61,7 @@ def main():
                 for f in FIELDS:
                     a, b = getattr(got, f), getattr(refs[key], f)
                     if (a is None) != (b is None) or a is not None and not torch.equal(
-                            a.view(torch.int32) if a.dtype == torch.float32 else a,
-                            b.view(torch.int32) if b.dtype == torch.float32 else b):
+                            bits_of(a), bits_of(b)):
                         diff.append(f"{name}:{f}")
             ms = gb.bench(lambda: run(q.data, q.scales_kmajor, group, pow2))
             nbytes = m * k * (0.5 + 1) + m * k // 32 + m * k // 32 // group * (4 + 4 * pow2)

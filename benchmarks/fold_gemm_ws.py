@@ -33,6 +33,9 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 GROUP = 32  # blocks per fold group (method "fp8"'s)
 BK = 128
@@ -81,8 +84,7 @@ def parse(spec: str) -> tuple:
 def compile_only(configs):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import kernel_sass as ks
+    import kernel_sass as ks  # (it sets the launch's Hopper options: here only)
     fn = ws_folded_gemm
     for bm, bn, stages, warps in configs:
         for ws in (False, True):
@@ -109,8 +111,6 @@ def compile_only(configs):
 
 
 def on_gpu(configs):
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gpu_bench as gb
     from ocpmx.native import fold
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -165,13 +165,12 @@ def interpret() -> int:
     g = torch.Generator().manual_seed(0)
     bad = 0
     for m, n, k, group, bm, bn in ((64, 32, 256, 4, 32, 16), (32, 64, 512, 8, 16, 32)):
-        x = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-4, 5, (m, k // 32),
-                                                                     generator=g)).repeat_interleave(32, 1)
+        block_exps = torch.randint(-4, 5, (m, k // 32), generator=g)
+        x = torch.randn(m, k, generator=g) * torch.exp2(block_exps).repeat_interleave(32, 1)
         w = torch.randn(n, k, generator=g)
         a = fold.quantize_folded(x, "e2m1", group, scale_rule="even")
         b = fold.quantize_folded(w, "e2m1", group, scale_rule="even")
         want = fold.folded_matmul(a, b, promote=False)
-        from triton.tools.tensor_descriptor import TensorDescriptor
         c = torch.empty(m, n, dtype=torch.float32)
         ad = TensorDescriptor.from_tensor(a.codes.view(torch.float8_e4m3fn), [bm, 32])
         bd = TensorDescriptor.from_tensor(b.codes.view(torch.float8_e4m3fn), [bn, 32])

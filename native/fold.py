@@ -215,7 +215,8 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
                    **lower(fmt).constexprs(), PACK=pack_factor(fmt),
                    D_MAX=shift_range(fmt)[1], GROUP=group, NG=ng, POW2=pow2,
-                   HW_CVT=_e4m3_cvt(data.device), num_warps=max(1, min(FOLD_WARPS, ng * group // 32)))
+                   HW_CVT=_e4m3_cvt(data.device),
+                   num_warps=max(1, min(FOLD_WARPS, ng * group // 32)))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
                         p2 if pow2 else None)
 
