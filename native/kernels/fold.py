@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ...emulator.fold import NAN_EXPONENT, TARGET
 from ...spec import lower
-from .common import RNE, decode_values, encode, f32_to_bf16_bits, pow2_scale, tile_ids
+from .common import RNE, encode, f32_to_bf16_bits, pow2_scale, tile_ids
 
 NAN_EXP = tl.constexpr(NAN_EXPONENT)
 
@@ -53,30 +53,29 @@ def group_exponents(sc, nonzero, D_MAX: tl.constexpr):
 
 
 @triton.jit
-def fold_elements(code, shift, nan_block, mask, BITS: tl.constexpr, EBITS: tl.constexpr,
-                  MBITS: tl.constexpr, BIAS: tl.constexpr, NANC: tl.constexpr,
-                  INFC: tl.constexpr, SUBQ: tl.constexpr, HW_CVT: tl.constexpr):
-    """MX codes -> (E4M3 codes of value * 2^shift, rounded: the elements whose code is not their
-    exact value); ``shift`` and ``nan_block`` broadcast against ``code``, ``mask``: elements
-    that exist. A NaN block's codes are 0 (its group's R says NaN)."""
-    # value * 2^d in float32 (exact wherever E4M3 can hold it; far below, both give zero)
-    v = decode_values(code, tl.minimum(tl.maximum(shift + 127, 0), 254), IS_INT=False,
-                      BITS=BITS, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC,
-                      SUBQ=SUBQ)
-    tl.static_assert(MBITS <= T_MBITS)
-    return tl.where(nan_block, 0, e4m3_codes(v, HW_CVT=HW_CVT)), rounded(v) & mask & ~nan_block
+def code_units(code, BITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+               SUBQ: tl.constexpr):
+    """MX codes (int32) of an FP4/FP6 format (no NaN or Inf codes) -> their values in units of
+    the block scale, signed float32 (-0 for a negative zero code): what ``fold_values`` takes,
+    the values the row kernel's RNE fold hands it, built from the code's bits."""
+    mag = code & ((1 << (BITS - 1)) - 1)
+    e = mag >> MBITS
+    mnt = mag & ((1 << MBITS) - 1)
+    normal = ((e - BIAS + 127) << 23) | (mnt << (23 - MBITS))
+    val = tl.where(e == 0, (mnt.to(tl.float32) * SUBQ).to(tl.int32, bitcast=True), normal)
+    return (val | ((code >> (BITS - 1)) << 31)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def fold_values(q0, q1, q2, q3, shift, nan_block, nonzero, mask, SUBQ: tl.constexpr,
                 HW_CVT: tl.constexpr):
-    """``fold_elements`` of a program's four quarters from the elements' values in units of
-    their block's scale instead of their codes: (E4M3 codes of each quarter, the rounded
-    elements' count, int64). Each ``q`` (signed float32, -0 for a negative element rounded
-    to zero) is decode(code) exactly, so q * 2^shift, the shift [NB, 1] clamped as
-    ``fold_elements`` clamps it (2^-127 a float32 subnormal), is the same float32 number (q has
-    at most MBITS + 1 <= 4 significant bits and a quantum of at least SUBQ, and SUBQ * 2^-127
-    is above float32's 2^-149: exact), and the codes and the count are the same. q * 2^shift
+    """The fold of a program's four quarters from the elements' values in units of their block's
+    scale (``q``: signed float32, -0 for a negative element rounded to zero; from stored codes
+    ``code_units``): (E4M3 codes of each quarter, the rounded elements' count, int64). Each
+    element's value times 2^shift, the shift [NB, 1] clamped to [-127, 127] (2^-127 a float32
+    subnormal), is q * 2^shift exactly (q has at most MBITS + 1 <= 4 significant bits and a
+    quantum of at least SUBQ, and SUBQ * 2^-127 is above float32's 2^-149), so one float32
+    multiply gives the value the E4M3 code rounds. q * 2^shift
     is a multiple of SUBQ * 2^shift, so a block with SUBQ * 2^shift >= 2^-9 (E4M3's quantum)
     rounds no element, nor does a block of zeros (``nonzero`` [NB, 1] False; its shift is
     -127 - R): the per-element test runs only where a block of the program may, and

@@ -31,7 +31,7 @@ import triton.language as tl
 from .common import (FLOOR, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_values,
                      encode, f32_to_bf16_bits, load_key, pow2_scale,
                      quarter_bits, rotation_signs, round_on_grid, stochastic_bits)
-from .fold import (NAN_EXP, fold_elements, fold_values, group_exponents,
+from .fold import (NAN_EXP, code_units, fold_values, group_exponents,
                    store_group_exponents)
 
 
@@ -411,8 +411,7 @@ def store_scales(scale_ptr, blk, scale, valid, EVEN: tl.constexpr):
 @triton.jit
 def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
                   total_ptr, n_blocks, n_rows, SIGN: tl.constexpr, BITS: tl.constexpr,
-                  EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
-                  NANC: tl.constexpr, INFC: tl.constexpr, SUBQ: tl.constexpr,
+                  MBITS: tl.constexpr, BIAS: tl.constexpr, SUBQ: tl.constexpr,
                   GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
                   HW_CVT: tl.constexpr, NB: tl.constexpr, EVEN: tl.constexpr,
                   FROM_CODES: tl.constexpr):
@@ -436,21 +435,13 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
     d = tl.reshape(sc2 - 127 - r[:, None], (NB,))[:, None]  # each block's shift
     nan_block = (sc == 255)[:, None]
     m = valid[:, None] & (tl.arange(0, 8)[None, :] >= 0)
-    if FROM_CODES:
-        f0, ch0 = fold_elements(c0, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
-                                BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
-        f1, ch1 = fold_elements(c1, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
-                                BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
-        f2, ch2 = fold_elements(c2, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
-                                BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
-        f3, ch3 = fold_elements(c3, d, nan_block, m, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
-                                BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, HW_CVT=HW_CVT)
-        # a program's count in int32 (at most NB x 32 elements), then int64 once
-        changed = ch0.to(tl.int32) + ch1.to(tl.int32) + ch2.to(tl.int32) + ch3.to(tl.int32)
-        n_changed = tl.sum(tl.sum(changed, axis=1), axis=0).to(tl.int64)
-    else:
-        f0, f1, f2, f3, n_changed = fold_values(c0, c1, c2, c3, d, nan_block, nz[:, None], m,
-                                                SUBQ=SUBQ, HW_CVT=HW_CVT)
+    if FROM_CODES:  # the codes' values in units of the block scale
+        c0 = code_units(c0, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ)
+        c1 = code_units(c1, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ)
+        c2 = code_units(c2, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ)
+        c3 = code_units(c3, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ)
+    f0, f1, f2, f3, n_changed = fold_values(c0, c1, c2, c3, d, nan_block, nz[:, None], m,
+                                            SUBQ=SUBQ, HW_CVT=HW_CVT)
     store_codes(out_ptr, blk, f0, 0, valid, NB=NB, PACK=1, EVEN=EVEN)
     store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=EVEN)
     store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=EVEN)
@@ -509,9 +500,9 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, tota
                   load_quarter(data_ptr, blk, 2, valid, NB=NB, PACK=PACK),
                   load_quarter(data_ptr, blk, 3, valid, NB=NB, PACK=PACK),
                   scale, blk, valid, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
-                  n_groups * GROUP, rows, SIGN=SIGN, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
-                  BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, GROUP=GROUP, D_MAX=D_MAX,
-                  POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=False, FROM_CODES=True)
+                  n_groups * GROUP, rows, SIGN=SIGN, BITS=BITS, MBITS=MBITS, BIAS=BIAS,
+                  SUBQ=SUBQ, GROUP=GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, NB=NB,
+                  EVEN=False, FROM_CODES=True)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
@@ -667,8 +658,8 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       signed(rounded_magnitudes(a3, sb, sp, OFF, MBITS=MBITS, BIAS=BIAS,
                                                 MAXV=MAXV), u3),
                       scale, blk, valid, data_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
-                      n_blocks, n_rows, SIGN=SIGN, BITS=BITS, EBITS=EBITS, MBITS=MBITS,
-                      BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ, GROUP=FOLD_GROUP, D_MAX=D_MAX,
+                      n_blocks, n_rows, SIGN=SIGN, BITS=BITS, MBITS=MBITS, BIAS=BIAS,
+                      SUBQ=SUBQ, GROUP=FOLD_GROUP, D_MAX=D_MAX,
                       POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=EVEN, FROM_CODES=False)
         store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
     elif QDQ and ROUNDING != STOCHASTIC:  # RNE values straight from the rounded magnitudes
@@ -721,9 +712,8 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
         if FOLD_GROUP > 0:  # E4M3 codes of the folded operand (kernels.fold's steps)
             fold_quarters(c0, c1, c2, c3, scale, blk, valid, data_ptr, exp_ptr, pow2_ptr,
                           stats_ptr, total_ptr, n_blocks, n_rows, SIGN=SIGN, BITS=BITS,
-                          EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, NANC=NANC, INFC=INFC, SUBQ=SUBQ,
-                          GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, NB=NB,
-                          EVEN=EVEN, FROM_CODES=True)
+                          MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, GROUP=FOLD_GROUP, D_MAX=D_MAX,
+                          POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=EVEN, FROM_CODES=True)
             store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
         elif QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB=NB, EVEN=EVEN, BITS=BITS,
