@@ -18,15 +18,24 @@ registers, spills, wgmmas and whether the loop was warp-specialized.
 library's kernel takes there), bit for bit against ``folded_matmul(promote=False)``: checks the
 descriptors' indexing and the epilogue, not the GPU's sums.
 
-Compiled for sm_90 under Triton 3.6.0 (this machine, 2026-11-27; groups of 32 blocks, BK =
-128): 128 x 128 on 4 warps warp-specializes (168 registers, no spill, against 255 and 59 spill
-stores unspecialized); with 8 warps the pass does not apply (242 registers, no spill, as
-unspecialized); 128 x 256 spills (398 stores) and needs 279 KB of shared memory; 64 x 256 does
-not compile; at groups of 4 blocks every tile spills. Not yet run on a GPU.
+Compiled for sm_90 under Triton 3.6.0 (this machine, 2026-11-27/28; groups of 32 blocks, BK =
+128): the nested loop (``ws_folded_gemm``) warp-specializes on 4 warps: 128 x 128 at 168
+registers and no spill (255 and 59 spill stores unspecialized), 64 x 128 at 168 (206
+unspecialized); with 8 warps the pass does not apply; 64 x 256 on 4 warps fails in
+ConvertTritonGPUToLLVM. The one-loop variants (``ws_folded_gemm_flat``, the group's epilogue
+under an ``if``; ``ws_folded_gemm_desc``, every access through a descriptor) are never
+warp-specialized by Triton 3.6 and spill at 128 x 128 (384 / 70 spill stores): the GPU run
+times the nested kernel only (``--variants`` to add them).
+
+On an H100 (2026-11-28, Triton 3.6, 6273696): the nested kernel at 128 x 128, 3 stages, 4
+warps, unspecialized: bits equal, 0.88x cuBLAS bf16 at 8192 x 4096 x 4096 (the library's
+chained kernel 1.02x); warp-specialized: an illegal memory access (the process's CUDA
+context lost, so each combination now runs in a process of its own).
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 
@@ -76,91 +85,191 @@ def ws_folded_gemm(a_desc, b_desc, ea_ptr, eb_ptr, c_ptr, M, N, K,
         tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
+@triton.jit
+def ws_folded_gemm_flat(a_desc, b_desc, ea_ptr, eb_ptr, c_ptr, M, N, K,
+                        GROUP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                        BK: tl.constexpr, NUM_SMS: tl.constexpr, WS: tl.constexpr):
+    """``ws_folded_gemm`` with one loop along K per tile (the group's epilogue under an
+    ``if`` at its last step), the shape of Triton's warp-specialized persistent tutorials:
+    the same sums in the same order."""
+    n_n = N // BN
+    tiles = (M // BM) * n_n
+    n_groups = K // (32 * GROUP)
+    STEPS: tl.constexpr = GROUP * 32 // BK
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS, flatten=True, warp_specialize=WS):
+        m0 = (tile // n_n) * BM
+        n0 = (tile % n_n) * BN
+        rm = m0 + tl.arange(0, BM)
+        rn = n0 + tl.arange(0, BN)
+        acc = tl.zeros((BM, BN), tl.float32)
+        t = tl.zeros((BM, BN), tl.float32)
+        for kk in range(K // BK):
+            t = tl.dot(a_desc.load([m0, kk * BK]), b_desc.load([n0, kk * BK]).T, t)
+            if kk % STEPS == STEPS - 1:
+                g = kk // STEPS
+                ea = tl.load(ea_ptr + rm * n_groups + g)
+                eb = tl.load(eb_ptr + rn * n_groups + g)
+                acc += (t * _pow2(ea)[:, None]) * _pow2(eb)[None, :]
+                t = tl.zeros((BM, BN), tl.float32)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@triton.jit
+def ws_folded_gemm_desc(a_desc, b_desc, pa_desc, pb_desc, c_desc, M, N, K,
+                        GROUP: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                        BK: tl.constexpr, NUM_SMS: tl.constexpr, WS: tl.constexpr):
+    """``ws_folded_gemm_flat`` with every global access through a tensor descriptor: each
+    group's 2^R read from the fold's group-major float32 2^R (``pow2=True``: (K / (32 GROUP),
+    rows), a [1, BM] block a group) and C stored through one; no pointer arithmetic in the
+    warp-specialized loop. 2^R as float32 is the value ``_pow2`` builds (every exponent within
+    the rank-1 epilogue's range is a normal float32): the same products."""
+    n_n = N // BN
+    tiles = (M // BM) * n_n
+    STEPS: tl.constexpr = GROUP * 32 // BK
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS, flatten=True, warp_specialize=WS):
+        m0 = (tile // n_n) * BM
+        n0 = (tile % n_n) * BN
+        acc = tl.zeros((BM, BN), tl.float32)
+        t = tl.zeros((BM, BN), tl.float32)
+        for kk in range(K // BK):
+            t = tl.dot(a_desc.load([m0, kk * BK]), b_desc.load([n0, kk * BK]).T, t)
+            if kk % STEPS == STEPS - 1:
+                g = kk // STEPS
+                pa = pa_desc.load([g, m0]).reshape(BM)
+                pb = pb_desc.load([g, n0]).reshape(BN)
+                acc += (t * pa[:, None]) * pb[None, :]
+                t = tl.zeros((BM, BN), tl.float32)
+        c_desc.store([m0, n0], acc)
+
+
+VARIANTS = ("nested", "flat", "desc")
+
+
 def parse(spec: str) -> tuple:
     bm, bn, stages, warps = (int(v) for v in spec.split(","))
     return bm, bn, stages, warps
 
 
-def compile_only(configs):
+def compile_only(configs, variants):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     import kernel_sass as ks  # (it sets the launch's Hopper options: here only)
-    fn = ws_folded_gemm
-    for bm, bn, stages, warps in configs:
-        for ws in (False, True):
+    for variant, (bm, bn, stages, warps), ws in itertools.product(variants, configs,
+                                                                  (False, True)):
+        if variant == "desc":
+            fn = ws_folded_gemm_desc
+            sig = {"a_desc": f"tensordesc<fp8e4nv[{bm},{BK}]>",
+                   "b_desc": f"tensordesc<fp8e4nv[{bn},{BK}]>",
+                   "pa_desc": f"tensordesc<fp32[1,{bm}]>", "pb_desc": f"tensordesc<fp32[1,{bn}]>",
+                   "c_desc": f"tensordesc<fp32[{bm},{bn}]>", "M": "i32", "N": "i32", "K": "i32"}
+        else:
+            fn = ws_folded_gemm if variant == "nested" else ws_folded_gemm_flat
             sig = {"a_desc": f"tensordesc<fp8e4nv[{bm},{BK}]>",
                    "b_desc": f"tensordesc<fp8e4nv[{bn},{BK}]>", "ea_ptr": "*i32",
                    "eb_ptr": "*i32", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
-            consts = dict(GROUP=GROUP, BM=bm, BN=bn, BK=BK, NUM_SMS=132, WS=ws)
-            src = ASTSource(fn, {**sig, **{c: "constexpr" for c in consts}},
-                            constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()},
-                            attrs={(i,): [["tt.divisibility", 16]] for i in (2, 3, 4, 5, 6, 7)})
-            name = f"{bm}x{bn} stages {stages} warps {warps} {'WS' if ws else 'no WS'}"
-            try:
-                ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                    options={"num_warps": warps, "num_stages": stages,
-                                             "enable_fp_fusion": False})
-            except Exception as e:  # a configuration the compiler refuses
-                print(f"{name}: FAILS ({type(e).__name__})", flush=True)
-                continue
-            sass = ks.disassemble(ck.asm["cubin"])
-            print(f"{name}: {ks.registers(sass)} registers, {sass.count('STL')} spill stores, "
-                  f"{sass.count('QGMMA')} wgmmas, warp-specialized "
-                  f"{'ttg.warp_return' in ck.asm['ttgir']}, shared {ck.metadata.shared}",
-                  flush=True)
+        consts = dict(GROUP=GROUP, BM=bm, BN=bn, BK=BK, NUM_SMS=132, WS=ws)
+        args = list(sig)
+        src = ASTSource(fn, {**sig, **{c: "constexpr" for c in consts}},
+                        constexprs={(fn.arg_names.index(c),): v for c, v in consts.items()},
+                        attrs={(args.index(a),): [["tt.divisibility", 16]]
+                               for a in args if a.endswith("_ptr") or a in ("M", "N", "K")})
+        name = (f"{variant} {bm}x{bn} stages {stages} warps {warps} "
+                f"{'WS' if ws else 'no WS'}")
+        try:
+            ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                options={"num_warps": warps, "num_stages": stages,
+                                         "enable_fp_fusion": False})
+        except Exception as e:  # a configuration the compiler refuses
+            print(f"{name}: FAILS ({type(e).__name__})", flush=True)
+            continue
+        sass = ks.disassemble(ck.asm["cubin"])
+        print(f"{name}: {ks.registers(sass)} registers, {sass.count('STL')} spill stores, "
+              f"{sass.count('QGMMA')} wgmmas, warp-specialized "
+              f"{'ttg.warp_return' in ck.asm['ttgir']}, shared {ck.metadata.shared}",
+              flush=True)
 
 
-def on_gpu(configs):
+def launcher(variant: str, a, b, c, m: int, n: int, k: int, bm: int, bn: int,
+             stages: int, warps: int, ws: bool, sms: int, bk: int = BK, interp: bool = False):
+    """A function launching ``variant``'s kernel on folded operands ``a``, ``b`` (``desc``:
+    with their 2^R, ``pow2=True``) into float32 ``c``."""
+    grid = (min(sms, (m // bm) * (n // bn)),)
+    ad = TensorDescriptor.from_tensor(a.codes.view(torch.float8_e4m3fn), [bm, bk])
+    bd = TensorDescriptor.from_tensor(b.codes.view(torch.float8_e4m3fn), [bn, bk])
+    opts = {} if interp else dict(num_warps=warps, num_stages=stages, enable_fp_fusion=False)
+    common = dict(GROUP=a.group, BM=bm, BN=bn, BK=bk, NUM_SMS=sms, WS=ws, **opts)
+    if variant == "desc":
+        pa = TensorDescriptor.from_tensor(a.pow2, [1, bm])
+        pb = TensorDescriptor.from_tensor(b.pow2, [1, bn])
+        cd = TensorDescriptor.from_tensor(c, [bm, bn])
+        return lambda: ws_folded_gemm_desc[grid](ad, bd, pa, pb, cd, m, n, k, **common)
+    kernel = ws_folded_gemm if variant == "nested" else ws_folded_gemm_flat
+    return lambda: kernel[grid](ad, bd, a.exponents, b.exponents, c, m, n, k, **common)
+
+
+SHAPES = ((8192, 4096, 4096), (8192, 14336, 4096), (8192, 4096, 14336), (8192, 6144, 4096))
+
+
+def on_gpu(configs, variants, one: bool = False):
+    """Each (variant, configuration, WS) in a process of its own (``--one``): a kernel that
+    faults (Hopper's warp specialization in Triton 3.6 did, with an illegal address) takes
+    down its CUDA context, not the run. Returns 1 if any bits differ or any run failed."""
+    if not one:
+        import subprocess
+        print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton "
+              f"{triton.__version__}; groups of {GROUP}, BK {BK}", flush=True)
+        bad = 0
+        for variant in variants:
+            for bm, bn, stages, warps in configs:
+                for ws in (False, True):
+                    cmd = [sys.executable, os.path.abspath(__file__), "--one", "--variants",
+                           variant, "--configs", f"{bm},{bn},{stages},{warps}"] + \
+                        (["--ws"] if ws else [])
+                    try:
+                        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+                        out, rc = r.stdout + r.stderr[-600:], r.returncode
+                    except subprocess.TimeoutExpired:
+                        out, rc = "timed out (300 s)", 124
+                    print(out.rstrip(), flush=True)
+                    if rc:
+                        print(f"  {variant} {bm}x{bn} s{stages} w{warps} WS {ws}: FAILED "
+                              f"rc={rc}", flush=True)
+                    bad += rc != 0
+        return 1 if bad else 0
     import gpu_bench as gb
     from ocpmx.native import fold
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton "
-          f"{triton.__version__}; groups of {GROUP}, BK {BK}", flush=True)
+    (variant,), ((bm, bn, stages, warps),), ws = variants, configs, ONE_WS
     bad = 0
-    for m, n, k in ((8192, 4096, 4096), (8192, 14336, 4096), (8192, 4096, 14336),
-                    (8192, 6144, 4096)):
+    for m, n, k in SHAPES:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        a = fold.quantize_folded(x, "e2m1", GROUP, scale_rule="even")
-        b = fold.quantize_folded(w, "e2m1", GROUP, scale_rule="even")
+        a = fold.quantize_folded(x, "e2m1", GROUP, scale_rule="even", pow2=True)
+        b = fold.quantize_folded(w, "e2m1", GROUP, scale_rule="even", pow2=True)
         assert int(a.wide) == 0 and int(b.wide) == 0, "the rank-1 epilogue only"
-        # the library's chained kernel (method "fp8")
-        want = fold.folded_matmul(a, b, promote=False)
+        want = fold.folded_matmul(a, b, promote=False)  # the library's chained kernel
         bf16 = gb.bench(lambda: x @ w.T)
         lib = gb.bench(lambda: fold.folded_matmul(a, b, promote=False))
         flops = 2 * m * n * k
-        print(f"M={m} N={n} K={k}: cuBLAS bf16 {bf16:.4f} ms; library chained "
-              f"{lib:.4f} ms ({bf16 / lib:.3f}x bf16)", flush=True)
-        a8 = a.codes.view(torch.float8_e4m3fn)
-        b8 = b.codes.view(torch.float8_e4m3fn)
-        for bm, bn, stages, warps in configs:
-            for ws in (False, True):
-                c = torch.empty(m, n, device="cuda", dtype=torch.float32)
-                ad = TensorDescriptor.from_tensor(a8, [bm, BK])
-                bd = TensorDescriptor.from_tensor(b8, [bn, BK])
-                name = f"  {bm}x{bn} stages {stages} warps {warps} {'WS' if ws else 'no WS'}"
-
-                def run():
-                    ws_folded_gemm[(min(sms, (m // bm) * (n // bn)),)](
-                        ad, bd, a.exponents, b.exponents, c, m, n, k, GROUP=GROUP, BM=bm,
-                        BN=bn, BK=BK, NUM_SMS=sms, WS=ws, num_warps=warps, num_stages=stages,
-                        enable_fp_fusion=False)
-                try:
-                    run()
-                except Exception as e:
-                    print(f"{name}: FAILS ({type(e).__name__}: {str(e)[:120]})", flush=True)
-                    continue
-                same = torch.equal(c.view(torch.int32), want.view(torch.int32))
-                bad += not same
-                ms = gb.bench(run)
-                print(f"{name}: {ms:.4f} ms, {flops / ms / 1e9:.0f} TFLOP/s, "
-                      f"{bf16 / ms:.3f}x bf16, bits {'equal' if same else 'DIFFER'}",
-                      flush=True)
+        c = torch.zeros(m, n, device="cuda", dtype=torch.float32)
+        run = launcher(variant, a, b, c, m, n, k, bm, bn, stages, warps, ws, sms)
+        name = f"{variant} {bm}x{bn} stages {stages} warps {warps} {'WS' if ws else 'no WS'}"
+        run()
+        same = torch.equal(c.view(torch.int32), want.view(torch.int32))
+        bad += not same
+        ms = gb.bench(run)
+        print(f"M={m} N={n} K={k}: {name}: {ms:.4f} ms, {flops / ms / 1e9:.0f} TFLOP/s, "
+              f"{bf16 / ms:.3f}x cuBLAS bf16 ({bf16:.4f} ms), library chained "
+              f"{bf16 / lib:.3f}x, bits {'equal' if same else 'DIFFER'}", flush=True)
     return 1 if bad else 0
 
 
-def interpret() -> int:
-    """--interpret: the kernel's bits against the library's chained kernel on CPU tensors."""
+ONE_WS = False
+
+
+def interpret(variants) -> int:
+    """--interpret: each variant's bits against the library's chained kernel on CPU tensors
+    (WS on: the interpreter runs the loop as written)."""
     from ocpmx.native import fold
     g = torch.Generator().manual_seed(0)
     bad = 0
@@ -168,18 +277,16 @@ def interpret() -> int:
         block_exps = torch.randint(-4, 5, (m, k // 32), generator=g)
         x = torch.randn(m, k, generator=g) * torch.exp2(block_exps).repeat_interleave(32, 1)
         w = torch.randn(n, k, generator=g)
-        a = fold.quantize_folded(x, "e2m1", group, scale_rule="even")
-        b = fold.quantize_folded(w, "e2m1", group, scale_rule="even")
+        a = fold.quantize_folded(x, "e2m1", group, scale_rule="even", pow2=True)
+        b = fold.quantize_folded(w, "e2m1", group, scale_rule="even", pow2=True)
         want = fold.folded_matmul(a, b, promote=False)
-        c = torch.empty(m, n, dtype=torch.float32)
-        ad = TensorDescriptor.from_tensor(a.codes.view(torch.float8_e4m3fn), [bm, 32])
-        bd = TensorDescriptor.from_tensor(b.codes.view(torch.float8_e4m3fn), [bn, 32])
-        ws_folded_gemm[(3,)](ad, bd, a.exponents, b.exponents, c, m, n, k, GROUP=group, BM=bm,
-                             BN=bn, BK=32, NUM_SMS=3, WS=True)
-        same = torch.equal(c.view(torch.int32), want.view(torch.int32))
-        bad += not same
-        print(f"M={m} N={n} K={k} group {group} tile {bm}x{bn}: bits "
-              f"{'equal' if same else 'DIFFER'}", flush=True)
+        for variant in variants:
+            c = torch.zeros(m, n, dtype=torch.float32)
+            launcher(variant, a, b, c, m, n, k, bm, bn, 1, 4, True, 3, bk=32, interp=True)()
+            same = torch.equal(c.view(torch.int32), want.view(torch.int32))
+            bad += not same
+            print(f"{variant}: M={m} N={n} K={k} group {group} tile {bm}x{bn}: bits "
+                  f"{'equal' if same else 'DIFFER'}", flush=True)
     return 1 if bad else 0
 
 
@@ -187,16 +294,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--interpret", action="store_true")
-    ap.add_argument("--configs", nargs="+", default=["128,128,3,4", "128,128,4,4",
-                                                      "128,256,3,4", "128,128,3,8"])
+    ap.add_argument("--configs", nargs="+", default=["128,128,3,4", "64,128,4,4", "64,128,3,4",
+                                                      "128,128,3,8"])
+    ap.add_argument("--variants", nargs="+", default=["nested"], choices=VARIANTS,
+                    help="(--interpret checks every variant unless given)")
+    ap.add_argument("--one", action="store_true", help="(one variant, configuration and WS "
+                    "setting in this process: what the GPU run starts per combination)")
+    ap.add_argument("--ws", action="store_true", help="(with --one: warp-specialized)")
     args = ap.parse_args()
     configs = [parse(s) for s in args.configs]
     if args.interpret:
-        sys.exit(interpret())
+        given = any(a.startswith("--variants") for a in sys.argv)
+        sys.exit(interpret(args.variants if given else VARIANTS))
     if args.compile_only:
-        compile_only(configs)
+        compile_only(configs, args.variants)
     else:
-        sys.exit(on_gpu(configs))
+        global ONE_WS
+        ONE_WS = args.ws
+        sys.exit(on_gpu(configs, args.variants, args.one))
 
 
 if __name__ == "__main__":

@@ -582,7 +582,8 @@ def gpu_us(fn, calls: int = 200) -> float:
 def section_host(rows):
     """Issue 18: host time per eager call of each native operation on a tiny input (the GPU
     time negligible): ``us`` with per-call plans (``native.plans``: quantize,
-    quantize-dequantize and, since a766863, quantize_dequantize_both_axes), ``us_no_plans``
+    quantize-dequantize and, since a766863, quantize_dequantize_both_axes; quantize_folded
+    since the thirty-first session), ``us_no_plans``
     through the cached compiled kernels alone (``native.fastlaunch``), ``us_triton_launch``
     through Triton's own launch (``kernel[grid]``), ``us_plans_getitem`` with plans but the
     compiled kernel launched through ``CompiledKernel[grid]`` (``fastlaunch.DIRECT`` off),
@@ -598,6 +599,14 @@ def section_host(rows):
     qw = native.quantize(torch.randn(256, 1024, device="cuda"), "e2m1")
     lin = native.MXLinear(1024, 256, bias=False, recipe="mxfp4_all_h16").cuda().bfloat16()
     xg = tiny.clone().requires_grad_()
+    fa = fold.quantize_folded(tiny, "e2m1", 32)
+    fw = fold.quantize_folded(torch.randn(256, 1024, device="cuda"), "e2m1", 32)
+    steps = {}  # (128 tokens: cuBLAS's blockwise Wgrad takes K in multiples of 128)
+    x128 = torch.randn(128, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for method in ("fp8_cublas", "fp8"):
+        layer = native.MXLinear(1024, 256, bias=False, recipe="mxfp4_all_h16",
+                                method=method).cuda().bfloat16()
+        steps[method] = (lambda layer: lambda: layer(x128).sum().backward())(layer)
 
     def step():
         lin(xg).sum().backward()
@@ -618,7 +627,16 @@ def section_host(rows):
              ("mx_matmul e2m1 64x1024 @ 1024x256", lambda: native.mx_matmul(q, qw)),
              ("quantize_folded e2m1 group 4 pow2",
               lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True)),
-             ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step)]
+             # (Wgrad's operands: along tokens, through this GPU's default column path)
+             ("quantize_folded e2m1 group 4 pow2 axis=0",
+              lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True, axis=0)),
+             ("folded_matmul chained group 32 64x1024 @ 1024x256",
+              lambda: fold.folded_matmul(fa, fw, promote=False)),
+             ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step),
+             ("MXLinear 128x1024->256 mxfp4_all_h16 method=fp8_cublas fwd+bwd",
+              steps["fp8_cublas"]),
+             ("MXLinear 128x1024->256 mxfp4_all_h16 method=fp8 fwd+bwd", steps["fp8"])]
+    stepping = (step, *steps.values())
     takes_addresses = fastlaunch.takes_addresses
     modes = {  # launch path -> (fastlaunch on, plan devices, direct launcher, addresses)
         "triton": (False, (), True, True), "fast": (True, (), True, True),
@@ -639,13 +657,13 @@ def section_host(rows):
         for name, fn in cases:
             for mode in modes:
                 set_mode(mode)
-                t = host_us(fn, calls=50 if fn is step else 200, repeats=1)
+                t = host_us(fn, calls=50 if fn in stepping else 200, repeats=1)
                 times[name, mode] = min(times[name, mode], t)
     set_mode("plans")
     for name, fn in cases:
         t = {mode: times[name, mode] for mode in modes}
         rows.append(dict(case=f"host time per call, {name} (us, best of {HOST_REPEATS})",
-                         us=t["plans"], gpu_us=gpu_us(fn, 20 if fn is step else 200),
+                         us=t["plans"], gpu_us=gpu_us(fn, 20 if fn in stepping else 200),
                          us_plans_tensors=t["plans_tensors"],
                          us_plans_getitem=t["plans_getitem"], us_no_plans=t["fast"],
                          us_triton_launch=t["triton"], speedup=t["triton"] / t["plans"]))

@@ -128,7 +128,13 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     the operand is the MX operand the emulator defines. On the emulator backend: the
     emulator's quantize and fold. Under ``torch.compile``: the custom op
     ``ocpmx::quantize_folded`` (the same implementation)."""
-    from . import ops
+    from . import ops, plans
+    pk = plans.key("quantize_folded", x, (fmt, group, axis, pow2, scale_rule, rounding,
+                                          rotation, backend, tuning), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call: the launch of the first (``native.plans``)
+        ops._check_keys(keys, x)
+        return plans.run_fold(plan, x, seed, keys)
     n = ops.numerics(fmt, scale_rule, rounding, rotation)
     if n.fmt.name not in FOLD_FORMATS:
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {n.fmt.name}")
@@ -142,13 +148,19 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     if torch.compiler.is_compiling():
         from . import library
         return library.quantize_folded(x, n, axis, group, pow2, seed, keys, backend)
-    return quantize_folded_kmajor(x, n, axis, group, pow2, seed, keys, backend, tuning)
+    fmt = n.fmt
+
+    def result(codes, exps, scales, stats, p2):  # (a plan's too)
+        return FoldedTensor(codes, exps, scales, group, fmt, stats, p2)
+    return quantize_folded_kmajor(x, n, axis, group, pow2, seed, keys, backend, tuning, pk,
+                                  result)
 
 
 def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool, seed: int,
-                           keys, backend, tuning) -> FoldedTensor:
+                           keys, backend, tuning, plan_key=None, result=None) -> FoldedTensor:
     """The implementation of ``quantize_folded`` (checked arguments, numerics ``n``): its rows
-    are the K-major rows of ``x`` along ``axis``."""
+    are the K-major rows of ``x`` along ``axis``. ``plan_key``, ``result``: the call's
+    combination and what a plan made from it returns (``plans.make_fold``)."""
     from ..emulator import fold as emulator_fold
     from . import ops
     from .dispatch import pick_backend
@@ -183,8 +195,11 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
     if x.numel():
         out = launch.FoldOutput(group, exps, p2, stats, inexact_total(x.device), rows,
                                 shift_range(n.fmt)[1], _e4m3_cvt(x.device))
-        launch.rows32(x, axis, math.prod(x.shape[axis + 1:]), codes, scales, rows * nblk, n,
-                      seed, tuning, keys=keys, fold=out)
+        done = launch.rows32(x, axis, math.prod(x.shape[axis + 1:]), codes, scales,
+                             rows * nblk, n, seed, tuning, keys=keys, fold=out)
+        if result is not None:
+            from . import plans
+            plans.make_fold(plan_key, done, out, k, n, seed, keys, result)
     return FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2)
 
 
@@ -281,10 +296,36 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
                            BLOCK_N=bn, num_warps=warps, num_stages=stages, RANK1=rank1,
                            **common)
             else:
-                def grid(meta):
-                    return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
-                launch.run(_tuned_kernel(promote), grid, *args, RANK1=rank1, **common)
+                tuned_launch(promote, args, rank1, common)
     return c
+
+
+_chosen: dict = {}  # (promote, the autotuner's key, device) -> the chosen config's arguments
+
+
+def tuned_launch(promote: bool, args: tuple, rank1: bool, common: dict) -> None:
+    """One launch of the folded GEMM at the autotuned tile: the first of a shape through the
+    autotuner (which times ``FOLD_CONFIGS`` and keeps the fastest), later ones straight to the
+    kernel with that tile's arguments through ``launch.run`` (its compiled kernel cached:
+    Triton's autotuner rebuilds its key and binds every argument on each call, ~2 x 40 us of
+    host time a GEMM). The same kernel and tile either way: the same bits."""
+    m, n, k = args[7:10]
+    key = (bool(promote), m, n, k, common["GROUP"], common["KT"], rank1, args[6].dtype,
+           args[0].device)
+    chosen = _chosen.get(key)
+    if chosen is not None:
+        bm, bn = chosen["BLOCK_M"], chosen["BLOCK_N"]
+        launch.run(kernels.fold.folded_gemm_kernel, (cdiv(m, bm) * cdiv(n, bn),), *args,
+                   RANK1=rank1, **common, **chosen)
+        return
+
+    def grid(meta):
+        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
+    tuned = _tuned_kernel(promote)
+    launch.run(tuned, grid, *args, RANK1=rank1, **common)
+    best = getattr(tuned, "best_config", None)
+    if best is not None:
+        _chosen[key] = best.all_kwargs()
 
 
 # Tiles of the folded GEMM on a GPU (BLOCK_M, BLOCK_N, warps, stages), autotuned per shape (the

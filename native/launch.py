@@ -199,7 +199,13 @@ class Kernel32:
         """The positional arguments of one launch (``random_args`` gives seed and sign).
         The tensors may be given as their addresses (integers: ``native.plans``' launches of
         a compiled kernel), the input then as it is (its view is the same address)."""
-        outs = fold.args() if fold else (scales, scales, scales, scales)
+        return self.args_with(x, data, scales, seed_arg, sign_arg,
+                              fold.args() if fold else (scales, scales, scales, scales))
+
+    def args_with(self, x: torch.Tensor | int, data, scales, seed_arg, sign_arg,
+                  outs: tuple) -> tuple:
+        """``args`` with the four fold outputs given as they are (``FoldOutput.args``'s
+        order; a launch without a fold passes ``scales`` four times), tensors or addresses."""
         if type(x) is not int:
             if self.flat:
                 x = x.view(-1)
@@ -289,16 +295,17 @@ def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: t
     ``qdq``: ``data`` is the bf16 output viewed as int32 pairs (quantize-dequantize),
     ``scales`` unused. ``fold``: ``data`` gets E4M3 codes, one byte per element, either kernel
     folding in its own pass. Returns (the ``Kernel32`` launched, its arguments, what ``run``
-    returned), or None where the transpose went first (two launches)."""
+    returned, the transpose that went first: None, or (axis, tuning), the arguments of
+    ``move_axis_last`` that gave the kernel its input)."""
     seed_arg, sign_arg = random_args(n, seed, keys)
     k32 = kernel32(x, axis, inner, n_blocks, n, tuning, qdq, fold)
     if k32 is not None:
         args = k32.args(x, data, scales, seed_arg, sign_arg, fold)
-        return k32, args, k32.launch(args)
+        return k32, args, k32.launch(args), None
     x = move_axis_last(x, axis, tuning)
     k32 = kernel32(x, x.dim() - 1, 1, n_blocks, n, tuning, qdq, fold)
-    k32.launch(k32.args(x, data, scales, seed_arg, sign_arg, fold))
-    return None
+    args = k32.args(x, data, scales, seed_arg, sign_arg, fold)
+    return k32, args, k32.launch(args), (axis, tuning)
 
 
 def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, numel: int,

@@ -250,11 +250,23 @@ def mx_matmul(a_data, a_scales, b_data, b_scales, fmt_a, fmt_b, k: int, out_dtyp
 def quantize_folded_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: str,
                        axis: int, group: int, pow2: bool, seed: int, keys: Optional[Tensor],
                        backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    pk = plans.key("ocpmx::quantize_folded", x, (fmt, scale_rule, rounding, rotation, axis,
+                                                 group, pow2, backend), keys)
+    plan = plans.find(pk)
+    if plan is not None:  # a repeated call (``native.plans``)
+        ops._check_keys(keys, x)
+        return plans.run_fold(plan, x, seed, keys)
     n = _numerics(fmt, scale_rule, rounding, rotation, -127)
     f = fold.quantize_folded_kmajor(x, n, axis, group, pow2, seed & _M64, keys, backend or None,
-                                    None)
-    p2 = f.pow2 if f.pow2 is not None else x.new_empty((0,), dtype=torch.float32)
-    return f.codes, f.exponents, f.scales, f.stats, p2
+                                    None, pk, _folded_parts)
+    return _folded_parts(f.codes, f.exponents, f.scales, f.stats, f.pow2)
+
+
+def _folded_parts(codes: Tensor, exps: Tensor, scales: Tensor, stats: Tensor,
+                  p2: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The op's results (2^R an empty tensor where none was asked)."""
+    return (codes, exps, scales, stats,
+            p2 if p2 is not None else codes.new_empty((0,), dtype=torch.float32))
 
 
 @torch.library.register_fake("ocpmx::quantize_folded")

@@ -102,8 +102,8 @@ def make(k: tuple | None, done, qdq: bool, data_shape: tuple, scales_shape: tupl
     other arguments: as ``Plan``'s, and the call's seed and keys."""
     if k is None or done is None:
         return
-    k32, args, launched = done
-    plan = Plan(k32, qdq, data_shape, scales_shape, n, result)
+    k32, args, launched, move = done
+    plan = Plan(k32, qdq, data_shape, scales_shape, n, result, move)
     dyn = specialization(launch.random_args(n, seed, keys, addresses=True), keys, args[1],
                          args[2], current_device())
     if remember(plan, dyn, args, launched):
@@ -130,19 +130,27 @@ class Plan:
     """One combination's launch (``k32``) and outputs: K-major codes of ``data_shape`` and
     scales of ``scales_shape`` (quantize), or bf16 values of ``data_shape``
     (quantize-dequantize, ``qdq``); ``result(data, scales)`` is what the operation returns;
-    ``numerics``: the call's (its random arguments come from them where no keys are passed)."""
+    ``numerics``: the call's (its random arguments come from them where no keys are passed);
+    ``move``: None, or the arguments (axis, tuning) of the transpose
+    (``launch.move_axis_last``) that went before the kernel in the first call (a column path
+    of ``tuning.column_path`` 'transpose'): each call transposes its input the same way."""
 
     __slots__ = ("k32", "qdq", "data_shape", "scales_shape", "numerics", "result", "grid",
-                 "tail", "compiled")
+                 "tail", "compiled", "move")
 
     def __init__(self, k32: Kernel32, qdq: bool, data_shape: tuple, scales_shape: tuple,
-                 numerics: launch.Numerics, result):
+                 numerics: launch.Numerics, result, move: tuple | None = None):
         self.k32, self.qdq = k32, qdq
         self.data_shape, self.scales_shape = data_shape, scales_shape
         self.numerics, self.result = numerics, result
         self.grid = _grid3(k32.grid)
         self.tail = None      # the bound constexprs and defaults after the positional arguments
         self.compiled = {}    # per-call specialization -> (compiled kernel, takes addresses)
+        self.move = move
+
+    def kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The input the kernel reads: ``x``, or its transpose (``move``)."""
+        return x if self.move is None else launch.move_axis_last(x.detach(), *self.move)
 
     def outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fresh (data, scales) on ``x``'s device as the kernel takes them
@@ -189,6 +197,7 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
     calls each one's ``data_ptr`` and asks the driver whether the pointer is a device's
     (``cuPointerGetAttribute``), seven times a launch. The plan's tensors are known: the input
     (a contiguous tensor on the combination's device), the outputs it allocated, the keys."""
+    x = plan.kernel_input(x)
     data, scales = plan.outputs(x)
     device = current_device()
     random = launch.random_args(plan.numerics, seed, keys, addresses=True)
@@ -206,6 +215,88 @@ def run(plan: Plan, x: torch.Tensor, seed: int, keys):
         fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1
     return plan.result(data, scales)
+
+
+class FoldPlan:
+    """A ``quantize_folded`` combination's launch (``native.fold``): the 32-block kernel of its
+    first call (``k32``, after the transpose ``move`` where that call transposed) writing
+    E4M3 codes (rows, K), MX scales (rows, K / 32), group exponents (rows, K / (32 group)),
+    with ``pow2`` 2^R group-major, and the fold's stats (zeroed each call) and the device's
+    running count of rounded elements (``total``, one tensor for the device's life);
+    ``result(codes, exponents, scales, stats, pow2)`` is what the call returns."""
+
+    __slots__ = ("k32", "move", "rows", "k", "group", "pow2", "total", "numerics", "result",
+                 "grid", "tail", "compiled")
+
+    def __init__(self, k32: Kernel32, move, rows: int, k: int, group: int, pow2: bool,
+                 total: torch.Tensor, numerics: launch.Numerics, result):
+        self.k32, self.move = k32, move
+        self.rows, self.k, self.group, self.pow2, self.total = rows, k, group, pow2, total
+        self.numerics, self.result = numerics, result
+        self.grid = _grid3(k32.grid)
+        self.tail = None
+        self.compiled = {}
+
+    kernel_input = Plan.kernel_input
+
+    def outputs(self, x: torch.Tensor) -> tuple:
+        """Fresh (codes, scales, exponents, 2^R or None, zeroed stats) on ``x``'s device."""
+        rows, k, nblk = self.rows, self.k, self.k // 32
+        return (x.new_empty((rows, k), dtype=torch.uint8),
+                x.new_empty((rows, nblk), dtype=torch.uint8),
+                x.new_empty((rows, nblk // self.group), dtype=torch.int32),
+                x.new_empty((nblk // self.group, rows), dtype=torch.float32) if self.pow2
+                else None,
+                x.new_zeros(2, dtype=torch.int64))
+
+
+def make_fold(k: tuple | None, done, out: launch.FoldOutput, k_len: int, n: launch.Numerics,
+              seed: int, keys, result) -> None:
+    """After ``quantize_folded``'s whole way: keep a ``FoldPlan`` for combination ``k`` where
+    the call was one 32-block launch (after a transpose or not: ``done`` as ``make``'s) that
+    returned a compiled kernel; ``out``: the call's fold outputs."""
+    if k is None or done is None:
+        return
+    k32, args, launched, move = done
+    plan = FoldPlan(k32, move, out.rows, k_len, out.group, out.pow2 is not None, out.total, n,
+                    result)
+    dyn = _fold_specialization(launch.random_args(n, seed, keys, addresses=True), keys,
+                               (args[1], args[2], *out.args()[:3]), current_device())
+    if remember(plan, dyn, args, launched):
+        _keep(k, plan)
+
+
+def _fold_specialization(random: tuple, keys, outs: tuple, device: int) -> tuple:
+    """``specialization`` for a fold: every output's alignment (the row kernel's 2^R argument
+    is the exponents where no 2^R is asked)."""
+    return (*specialization(random, keys, outs[0], outs[1], device)[:1],
+            tuple(t.data_ptr() & 15 for t in outs), device)
+
+
+def run_fold(plan: FoldPlan, x: torch.Tensor, seed: int, keys):
+    """``quantize_folded`` on ``x`` through ``plan`` (as ``run``)."""
+    x = plan.kernel_input(x)
+    codes, scales, exps, p2, stats = plan.outputs(x)
+    outs = (exps, p2 if p2 is not None else exps, stats, plan.total)
+    device = current_device()
+    random = launch.random_args(plan.numerics, seed, keys, addresses=True)
+    dyn = _fold_specialization(random, keys, (codes, scales, *outs[:3]), device)
+    kernel, addresses = plan.compiled.get(dyn, _UNSEEN)
+    k32 = plan.k32
+    if addresses:
+        args = k32.args_with(x.data_ptr(), codes.data_ptr(), scales.data_ptr(), *random,
+                             tuple(t.data_ptr() for t in outs))
+    else:
+        if x.requires_grad:
+            x = x.detach()
+        args = k32.args_with(x, codes, scales,
+                             *launch.random_args(plan.numerics, seed, keys), outs)
+    if kernel is None:
+        remember(plan, dyn, args, k32.launch(args))
+    else:
+        fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
+        STATS.hits += 1
+    return plan.result(codes, exps, scales, stats, p2)
 
 
 class BothAxesPlan:

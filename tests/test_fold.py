@@ -191,6 +191,14 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
             cfg = native_fold.tuned_tile(False, 24, 40, 512, group)
             assert (cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.num_warps,
                     cfg.num_stages) in native_fold.FOLD_CONFIGS[False]
+            # repeated calls launch the chosen tile straight (``fold.tuned_launch``, through
+            # the fast launch's compiled kernels), with the first calls' bits, NaNs included
+            from ocpmx.native import fastlaunch
+            fast = fastlaunch.STATS.fast
+            for promote, first in ((True, got), (False, got_c)):
+                again = native_fold.folded_matmul(fa, fb, promote=promote).cpu().numpy()
+                assert np.array_equal(again.view(np.uint32), first.view(np.uint32)), promote
+            assert fastlaunch.STATS.fast >= fast + 4  # (two launches a GEMM)
         got16 = native_fold.folded_matmul(fa, fb, torch.bfloat16).float().cpu().numpy()
         want16 = torch.from_numpy(want).bfloat16().float().numpy()
         assert np.array_equal(np.isnan(got16), np.isnan(want16))

@@ -118,6 +118,9 @@ def _same(got, want, qdq):
 
 
 COLUMNS = dataclasses.replace(native.default_tuning(), columns="kernel", columns_qdq="kernel")
+# along another axis than the last through a tiled transpose, then the row kernel
+TRANSPOSE = dataclasses.replace(native.default_tuning(), columns="transpose",
+                                columns_qdq="transpose", columns_fold="transpose")
 # along axis 0 through ``kernels.both_axes.columns_kernel`` (the column kernel's arguments)
 AXIS0 = dataclasses.replace(native.default_tuning(), columns="both_axes",
                             columns_qdq="both_axes", both_axes=(64, 2))
@@ -130,6 +133,8 @@ CASES = [  # (dtype, shape, options)
     (torch.float16, (3, 64, 32), dict(axis=1, scale_rule="rceil", tuning=COLUMNS)),
     (torch.bfloat16, (64, 96), dict(axis=0, rotation="hadamard16", tuning=AXIS0)),
     (torch.float32, (64, 3, 5), dict(axis=0, scale_rule="ceil", tuning=AXIS0)),
+    (torch.bfloat16, (64, 96), dict(axis=0, rotation="hadamard16", tuning=TRANSPOSE)),
+    (torch.float32, (2, 64, 32), dict(axis=1, rounding="stochastic", tuning=TRANSPOSE)),
 ]
 
 
@@ -156,6 +161,9 @@ def test_repeated_calls_take_the_plan_and_keep_the_bits(cpu_plans, qdq, dtype, s
     assert sum(s.addresses for s in cpu_plans) == 4 * 7
     if kw.get("tuning") is AXIS0:  # (the axis-0 kernel's launch is what the plan keeps)
         assert {s.kernel for s in cpu_plans} == {launch.kernels.both_axes.columns_kernel}
+    if kw.get("tuning") is TRANSPOSE:  # (each call transposes through ``launch.run`` first)
+        transposes = [s for s in cpu_plans if s.kernel is launch.kernels.transpose.transpose_kernel]
+        assert len(transposes) == 9 and all(p.move is not None for p in plans.PLANS.values())
 
 
 @pytest.mark.parametrize("keys", [False, True])
@@ -237,13 +245,11 @@ def test_every_argument_is_part_of_the_combination(cpu_plans):
 
 
 def test_no_plan_where_the_call_is_not_one_compiled_launch(cpu_plans, monkeypatch):
-    """The transpose path (two launches), a non-contiguous input, the strided kernel (blocks of
-    16), the emulator backend and a launch that returned no compiled kernel leave no plan;
-    the results are the emulator's still."""
+    """A non-contiguous input, the strided kernel (blocks of 16), the emulator backend and a
+    launch that returned no compiled kernel leave no plan; the results are the emulator's
+    still."""
     x = torch.randn(64, 64).bfloat16()
-    transpose = dataclasses.replace(native.default_tuning(), columns="transpose")
-    for t, kw in [(x, dict(axis=0, tuning=transpose)), (x.t(), {}), (x, dict(block_size=16)),
-                  (x, dict(backend="emulator"))]:
+    for t, kw in [(x.t(), {}), (x, dict(block_size=16)), (x, dict(backend="emulator"))]:
         for _ in range(2):
             _same(native.quantize(t, "e2m1", **kw), _reference(t, "e2m1", False, **kw), False)
     assert plans.STATS.made == 0
@@ -285,6 +291,103 @@ def test_custom_ops_take_plans(cpu_plans):
         out = library.quantize_dequantize_op(x, "e2m1", "floor", "stochastic", "none", 1, 32,
                                              seed, None, "", "ocp")
         assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    assert plans.STATS.made == 2 and plans.STATS.hits == 4
+
+
+# the folds' options: rows, a rotation and 2^R, stochastic rounding with keys, along another
+# axis through the transpose or the column kernel, groups of 4 and of the whole row
+FOLD_COLUMNS = dataclasses.replace(native.default_tuning(), columns="kernel",
+                                   columns_fold="kernel")
+FOLD_CASES = [
+    ("e2m1", torch.bfloat16, (64, 256), dict(group=4)),
+    ("e2m1", torch.bfloat16, (64, 256), dict(group=8, pow2=True, rotation="hadamard16")),
+    ("e3m2", torch.float32, (2, 32, 128), dict(group=4, rounding="stochastic", keys=True,
+                                               rotation=Rotation(16, mask=0))),
+    ("e2m1", torch.bfloat16, (128, 64), dict(group=4, axis=0, pow2=True, tuning=TRANSPOSE)),
+    ("e2m3", torch.bfloat16, (128, 64), dict(group=4, axis=0, rotation="hadamard16",
+                                             tuning=FOLD_COLUMNS)),
+]
+
+
+def _same_fold(got, want):
+    for name in ("codes", "exponents", "scales", "stats"):
+        assert torch.equal(getattr(got, name).cpu(), getattr(want, name).cpu()), name
+    assert (got.pow2 is None) == (want.pow2 is None)
+    if want.pow2 is not None:
+        assert torch.equal(got.pow2.cpu().view(torch.int32), want.pow2.cpu().view(torch.int32))
+    assert (got.group, got.fmt) == (want.group, want.fmt)
+
+
+@pytest.mark.parametrize("fmt,dtype,shape,kw", FOLD_CASES)
+def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, shape, kw):
+    """``quantize_folded`` (the fold methods' operands, six a layer and step): the first call
+    leaves a ``FoldPlan``; later calls with new data, seeds and key values take it and give
+    the emulator's codes, exponents, MX scales, stats and 2^R, and add their rounded elements
+    to the device's running total as the whole way does."""
+    from ocpmx.native import fold
+    g = torch.Generator().manual_seed(2)
+    kw = dict(kw)
+    group, with_keys = kw.pop("group"), kw.pop("keys", False)
+    rounded = expected = 0
+    for i, seed in enumerate((0, 5, 6, 2**40 + 3, 2**40 + 5, 7)):
+        # (spread exponents: some blocks more than the fold's range below their group's top,
+        # so that the fold rounds and counts)
+        axis = kw.get("axis", -1) % len(shape)
+        moved = shape[:axis] + shape[axis + 1:] + (shape[axis],)
+        spread = torch.exp2(torch.randint(-12, 4, moved[:-1] + (moved[-1] // 32,),
+                                          generator=g)).repeat_interleave(32, -1)
+        x = (torch.randn(moved, generator=g) * spread).movedim(-1, axis).to(dtype).contiguous()
+        keys = torch.tensor([seed, 0x5A5A ^ i], dtype=torch.int64) if with_keys else None
+        before = int(fold.inexact_total("cpu"))
+        got = fold.quantize_folded(x, fmt, group, seed=seed, keys=keys, **kw)
+        rounded += int(fold.inexact_total("cpu")) - before
+        ref_kw = {k: v for k, v in kw.items() if k != "tuning"}
+        want = fold.quantize_folded(x, fmt, group, seed=seed, keys=keys, backend="emulator",
+                                    **ref_kw)
+        _same_fold(got, want)
+        expected += int(want.stats[1])
+    # (a seed specializes as in test_repeated_calls_take_the_plan_and_keep_the_bits: 0, 5 and
+    # 2^40 + 3 went through ``run`` first; keys specialize on the key tensor alone)
+    hits = 5 if with_keys else 3
+    assert plans.STATS.made == 1 and plans.STATS.hits == hits
+    assert sum(s.launches for s in cpu_plans) == hits
+    assert expected > 0 and rounded == expected
+    plan, = plans.PLANS.values()
+    assert isinstance(plan, plans.FoldPlan)
+    assert (plan.move is not None) == (kw.get("tuning") is TRANSPOSE)
+
+
+def test_fold_plans_are_keyed_on_every_argument(cpu_plans):
+    """Another group, 2^R or not, format, axis, rotation or shape is another combination:
+    each goes the whole way first, and none takes another's launch."""
+    from ocpmx.native import fold
+    x = torch.randn(128, 256).bfloat16()
+    calls = [dict(), dict(group=8), dict(pow2=True), dict(fmt="e3m2"),
+             dict(axis=0, tuning=TRANSPOSE), dict(rotation="hadamard16"),
+             dict(x=x[:64]), dict(scale_rule="even")]
+    for kw in calls + calls:
+        kw = dict(kw)
+        xx, fmt, group = kw.pop("x", x), kw.pop("fmt", "e2m1"), kw.pop("group", 4)
+        got = fold.quantize_folded(xx, fmt, group, **kw)
+        kw.pop("tuning", None)
+        _same_fold(got, fold.quantize_folded(xx, fmt, group, backend="emulator", **kw))
+    assert plans.STATS.made == len(calls) and plans.STATS.hits == len(calls)
+
+
+def test_fold_custom_op_takes_plans(cpu_plans):
+    """``ocpmx::quantize_folded``'s implementation (what a compiled MXLinear calls) makes and
+    takes a plan of its own, with the op's results (2^R an empty tensor where not asked)."""
+    from ocpmx.native import fold, library
+    x = torch.randn(128, 64).bfloat16()
+    for seed in (3, 4, 5):
+        for pow2 in (False, True):
+            want = fold.quantize_folded(x, "e2m1", 4, axis=0, pow2=pow2, seed=seed,
+                                        rounding="stochastic", backend="emulator")
+            codes, exps, scales, stats, p2 = library.quantize_folded_op(
+                x, "e2m1", "floor", "stochastic", "none", 0, 4, pow2, seed, None, "")
+            _same_fold(fold.FoldedTensor(codes, exps, scales, 4, want.fmt, stats,
+                                         p2 if pow2 else None), want)
+            assert p2.numel() == (want.pow2.numel() if pow2 else 0)
     assert plans.STATS.made == 2 and plans.STATS.hits == 4
 
 
@@ -372,6 +475,7 @@ def test_plans_same_bits_gpu(qdq, monkeypatch):
               base[:3 * 64 * 96].view(3, 64, 96).half()]
     options = [dict(rotation="hadamard16"), dict(rounding="stochastic"),
                dict(axis=-2, rotation="hadamard16", tuning=COLUMNS),
+               dict(axis=-2, rounding="stochastic", tuning=TRANSPOSE),
                dict(rounding="stochastic", keys=keys, rotation=Rotation(16, mask=0))]
 
     def run_all(seed, key_values):
@@ -396,6 +500,56 @@ def test_plans_same_bits_gpu(qdq, monkeypatch):
         assert plans.STATS.hits > hits
         for r, g in zip(ref, got, strict=True):
             assert torch.equal(r, g)
+    assert plans.STATS.made == len(inputs) * len(options)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU: plans keep compiled kernels")
+def test_fold_plans_same_bits_gpu(monkeypatch):
+    """On the GPU: repeated ``quantize_folded`` calls (rows with 2^R, stochastic with keys
+    and H16, along axis 0 by the device's default path, by the transpose and by the column
+    kernel; a misaligned input) through their ``FoldPlan`` give the bits and the
+    rounded-element counts of calls that take none, and do take them."""
+    from ocpmx.native import fold
+    spread = torch.exp2(torch.randint(-12, 4, (256, 8), device="cuda")).repeat_interleave(32, 1)
+    orig = torch.randn(256 * 256 + 4, device="cuda")
+    base = orig.clone()
+    keys = torch.tensor([7, 0x3C3C], dtype=torch.int64, device="cuda")
+    inputs = [lambda: (base[:256 * 256].view(256, 256) * spread).bfloat16(),
+              lambda: base[1:1 + 256 * 256].view(256, 256)]
+    options = [dict(pow2=True), dict(rounding="stochastic", keys=keys,
+                                     rotation=Rotation(16, mask=0)),
+               dict(axis=0), dict(axis=0, pow2=True, tuning=TRANSPOSE),
+               dict(axis=0, tuning=FOLD_COLUMNS)]
+
+    counts = []
+
+    def run_all(seed, key_values):
+        keys.copy_(torch.tensor(key_values))
+        base.copy_(orig * (seed % 7 + 1))
+        out = []
+        for x in inputs:
+            for kw in options:
+                before = fold.inexact_total("cuda").clone()
+                f = fold.quantize_folded(x(), "e2m1", 4, seed=seed, **kw)
+                rounded = fold.inexact_total("cuda") - before
+                counts.append(int(rounded))
+                out += [f.codes.clone(), f.exponents.clone(), f.scales.clone(), f.stats.clone(),
+                        rounded]
+                out += [f.pow2.view(torch.int32).clone()] if f.pow2 is not None else []
+        torch.cuda.synchronize()
+        return out
+    plans.clear()
+    run_all(5, [7, 0x3C3C])
+    for seed, key_values in ((6, [8, 0x0FF0]), (1, [1, 0x5555]), (2**64 - 1, [-1, 0xFFFF])):
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ())
+        ref = run_all(seed, key_values)
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ("cuda",))
+        hits = plans.STATS.hits
+        got = run_all(seed, key_values)
+        assert plans.STATS.hits > hits
+        for r, g in zip(ref, got, strict=True):
+            assert torch.equal(r, g)
+    assert sum(counts) > 0  # (the spread input's folds rounded, and counted)
     assert plans.STATS.made == len(inputs) * len(options)
 
 
