@@ -628,8 +628,8 @@ def section_host(rows):
              ("quantize_folded e2m1 group 4 pow2",
               lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True)),
              # (Wgrad's operands: along tokens, through this GPU's default column path)
-             ("quantize_folded e2m1 group 4 pow2 axis=0",
-              lambda: fold.quantize_folded(tiny, "e2m1", 4, pow2=True, axis=0)),
+             ("quantize_folded e2m1 group 4 pow2 axis=0 (128 x 1024)",
+              lambda: fold.quantize_folded(x128.detach(), "e2m1", 4, pow2=True, axis=0)),
              ("folded_matmul chained group 32 64x1024 @ 1024x256",
               lambda: fold.folded_matmul(fa, fw, promote=False)),
              ("MXLinear 1024->256 mxfp4_all_h16 fwd+bwd", step),
