@@ -194,13 +194,14 @@ def test_native_fold_and_folded_gemm_are_the_emulators(device, name):
             # repeated calls launch the chosen tile straight (``fold.tuned_launch``, through
             # the fast launch's compiled kernels), with the first calls' bits, NaNs included
             from ocpmx.native import fastlaunch
-            fast, first = fastlaunch.STATS.fast, fastlaunch.STATS.first
-            for promote, first in ((True, got), (False, got_c)):
+            launched = fastlaunch.STATS.fast + fastlaunch.STATS.first
+            for promote, before_bits in ((True, got), (False, got_c)):
                 again = native_fold.folded_matmul(fa, fb, promote=promote).cpu().numpy()
-                assert np.array_equal(again.view(np.uint32), first.view(np.uint32)), promote
+                assert np.array_equal(again.view(np.uint32), before_bits.view(np.uint32)), \
+                    promote
             # (two launches a GEMM; each the first of its specialization through the fast
             # launch, so counted as ``first`` not ``fast``, but not through the autotuner)
-            assert fastlaunch.STATS.fast + fastlaunch.STATS.first >= fast + first + 4
+            assert fastlaunch.STATS.fast + fastlaunch.STATS.first >= launched + 4
         got16 = native_fold.folded_matmul(fa, fb, torch.bfloat16).float().cpu().numpy()
         want16 = torch.from_numpy(want).bfloat16().float().numpy()
         assert np.array_equal(np.isnan(got16), np.isnan(want16))
