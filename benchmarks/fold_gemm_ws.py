@@ -27,10 +27,13 @@ under an ``if``; ``ws_folded_gemm_desc``, every access through a descriptor) are
 warp-specialized by Triton 3.6 and spill at 128 x 128 (384 / 70 spill stores): the GPU run
 times the nested kernel only (``--variants`` to add them).
 
-On an H100 (2026-11-28, Triton 3.6, 6273696): the nested kernel at 128 x 128, 3 stages, 4
-warps, unspecialized: bits equal, 0.88x cuBLAS bf16 at 8192 x 4096 x 4096 (the library's
-chained kernel 1.02x); warp-specialized: an illegal memory access (the process's CUDA
-context lost, so each combination now runs in a process of its own).
+On an H100 (2026-11-28, Triton 3.6; results/native_gpu/fold_gemm_ws_h100.txt): every run that
+completed gave the library kernel's bits. Warp-specialized 64 x 128 on 4 warps: 0.72-0.84x
+cuBLAS bf16 (0.68-0.81x unspecialized); 128 x 128 on 4 warps specialized: an illegal memory
+access, twice (each combination now runs in a process of its own, so a fault loses one line);
+unspecialized 0.83-0.99x; 128 x 128 on 8 warps (not specialized) 0.90-1.12x; the library's
+chained kernel 1.05-1.20x in the same processes. Warp specialization as Triton 3.6 does it for
+sm_90 does not bring method "fp8" toward 1.5x.
 """
 from __future__ import annotations
 
