@@ -1,5 +1,5 @@
-"""Per-call plans: the host path of a repeated ``quantize``, ``quantize_dequantize`` or
-``quantize_dequantize_both_axes`` call.
+"""Per-call plans: the host path of a repeated ``quantize``, ``quantize_dequantize``,
+``quantize_dequantize_both_axes`` or ``fold.quantize_folded`` call.
 
 A training step makes the same calls on the same shapes every step. Without a plan each call
 parses its arguments, picks the backend, the tuning and the kernel, and builds ~45 kernel
@@ -10,17 +10,22 @@ takes to quantize a small model's activations.
 The first call of a combination goes that whole way. A combination is the operation, its
 arguments as passed (format, axis, block size, scale rule, rounding, rotation, INT8 minimum,
 backend, tuning, conversion; keys or a seed) and the input's dtype, shape, device and 16-byte
-alignment. Where that call was one launch of a 32-block kernel (``launch.Kernel32``) and the
-launch returned a compiled kernel (``fastlaunch``), it leaves a ``Plan``: the launch, the
-outputs' shapes, and the compiled kernel for each specialization of the per-call arguments
-(the outputs' alignment, the seed's or the keys', the current device). A later call of the
-same combination allocates the outputs, puts the input, the outputs and the random arguments
-in place and calls the compiled kernel. ``quantize_dequantize_both_axes`` (and its custom op)
-leaves a ``BothAxesPlan`` the same way where its call was the one-pass kernel's launch.
+alignment. Where that call was one launch of a 32-block kernel (``launch.Kernel32``),
+after a tiled transpose or not (a column path of 'transpose': the plan then transposes each
+call's input the same way first, ``launch.move_axis_last``), and the launch returned a
+compiled kernel (``fastlaunch``), it leaves a ``Plan``: the launch, the outputs' shapes, and
+the compiled kernel for each specialization of the per-call arguments (the outputs'
+alignment, the seed's or the keys', the current device). A later call of the same
+combination allocates the outputs, puts the input, the outputs and the random arguments in
+place and calls the compiled kernel. ``quantize_dequantize_both_axes`` (and its custom op)
+leaves a ``BothAxesPlan`` the same way where its call was the one-pass kernel's launch, and
+``quantize_folded`` (and its custom op) a ``FoldPlan``, whose outputs are the folded
+operand's (codes, MX scales, group exponents, 2^R, the zeroed stats) and whose kernel adds to
+the device's running count of rounded elements.
 
 Only a contiguous ``torch.Tensor`` on a device of ``DEVICE_TYPES`` (CUDA/ROCm), with
-``fastlaunch`` on and outside ``torch.compile``, takes a plan. A call of another kind (a
-transpose first, the strided kernel, the emulator, gfx950's conversions), and any launch that
+``fastlaunch`` on and outside ``torch.compile``, takes a plan. A call of another kind (the
+strided kernel, the emulator, gfx950's conversions), and any launch that
 did not return a compiled kernel (the interpreter, a recorder patched into ``launch.run``),
 leaves none and goes the whole way every time. The bits are the kernel's either way
 (``tests/test_plans.py`` drives the plan path through the interpreter with a stand-in for the
