@@ -12,7 +12,9 @@ under the fold methods): groups of 4 blocks with 2^R (``fp8_cublas``) without a 
 H16 and with H16 + stochastic rounding, each tile's codes, exponents, 2^R, MX scales and
 counts against the transpose path's; of copy = bytes moved (bf16 in; E4M3 codes, scales,
 exponents, 2^R out) against the copy's rate. A fold takes whole groups per program: a tile's
-blocks along K become the least common multiple of its own and the group's.
+blocks along K become the least common multiple of its own and the group's. Also the axis-0
+fold kernel (``kernels.both_axes.columns_fold_kernel``, ``--fold-columns`` tiles; stochastic
+rounding goes through the transpose there).
 
 TILE: ColumnTile's fields comma-separated (columns, warps, kblocks, hide, kb_fast, vec,
 maxnreg, split, const_stride, serial, joint), e.g. "128,2,2,True,True,2,None,False,False,True".
@@ -60,6 +62,9 @@ def main():
         "64,2,4,True,True,2,None,False,False,True"])
     ap.add_argument("--fold", action="store_true",
                     help="time and check quantize_folded along tokens (group 4, 2^R)")
+    ap.add_argument("--fold-columns", nargs="*", default=["64,4", "32,2", "32,1", "64,2"],
+                    metavar="COLUMNS,WARPS", help="with --fold: also the axis-0 fold kernel "
+                    "(Tuning columns_fold='both_axes') at each fold_columns tile")
     args = ap.parse_args()
     tiles = {}  # every tile read before the GPU work starts
     for spec in args.tiles:
@@ -68,6 +73,9 @@ def main():
         except (ValueError, TypeError) as e:
             ap.error(f"--tiles {spec!r}: {e}")
     if args.fold:
+        for spec in args.fold_columns:
+            cols, warps = (int(v) for v in spec.split(","))
+            tiles[f"axis0 {spec}"] = (cols, warps)
         sys.exit(check_folds(tiles))
     m, k = gb.TOKENS, 14336
     src = gb.rotating(lambda: torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
@@ -149,9 +157,15 @@ def check_folds(tiles: dict) -> int:
           flush=True)
     bad = 0
     for spec in ["default", "transpose"] + list(tiles):
-        tun = native.default_tuning(src().device) if spec == "default" else tr \
-            if spec == "transpose" else dataclasses.replace(
-                gb.GPU, columns_fold="kernel", cols32_fold=tiles[spec])
+        if spec == "default":
+            tun = native.default_tuning(src().device)
+        elif spec == "transpose":
+            tun = tr
+        elif spec.startswith("axis0 "):  # the axis-0 fold kernel (stochastic: the transpose)
+            tun = dataclasses.replace(gb.GPU, columns_fold="both_axes",
+                                      fold_columns=tiles[spec])
+        else:
+            tun = dataclasses.replace(gb.GPU, columns_fold="kernel", cols32_fold=tiles[spec])
         out = []
         for rot, rnd in CASES:
             diff = [f for i, x in enumerate((bits, spread)) for f in FOLD_FIELDS

@@ -2,6 +2,7 @@
 
   python benchmarks/kernel_sass.py [--fmt e2m1] [--rotations 0 16 32] [--qdq | --fold G [--pow2]]
   python benchmarks/kernel_sass.py --columns [--rotations 0 16] [--json]   # the column kernel
+  python benchmarks/kernel_sass.py --fold 4 --pow2 --fold-columns 64,4 32,2  # the axis-0 fold
 
 Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
 and counts the SASS instructions: all of them, and those a program runs when it holds no NaN
@@ -105,6 +106,39 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
     return compile_sm90(kernels.quantize.quantize_cols32_kernel, sig, consts, (0, 1, 2, 4, 5))
 
 
+def compile_columns_fold(fmt_name: str, rot: int, fold: tuple, tile: tuple, k: int = 8192,
+                         inner: int = 14336):
+    """``kernels.both_axes.columns_fold_kernel`` as ``launch.columns32`` launches it for a
+    bf16 [k, inner] tensor folded along axis 0 ('even' scale rule, RNE): ``fold`` (group,
+    pow2), ``tile`` (columns, warps: ``Tuning.fold_columns``)."""
+    n = ops.numerics(fmt_name, "even", "rne", Rotation(rot) if rot else None)
+    from ocpmx.native.fold import shift_range
+    out = launch.FoldOutput(fold[0], None, torch.empty(0) if fold[1] else None, None, None,
+                            inner, shift_range(n.fmt)[1], True)
+    x = torch.empty((k, inner), dtype=torch.bfloat16, device="meta")
+    k32 = launch.columns32(x, k, inner, n,
+                           Tuning(columns_fold="both_axes", fold_columns=tile), False, out)
+    sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
+           "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*i32",
+           "pow2_ptr": "*fp32", "stats_ptr": "*i64", "total_ptr": "*i64", "n_blocks": "i32",
+           "n_rows": "i32"}
+    return compile_sm90(k32.kernel, sig, k32.consts, (0, 1, 2, 4, 5))
+
+
+def columns_fold_facts(fmt_name: str, rot: int, fold: tuple, tile: tuple) -> dict:
+    """What ``columns_fold_kernel`` compiles to for one tile (as ``column_facts``)."""
+    ck = compile_columns_fold(fmt_name, rot, fold, tile)
+    sass = disassemble(ck.asm["cubin"])
+    ops_ = [op for _, _, op, _ in all_instructions(sass)]
+    count = collections.Counter(op.split(".")[0] for op in ops_)
+    per_thread = tile[0] * 32 * fold[0] / (tile[1] * 32)
+    return dict(tile=tile, rotation=rot, fold=fold[0], pow2=fold[1], registers=registers(sass),
+                per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
+                **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
+                loads=sorted({op for op in ops_ if op.startswith("LDG")}),
+                stores=sorted({op for op in ops_ if op.startswith("STG")}))
+
+
 def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile,
                  fold: tuple | None = None) -> dict:
     """What the column kernel compiles to for one tile (see the module doc)."""
@@ -179,6 +213,8 @@ def main():
     ap.add_argument("--columns", action="store_true",
                     help="the column kernel, for each of gpu_bench.COLUMN_TILES (or --tile)")
     ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
+    ap.add_argument("--fold-columns", nargs="+", metavar="COLUMNS,WARPS",
+                    help="with --fold: kernels.both_axes.columns_fold_kernel per tile")
     ap.add_argument("--json", action="store_true", help="with --columns: one JSON list")
     args = ap.parse_args()
     if args.fold is not None and (args.fold < 1 or args.fold & (args.fold - 1)):
@@ -187,6 +223,15 @@ def main():
         ap.error("--pow2 goes with --fold")
     if args.fold and args.qdq:
         ap.error("--fold and --qdq are two kernels: one at a time")
+    if args.fold_columns:
+        if not args.fold:
+            ap.error("--fold-columns goes with --fold GROUP")
+        for t in args.fold_columns:
+            cols, warps = (int(v) for v in t.split(","))
+            for rot in args.rotations:
+                f = columns_fold_facts(args.fmt, rot, (args.fold, args.pow2), (cols, warps))
+                print(" ".join(f"{k} {v}" for k, v in f.items()), flush=True)
+        return
     if args.columns:
         if args.tile:
             if not 2 <= len(args.tile) <= 11:

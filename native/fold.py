@@ -123,8 +123,10 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     the bits of the two passes, the rounded-element count and the wide flag included. Along
     another axis than the last (Wgrad's operands) the column kernel folds in its one pass
     where ``tuning.column_path('fold')`` says 'kernel' (``columns_fold``, or ``columns`` where
-    that is None), else the input goes through the transpose and the row kernel
-    (``launch.rows32``). The MX codes stay recoverable (``emulator.fold.unfold``):
+    that is None); under ``columns_fold='both_axes'`` the axis-0 fold kernel
+    (``kernels.both_axes.columns_fold_kernel``: one fold group of each column per program;
+    RNE, no random signs, groups of at most 4 blocks, a matrix); else the input goes through
+    the transpose and the row kernel (``launch.rows32``). The MX codes stay recoverable (``emulator.fold.unfold``):
     the operand is the MX operand the emulator defines. On the emulator backend: the
     emulator's quantize and fold. Under ``torch.compile``: the custom op
     ``ocpmx::quantize_folded`` (the same implementation)."""

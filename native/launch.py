@@ -240,9 +240,11 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
         unrotated_fp4=n.rotation is None and pack_factor(n.fmt) == 2)
     k = x.shape[axis]
     if path == "both_axes":
-        k32 = columns32(x, k, inner, n, tuning, qdq)
+        k32 = columns32(x, k, inner, n, tuning, qdq, fold)
         if k32 is not None:
             return k32
+        if fold:  # (the column kernel's fold runs at a tenth of the transpose path's speed)
+            return None
         path = "kernel"  # (the calls the both-axes kernel does not take)
     if path != "kernel":
         return None
@@ -257,16 +259,34 @@ def kernel32(x: torch.Tensor, axis: int, inner: int, n_blocks: int, n: Numerics,
                     n.rot_scale, (x.numel() // 32, fold.rows) if fold else (0, 1), consts)
 
 
+FOLD_COLUMNS_MAX_GROUP = 4  # the largest fold group ``columns_fold_kernel`` takes (a program
+#                            holds 32 x group rows: at 32 blocks, 1024 rows, it would spill)
+
+
 def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
-              qdq: bool) -> Kernel32 | None:
+              qdq: bool, fold: FoldOutput | None = None) -> Kernel32 | None:
     """``kernels.both_axes.columns_kernel``'s launch over a contiguous ``x`` quantized along
     an axis with nothing but size-1 axes before it (k rows, ``inner`` columns: x flattened to
     a matrix) with the ``both_axes`` tile, or None where that kernel does not apply: axes of
     more than one element before the quantized one, an integer format, stochastic rounding,
-    random signs, another conversion than OCP's (a fold never comes here), or a grid past
-    CUDA's limits."""
+    random signs, another conversion than OCP's, or a grid past CUDA's limits. ``fold``:
+    ``kernels.both_axes.columns_fold_kernel``'s launch (one fold group along axis 0 per
+    program, the ``fold_columns`` tile), where the group has at most
+    ``FOLD_COLUMNS_MAX_GROUP`` blocks."""
     if x.numel() != k * inner or not both_axes_takes(n):
         return None
+    if fold:
+        if fold.group > FOLD_COLUMNS_MAX_GROUP or k % (32 * fold.group):
+            return None
+        bn = min(tuning.fold_columns[0], max(32, 1 << (inner - 1).bit_length()))
+        grid = (k // (32 * fold.group), -(-inner // bn))
+        if grid[0] >= 2**31 or grid[1] >= 2**16:
+            return None
+        consts = _columns_fold_constexprs(n, x.dtype, bn, tuning.fold_columns[1],
+                                          inner % bn == 0, x.numel() >= BIG_NUMEL, fold.key)
+        return Kernel32(kernels.both_axes.columns_fold_kernel, grid,
+                        torch.int16 if x.dtype == torch.bfloat16 else None, (k, inner),
+                        n.rot_scale, (x.numel() // 32, fold.rows), consts)
     bn = both_axes_columns(tuning, inner)
     grid = both_axes_grid(k, inner, bn)
     if grid is None:
@@ -276,6 +296,14 @@ def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
     return Kernel32(kernels.both_axes.columns_kernel, grid,
                     torch.int16 if x.dtype == torch.bfloat16 else None, (k, inner),
                     n.rot_scale, (0, 1), consts)
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_fold_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int,
+                             even: bool, big: bool, fold_key: tuple) -> dict:
+    group, d_max, pow2, hw_cvt = fold_key
+    return dict(n.constexprs(in_dtype), GROUP=group, D_MAX=d_max, POW2=pow2, HW_CVT=hw_cvt,
+                BN=bn, EVEN=even, BIG=big, num_warps=warps)
 
 
 @functools.lru_cache(maxsize=256)

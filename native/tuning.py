@@ -108,7 +108,11 @@ class Tuning:
     cols32               the 32-block column kernel's tile
     columns_qdq / cols32_qdq    the same for quantize-dequantize, and
     columns_fold / cols32_fold  for the fold into E4M3 (None: as ``columns`` / ``cols32``;
-                         'both_axes' folds through the column kernel)
+                         'both_axes' inherited from ``columns`` folds through the column
+                         kernel; set here, along axis 0 through
+                         ``kernels.both_axes.columns_fold_kernel`` with the ``fold_columns``
+                         tile where it applies: RNE, no random signs, groups of at most
+                         ``FOLD_COLUMNS_MAX_GROUP`` blocks; the transpose elsewhere)
     cols32_sr            the column kernel's tile under stochastic rounding, quantize and
                          quantize-dequantize alike (None: the operation's own; not the fold)
     cols32_unrotated     the column kernel's quantize tile for 4-bit codes (FP4) under RNE
@@ -119,6 +123,8 @@ class Tuning:
     both_axes            (columns, warps) per program of the ``kernels.both_axes`` kernels
                          (32 rows by ``columns``): the both-axes quantize-dequantize and the
                          'both_axes' column path
+    fold_columns         (columns, warps) per program of ``columns_fold_kernel`` (one fold
+                         group along axis 0, 32 x group rows, by ``columns``)
     linear_both_axes     MXLinear quantize-dequantizes X in Fprop and ∇Y in backward along both
                          axes in one pass (``quantize_dequantize_both_axes``) where its recipe
                          gives both of the operand's GEMMs the same RNE numerics (no rotation
@@ -142,6 +148,7 @@ class Tuning:
     dequantize: StridedTile = StridedTile(16, 256, 4)
     transpose: tuple[int, int] = (64, 64)
     both_axes: tuple[int, int] = (128, 4)
+    fold_columns: tuple[int, int] = (64, 4)
     linear_both_axes: bool = False
     notes: str = field(default="", compare=False)
 
@@ -152,9 +159,13 @@ class Tuning:
         if self.columns_qdq not in (None, "transpose", "kernel", "both_axes"):
             raise ValueError(f"columns_qdq must be None, 'transpose', 'kernel' or 'both_axes', "
                              f"got {self.columns_qdq!r}")
-        if self.columns_fold not in (None, "transpose", "kernel"):
-            raise ValueError(f"columns_fold must be None, 'transpose' or 'kernel' (a fold "
-                             f"runs no both_axes kernel), got {self.columns_fold!r}")
+        if self.columns_fold not in (None, "transpose", "kernel", "both_axes"):
+            raise ValueError(f"columns_fold must be None, 'transpose', 'kernel' or "
+                             f"'both_axes', got {self.columns_fold!r}")
+        cols, warps = self.fold_columns
+        if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
+            raise ValueError(f"fold_columns takes (columns, warps), powers of two, columns >= "
+                             f"32; got {self.fold_columns}")
         cols, warps = self.both_axes
         if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
             raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "
@@ -163,8 +174,9 @@ class Tuning:
     def column_path(self, op: str = "quantize", stochastic: bool = False, *,
                     unrotated_fp4: bool = False) -> tuple[str, ColumnTile]:
         """('transpose', 'kernel' or 'both_axes', the column tile) for blocks along a non-last
-        axis of ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3, never
-        'both_axes': the column kernel instead); ``stochastic``: under stochastic rounding
+        axis of ``op``: 'quantize', 'qdq' (quantize-dequantize) or 'fold' (into E4M3:
+        'both_axes' only where ``columns_fold`` says so; inherited from ``columns``, the column
+        kernel); ``stochastic``: under stochastic rounding
         (``cols32_sr``, where set, for quantize and qdq); ``unrotated_fp4``: 4-bit codes
         without a rotation (``cols32_unrotated``, where set, for quantize under RNE). Under
         'both_axes' the tile is the column kernel's for the calls the both-axes kernel does not
@@ -180,7 +192,9 @@ class Tuning:
             raise ValueError(f"op must be 'quantize', 'qdq' or 'fold', got {op!r}")
         if stochastic and op != "fold" and self.cols32_sr is not None:
             tile = self.cols32_sr
-        return ("kernel" if path == "both_axes" and op == "fold" else path), tile
+        if op == "fold" and path == "both_axes" and self.columns_fold != "both_axes":
+            path = "kernel"  # ('both_axes' inherited from ``columns``: the column kernel)
+        return path, tile
 
 
 # On an H200 (results/native_gpu): 32 blocks on one warp was the fastest row tile or within

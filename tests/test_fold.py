@@ -1108,3 +1108,82 @@ def test_fold_path_compiles_whole_with_eager_bits(device, method, recipe, monkey
         assert (calls["fold"] - before["fold"], calls["gemm"] - before["gemm"]) == (6, 3)
         for what, g, w in zip(("y", "dgrad", "wgrad"), got, want):
             assert torch.equal(g, w), (what, s)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name, rotation, group, dtype, rule, pow2, width", [
+    ("e2m1", None, 4, "bfloat16", "even", True, 63),
+    ("e2m1", "hadamard16", 4, "bfloat16", "floor", True, 64),
+    ("e2m1", "hadamard32", 2, "float32", "rceil", False, 40),
+    ("e2m3", "hadamard16", 1, "float16", "ceil", True, 96),
+    ("e3m2", None, 2, "float32", "floor", True, 33)], ids=str)
+def test_fold_along_tokens_in_the_axis0_kernel(device, name, rotation, group, dtype, rule,
+                                               pow2, width, monkeypatch):
+    """``Tuning(columns_fold="both_axes")``: ``quantize_folded`` along axis 0 (Wgrad's
+    operands) through ``kernels.both_axes.columns_fold_kernel``, one fold group of each
+    column per program, no transpose: the bits of the transpose + row kernel path (E4M3
+    codes, group exponents, MX scales, 2^R, wide flag, rounded-element count) on every
+    16-bit pattern of the dtype (float32: random bit patterns) spread over K = 1024 rows
+    and ``width`` columns (a last column tile cut short where it is not a multiple of the
+    tile's), NaN, Inf, zeros and subnormals among them, and on a copy without NaN/Inf with
+    blocks far below the rest of their group (rounded), a column of zeros and a group whose
+    one nonzero block rounds to zero. Calls it does
+    not take (stochastic rounding, random signs, groups past ``FOLD_COLUMNS_MAX_GROUP``) go
+    through the transpose, with the same bits."""
+    import dataclasses
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native import launch
+    rng = np.random.default_rng(group + width)
+    n = 1024 * width
+    if dtype == "float32":
+        x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        x = x * np.float32(1.0)
+    else:
+        bits = np.resize(rng.permutation(np.arange(1 << 16, dtype=np.uint16)), n)
+        x = bits.view(np.float16 if dtype == "float16" else np.uint16)
+        x = x.astype(np.float32) if dtype == "float16" else \
+            (x.astype(np.uint32) << 16).view(np.float32)
+    x = x.reshape(1024, width).copy()
+    clean = np.clip(np.where(np.isfinite(x), x, 1.0).astype(np.float32), -2.0**100, 2.0**100)
+    clean[32:64, 3] *= np.float32(2.0**-20)  # blocks far below the rest of their group
+    clean[256:288, 5] *= np.float32(2.0**-60)
+    clean[:, 7] = 0.0  # a column of zero groups
+    # a group whose only nonzero block rounds to zero (2^-133 under a scale clamped at 2^-127):
+    # all-zero for R, as in the row kernel (an R from the input's amax would differ)
+    clean[:, 9] = 0.0
+    clean[:32, 9] = np.float32(2.0**-133)
+    base = native.default_tuning()
+    fast = dataclasses.replace(base, columns_fold="both_axes", fold_columns=(32, 2))
+    slow = dataclasses.replace(base, columns_fold="transpose")
+    launched = []
+    run = launch.run
+    monkeypatch.setattr(launch, "run", lambda k, *a, **kw: launched.append(k) or run(k, *a, **kw))
+    for data in (x, clean):
+        xt = torch.from_numpy(data).to(getattr(torch, dtype)).to(device)
+        kw = dict(axis=0, rotation=rotation, scale_rule=rule, pow2=pow2)
+        want = native_fold.quantize_folded(xt, name, group, tuning=slow, **kw)
+        launched.clear()
+        got = native_fold.quantize_folded(xt, name, group, tuning=fast, **kw)
+        assert launched == [launch.kernels.both_axes.columns_fold_kernel]
+        for field in ("codes", "exponents", "scales", "stats"):
+            assert torch.equal(getattr(got, field), getattr(want, field)), (field, data is x)
+        if pow2:
+            assert torch.equal(got.pow2.view(torch.int32), want.pow2.view(torch.int32))
+        else:
+            assert got.pow2 is None
+    assert (int(got.stats[1]) > 0) == (group > 1)  # the far blocks rounded
+    # the calls it does not take: through the transpose and the row kernel, the same bits
+    xt = torch.from_numpy(clean[:256]).to(getattr(torch, dtype)).to(device)
+    for kw in (dict(rounding="stochastic", seed=3), dict(rotation="random_sign16:77")):
+        for g in ({group, 8} if not kw.get("rounding") else {group}):
+            launched.clear()
+            got = native_fold.quantize_folded(xt, name, g, axis=0, tuning=fast, **kw)
+            assert launch.kernels.transpose.transpose_kernel in launched
+            want = native_fold.quantize_folded(xt, name, g, axis=0, tuning=slow, **kw)
+            for field in ("codes", "exponents", "scales", "stats"):
+                assert torch.equal(getattr(got, field), getattr(want, field)), (field, kw, g)
+    launched.clear()
+    native_fold.quantize_folded(xt, name, 8, axis=0, tuning=fast)  # (a group of 8 blocks)
+    assert launch.kernels.transpose.transpose_kernel in launched

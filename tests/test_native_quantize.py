@@ -801,15 +801,19 @@ def test_column_path_per_operation(device, monkeypatch):
     with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose', 'kernel' or "
                                          "'both_axes'"):
         native.Tuning(columns_qdq="rows")
-    for bad in ("rows", "both_axes"):  # (no fold in the both-axes kernel)
-        with pytest.raises(ValueError, match="columns_fold must be None, 'transpose' or 'kernel'"):
-            native.Tuning(columns_fold=bad)
-    # 'both_axes': the column tile for what the axis-0 kernel leaves; a fold takes the kernel
+    with pytest.raises(ValueError, match="columns_fold must be None, 'transpose', 'kernel' or "
+                                         "'both_axes'"):
+        native.Tuning(columns_fold="rows")
+    with pytest.raises(ValueError, match="fold_columns takes .* powers of two"):
+        native.Tuning(fold_columns=(48, 2))
+    # 'both_axes': the column tile for what the axis-0 kernel leaves; a fold inheriting it
+    # takes the column kernel, a fold set to it the axis-0 fold kernel (test_fold.py)
     one_pass = native.Tuning(columns="both_axes", cols32=a, columns_qdq="both_axes",
                              cols32_qdq=b)
     assert one_pass.column_path("qdq") == ("both_axes", b)
     assert one_pass.column_path() == ("both_axes", a)
     assert one_pass.column_path("fold") == ("kernel", a)
+    assert native.Tuning(columns_fold="both_axes").column_path("fold")[0] == "both_axes"
     with pytest.raises(ValueError, match="columns must be 'transpose', 'kernel' or 'both_axes'"):
         native.Tuning(columns="rows")
     with pytest.raises(ValueError, match="op must be 'quantize', 'qdq' or 'fold'"):

@@ -298,6 +298,8 @@ def test_custom_ops_take_plans(cpu_plans):
 # axis through the transpose or the column kernel, groups of 4 and of the whole row
 FOLD_COLUMNS = dataclasses.replace(native.default_tuning(), columns="kernel",
                                    columns_fold="kernel")
+FOLD_AXIS0 = dataclasses.replace(native.default_tuning(), columns_fold="both_axes",
+                                 fold_columns=(32, 1))  # (kernels.both_axes.columns_fold_kernel)
 FOLD_CASES = [
     ("e2m1", torch.bfloat16, (64, 256), dict(group=4)),
     ("e2m1", torch.bfloat16, (64, 256), dict(group=8, pow2=True, rotation="hadamard16")),
@@ -306,6 +308,7 @@ FOLD_CASES = [
     ("e2m1", torch.bfloat16, (128, 64), dict(group=4, axis=0, pow2=True, tuning=TRANSPOSE)),
     ("e2m3", torch.bfloat16, (128, 64), dict(group=4, axis=0, rotation="hadamard16",
                                              tuning=FOLD_COLUMNS)),
+    ("e2m1", torch.float32, (256, 40), dict(group=2, axis=0, pow2=True, tuning=FOLD_AXIS0)),
 ]
 
 
@@ -355,6 +358,8 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
     plan, = plans.PLANS.values()
     assert isinstance(plan, plans.FoldPlan)
     assert (plan.move is not None) == (kw.get("tuning") is TRANSPOSE)
+    if kw.get("tuning") is FOLD_AXIS0:
+        assert plan.k32.kernel is launch.kernels.both_axes.columns_fold_kernel
 
 
 def test_fold_plans_are_keyed_on_every_argument(cpu_plans):
@@ -519,7 +524,7 @@ def test_fold_plans_same_bits_gpu(monkeypatch):
     options = [dict(pow2=True), dict(rounding="stochastic", keys=keys,
                                      rotation=Rotation(16, mask=0)),
                dict(axis=0), dict(axis=0, pow2=True, tuning=TRANSPOSE),
-               dict(axis=0, tuning=FOLD_COLUMNS)]
+               dict(axis=0, tuning=FOLD_COLUMNS), dict(axis=0, pow2=True, tuning=FOLD_AXIS0)]
 
     counts = []
 

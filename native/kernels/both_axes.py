@@ -33,9 +33,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import RNE, block_scale
-from .quantize import (bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_values,
-                       store_scales)
+from .common import RNE, block_scale, pow2_scale
+from .fold import NAN_EXP, T_SUBQ, e4m3_codes, group_exponents, rounded, store_group_exponents
+from .quantize import (bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_magnitudes,
+                       rounded_values, signed, store_scales)
 
 
 @triton.jit
@@ -68,25 +69,26 @@ def _tile(x_ptr, n_rows, n_cols, IN_BF16: tl.constexpr, BN: tl.constexpr,
 
 
 @triton.jit
-def _columns_rotated(x, rot_scale, ROT: tl.constexpr, BN: tl.constexpr):
-    """A [32, BN] tile with each column's block rotated by the ROT-point Hadamard (ROT 0:
-    as it is)."""
+def _columns_rotated(x, rot_scale, ROT: tl.constexpr, BN: tl.constexpr,
+                     ROWS: tl.constexpr = 32):
+    """A [ROWS, BN] tile (ROWS / 32 blocks of each column) with each column's blocks rotated
+    by the ROT-point Hadamard (ROT 0: as it is)."""
     if ROT > 0:
-        xc = fwht(tl.reshape(tl.trans(x), (BN * 32 // ROT, ROT)), BN * 32 // ROT, ROT)
-        return tl.trans(tl.reshape(xc * rot_scale, (BN, 32)))
+        xc = fwht(tl.reshape(tl.trans(x), (BN * ROWS // ROT, ROT)), BN * ROWS // ROT, ROT)
+        return tl.trans(tl.reshape(xc * rot_scale, (BN, ROWS)))
     return x
 
 
 @triton.jit
-def _pairs_in_thread(x, BN: tl.constexpr):
-    """x [32, BN] itself, in a layout whose threads hold neighbouring pairs along axis 0 (a
+def _pairs_in_thread(x, BN: tl.constexpr, ROWS: tl.constexpr = 32):
+    """x [ROWS, BN] itself, in a layout whose threads hold neighbouring pairs along axis 0 (a
     split and join of the pairs, no arithmetic): Triton then keeps each column's block
     reductions and code packing inside threads, as the rotation's butterflies do. Compiled for
     sm_90 (Triton 3.6, E2M1, bf16, 64 columns on 2 warps): quantize 23.8 SASS instructions per
     element and 1 shuffle against 39.2 and 93 without it; quantize-dequantize 24.7 against
     28.9."""
-    a, b = tl.split(tl.reshape(tl.trans(x), (BN * 16, 2)))
-    return tl.trans(tl.reshape(tl.join(a, b), (BN, 32)))
+    a, b = tl.split(tl.reshape(tl.trans(x), (BN * ROWS // 2, 2)))
+    return tl.trans(tl.reshape(tl.join(a, b), (BN, ROWS)))
 
 
 @triton.jit
@@ -212,3 +214,94 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
         else:  # a byte per code: the K-major layout is x's transpose
             _store_t(data_ptr, offs_t, code.to(tl.uint8), mask, EVEN=EVEN)
         store_scales(scale_ptr, blk, scale, c < inner, EVEN=EVEN)
+
+
+@triton.jit(do_not_specialize=["seed", "sign_mask"])
+def columns_fold_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
+                        # the fold's outputs and sizes, as the column kernel's
+                        exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
+                        # the format
+                        IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                        EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                        EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                        INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                        RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                        ENVELOPE: tl.constexpr,
+                        # the numerics, the input
+                        RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
+                        SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                        # the fold, the tile
+                        GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
+                        HW_CVT: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
+                        BIG: tl.constexpr):
+    """``quantize_folded`` along axis 0 of x [K, inner] (Wgrad's operands, folded along
+    tokens) in one pass, the row kernel's RNE fold (``quantize.fold_quarters`` from the
+    rounded magnitudes) on columns: program (i, j) loads rows 32 GROUP i .. (one fold group
+    of each column) at columns BN j .., quantizes each column's GROUP blocks (amax along axis
+    0), takes the group's exponent R from the blocks whose rounded values are not all zero,
+    and writes the K-major outputs: E4M3 codes (``data_ptr`` [inner, K], x's transpose,
+    through shared memory), MX scales [inner, K / 32], R per group (``exp_ptr``
+    [inner, K / (32 GROUP)]; with POW2 2^R group-major, ``pow2_ptr`` [K / (32 GROUP), inner]:
+    one contiguous row per program) and the stats (``fold.store_group_exponents``). The
+    column kernel's positional arguments (``launch.Kernel32``); ``sign_mask`` and ``seed``
+    unused (RNE, no random signs). Float FP4/FP6 formats, RNE, no rotation or a fixed
+    Hadamard one (as ``columns_kernel``: the rotation times ``rot_scale``). K a multiple of
+    32 GROUP; EVEN: inner a multiple of BN; BIG: 2^31 elements or more."""
+    tl.static_assert(not IS_INT, "only FP4/FP6 formats fold into E4M3")
+    tl.static_assert(ROUNDING == RNE, "round to nearest even only")
+    tl.static_assert(not SIGNS, "no random signs")
+    tl.static_assert(BN % 32 == 0, "BN: a multiple of 32")
+    ROWS: tl.constexpr = 32 * GROUP
+    i = tl.program_id(0)
+    r = i * ROWS + tl.arange(0, ROWS)
+    c = tl.program_id(1) * BN + tl.arange(0, BN)
+    if BIG:
+        offs = r.to(tl.int64)[:, None] * inner + c[None, :]
+        col = c.to(tl.int64)
+    else:
+        offs = r[:, None] * inner + c[None, :]
+        col = c
+    cmask = c < inner
+    mask = cmask[None, :] & (r >= 0)[:, None]
+    x = load_tile_f32(x_ptr, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
+    if ROT > 0:
+        x = _columns_rotated(x, rot_scale, ROT=ROT, BN=BN, ROWS=ROWS)
+    else:
+        x = _pairs_in_thread(x, BN=BN, ROWS=ROWS)
+    u = tl.reshape(x.to(tl.int32, bitcast=True), (GROUP, 32, BN))
+    ab = u & 0x7FFFFFFF
+    s, special, scale = block_scale(tl.max(ab, axis=1), RULE=RULE, EMAX=EMAX, MBITS=MBITS,
+                                    RNUM=RNUM, RSHIFT=RSHIFT)  # [GROUP, BN] each
+    q = signed(rounded_magnitudes(ab, s[:, None, :], special[:, None, :], 0, MBITS=MBITS,
+                                  BIAS=BIAS, MAXV=MAXV), u)
+    # (the row kernel's test: a nonzero rounded magnitude; NaN only in a NaN block)
+    nz = tl.max(tl.abs(q), axis=1) > 0
+    sc = scale.to(tl.int32)
+    g_r, nan = group_exponents(tl.trans(sc), tl.trans(nz), D_MAX=D_MAX)  # [BN]
+    d = sc - 127 - g_r[None, :]  # each block's shift
+    # the fold (``fold.fold_values`` on one tile: the same operations)
+    two_d = pow2_scale(tl.minimum(tl.maximum(d, -127), 127))[:, None, :]
+    v = q * two_d
+    f = e4m3_codes(v, HW_CVT=HW_CVT)
+    nan_block = (sc == 255)[:, None, :]
+    f = tl.where(nan_block, 0, f)
+    low = (two_d * SUBQ < T_SUBQ) & nz[:, None, :] & ~nan_block & cmask[None, None, :]
+    n_changed = tl.sum(tl.reshape((rounded(v) & low).to(tl.int32), (ROWS * BN,)),
+                       axis=0).to(tl.int64)
+    # codes K-major (row = column of x): each program's columns get ROWS contiguous bytes
+    codes = tl.trans(tl.reshape(f, (ROWS, BN))).to(tl.uint8)
+    offs_t = col[:, None] * K + r[None, :]
+    if EVEN:
+        tl.store(data_ptr + offs_t, codes)
+    else:
+        tl.store(data_ptr + offs_t, codes, mask=cmask[:, None] & (r >= 0)[None, :])
+    blk = col[:, None] * (K // 32) + i * GROUP + tl.arange(0, GROUP)[None, :]  # [BN, GROUP]
+    if EVEN:
+        tl.store(scale_ptr + blk, tl.trans(scale).to(tl.uint8))
+    else:
+        tl.store(scale_ptr + blk, tl.trans(scale).to(tl.uint8),
+                 mask=cmask[:, None] & (blk >= 0))
+    groups = K // ROWS
+    store_group_exponents(tl.where(nan, NAN_EXP, g_r), col * groups + i, cmask, exp_ptr,
+                          pow2_ptr, stats_ptr, total_ptr, n_blocks // GROUP, n_rows, n_changed,
+                          POW2=POW2)
