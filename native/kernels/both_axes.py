@@ -270,12 +270,15 @@ def columns_fold_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, r
         x = _pairs_in_thread(x, BN=BN, ROWS=ROWS)
     u = tl.reshape(x.to(tl.int32, bitcast=True), (GROUP, 32, BN))
     ab = u & 0x7FFFFFFF
-    s, special, scale = block_scale(tl.max(ab, axis=1), RULE=RULE, EMAX=EMAX, MBITS=MBITS,
-                                    RNUM=RNUM, RSHIFT=RSHIFT)  # [GROUP, BN] each
+    amax = tl.max(ab, axis=1)
+    s, special, scale = block_scale(amax, RULE=RULE, EMAX=EMAX, MBITS=MBITS, RNUM=RNUM,
+                                    RSHIFT=RSHIFT)  # [GROUP, BN] each
     q = signed(rounded_magnitudes(ab, s[:, None, :], special[:, None, :], 0, MBITS=MBITS,
                                   BIAS=BIAS, MAXV=MAXV), u)
-    # (the row kernel's test: a nonzero rounded magnitude; NaN only in a NaN block)
-    nz = tl.max(tl.abs(q), axis=1) > 0
+    # the row kernel's test, a nonzero rounded magnitude in the block, from the amax alone:
+    # the rounding is monotone, so the block's largest rounded magnitude is the amax's (a NaN
+    # block's does not count: R skips it)
+    nz = rounded_magnitudes(amax, s, special, 0, MBITS=MBITS, BIAS=BIAS, MAXV=MAXV) > 0
     sc = scale.to(tl.int32)
     g_r, nan = group_exponents(tl.trans(sc), tl.trans(nz), D_MAX=D_MAX)  # [BN]
     d = sc - 127 - g_r[None, :]  # each block's shift
