@@ -126,8 +126,8 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     that is None); under ``columns_fold='both_axes'`` the axis-0 fold kernel
     (``kernels.both_axes.columns_fold_kernel``: one fold group of each column per program;
     RNE, no random signs, groups of at most 4 blocks, a matrix); else the input goes through
-    the transpose and the row kernel (``launch.rows32``). The MX codes stay recoverable (``emulator.fold.unfold``):
-    the operand is the MX operand the emulator defines. On the emulator backend: the
+    the transpose and the row kernel (``launch.rows32``). The MX codes stay recoverable
+    (``emulator.fold.unfold``): the operand is the MX operand the emulator defines. On the emulator backend: the
     emulator's quantize and fold. Under ``torch.compile``: the custom op
     ``ocpmx::quantize_folded`` (the same implementation)."""
     from . import ops, plans

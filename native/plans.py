@@ -174,11 +174,14 @@ def specialization(random: tuple, keys, data: torch.Tensor, scales: torch.Tensor
     gives where no keys are passed, ``fastlaunch.arg_key``'s; or the keys tensor's alignment
     and stride, which fix those of its two elements), the outputs' alignment, and the current
     device."""
+    return _random_spec(random, keys), data.data_ptr() & 15, scales.data_ptr() & 15, device
+
+
+def _random_spec(random: tuple, keys) -> tuple:
+    """The seed and sign arguments' part of ``specialization``."""
     if keys is None:
-        rand = (fastlaunch.arg_key(random[0]), fastlaunch.arg_key(random[1]))
-    else:
-        rand = (keys.data_ptr() & 15, keys.stride(0))
-    return rand, data.data_ptr() & 15, scales.data_ptr() & 15, device
+        return fastlaunch.arg_key(random[0]), fastlaunch.arg_key(random[1])
+    return keys.data_ptr() & 15, keys.stride(0)
 
 
 def remember(plan: Plan, dyn: tuple, args: tuple, launched) -> bool:
@@ -274,8 +277,7 @@ def make_fold(k: tuple | None, done, out: launch.FoldOutput, k_len: int, n: laun
 def _fold_specialization(random: tuple, keys, outs: tuple, device: int) -> tuple:
     """``specialization`` for a fold: every output's alignment (the row kernel's 2^R argument
     is the exponents where no 2^R is asked)."""
-    return (*specialization(random, keys, outs[0], outs[1], device)[:1],
-            tuple(t.data_ptr() & 15 for t in outs), device)
+    return _random_spec(random, keys), tuple(t.data_ptr() & 15 for t in outs), device
 
 
 def run_fold(plan: FoldPlan, x: torch.Tensor, seed: int, keys):

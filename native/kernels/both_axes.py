@@ -36,7 +36,7 @@ import triton.language as tl
 from .common import RNE, block_scale, pow2_scale
 from .fold import NAN_EXP, T_SUBQ, e4m3_codes, group_exponents, rounded, store_group_exponents
 from .quantize import (bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_magnitudes,
-                       rounded_values, signed, store_scales)
+                       rounded_values, signed, store_blocks, store_scales)
 
 
 @triton.jit
@@ -293,17 +293,9 @@ def columns_fold_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, r
                        axis=0).to(tl.int64)
     # codes K-major (row = column of x): each program's columns get ROWS contiguous bytes
     codes = tl.trans(tl.reshape(f, (ROWS, BN))).to(tl.uint8)
-    offs_t = col[:, None] * K + r[None, :]
-    if EVEN:
-        tl.store(data_ptr + offs_t, codes)
-    else:
-        tl.store(data_ptr + offs_t, codes, mask=cmask[:, None] & (r >= 0)[None, :])
+    store_blocks(data_ptr, col[:, None] * K + r[None, :], codes, cmask, EVEN=EVEN)
     blk = col[:, None] * (K // 32) + i * GROUP + tl.arange(0, GROUP)[None, :]  # [BN, GROUP]
-    if EVEN:
-        tl.store(scale_ptr + blk, tl.trans(scale).to(tl.uint8))
-    else:
-        tl.store(scale_ptr + blk, tl.trans(scale).to(tl.uint8),
-                 mask=cmask[:, None] & (blk >= 0))
+    store_blocks(scale_ptr, blk, tl.trans(scale).to(tl.uint8), cmask, EVEN=EVEN)
     groups = K // ROWS
     store_group_exponents(tl.where(nan, NAN_EXP, g_r), col * groups + i, cmask, exp_ptr,
                           pow2_ptr, stats_ptr, total_ptr, n_blocks // GROUP, n_rows, n_changed,
