@@ -92,9 +92,10 @@ for s in "$@"; do
       done_ $s $? ;;
     colfold)
       # quantize_folded along tokens (group 4, 2^R) per column tile, timed and its bits checked
-      # against the transpose path (exit 1: a tile's bits differ); COLFOLD_TILES: the tiles
+      # against the transpose path (exit 1: a tile's bits differ); COLFOLD_TILES: the column
+      # kernel's tiles, FOLD_COLUMNS: the axis-0 fold kernel's (COLUMNS,WARPS ...)
       python3 benchmarks/column_tile_check.py --fold ${COLFOLD_TILES:+--tiles $COLFOLD_TILES} \
-        > $RUN/column_fold_check.txt 2>&1
+        ${FOLD_COLUMNS:+--fold-columns $FOLD_COLUMNS} > $RUN/column_fold_check.txt 2>&1
       done_ $s $? ;;
     shapes)
       # the step's quantize-dequantize calls at the small presets' shapes, per tile (exit 1: a
