@@ -112,7 +112,9 @@ class Tuning:
                          kernel; set here, along axis 0 through
                          ``kernels.both_axes.columns_fold_kernel`` with the ``fold_columns``
                          tile where it applies: RNE, no random signs, groups of at most
-                         ``FOLD_COLUMNS_MAX_GROUP`` blocks; the transpose elsewhere)
+                         ``FOLD_COLUMNS_MAX_GROUP`` blocks; the transpose elsewhere. On an
+                         H100 it is no faster than the transpose at any tile timed:
+                         results/native_gpu/column_fold_check_h100.txt)
     cols32_sr            the column kernel's tile under stochastic rounding, quantize and
                          quantize-dequantize alike (None: the operation's own; not the fold)
     cols32_unrotated     the column kernel's quantize tile for 4-bit codes (FP4) under RNE
