@@ -49,10 +49,11 @@ for s in "$@"; do
       { nvidia-smi; python3 -c "import torch, triton, sys; print(sys.version); print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; echo "commit ${OCPMX_COMMIT:-unknown} (the working tree sent from it)"; } > $RUN/env.txt 2>&1
       done_ $s $? ;;
     tests)
-      # TESTS: a subset of the files; PYTEST_K: a -k expression. Eight workers share the GPU
+      # TESTS: a subset of the files; PYTEST_K: a -k expression; PYTEST_M: a -m expression
+      # (default: everything but ``slow``, so the ``exhaustive`` cases run). Eight workers share the GPU
       # test by test (--dist load; pyproject's loadfile kept a file on one worker: two files
       # ran on two workers, 127 cases in ~23 min in the eighteenth session, not finished)
-      python3 -m pytest ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
+      python3 -m pytest -m "${PYTEST_M:-not slow}" ${PYTEST_K:+-k "$PYTEST_K"} ${TESTS:-tests/test_native_quantize.py tests/test_native_gemm.py \
         tests/test_mxlinear.py tests/test_compile.py tests/test_fold.py tests/test_emulate_gemm.py \
         tests/test_both_axes.py} \
         -q -n 8 --dist load -rA -p no:cacheprovider > $RUN/pytest_gpu.log 2>&1

@@ -464,14 +464,21 @@ BOTH_AXES_TILES = ((64, 2), (128, 2), (128, 4), (256, 4))
 # 30-39 instructions per element against 24-28) or a block on one warp, and ran slower still
 # there (0.41-0.45): the registers are not the bound
 BOTH_AXES_QUANTIZE_TILES = BOTH_AXES_TILES + ((32, 1), (32, 2), (64, 4), (128, 8))
+# and with 2 or 4 blocks along axis 0 a program (``Tuning.both_axes_blocks``: each column's
+# codes stored 32 or 64 bytes at a time, whole sectors; sm_90 SASS, Triton 3.6: 230-249
+# registers for 2 warps / 64 columns / 2 blocks, no spill, 23-27 instructions per element)
+BOTH_AXES_BLOCK_TILES = ((64, 2, 2), (32, 1, 2), (128, 4, 2), (64, 4, 2), (32, 2, 4),
+                         (64, 4, 4))
 
 
 def both_axes_ways(field: str, tiles=BOTH_AXES_TILES) -> list:
     """(name, tuning) for each tile of ``kernels.both_axes.columns_kernel`` along axis 0:
-    ``field`` 'columns' (quantize) or 'columns_qdq'."""
-    return [(f"both_axes({bn}, {w})", dataclasses.replace(GPU, **{field: "both_axes"},
-                                                          both_axes=(bn, w)))
-            for bn, w in tiles]
+    ``field`` 'columns' (quantize) or 'columns_qdq'; a tile (columns, warps) or (columns,
+    warps, blocks along axis 0 a program)."""
+    return [(f"both_axes{tuple(t)}",
+             dataclasses.replace(GPU, **{field: "both_axes"}, both_axes=tuple(t[:2]),
+                                 both_axes_blocks=t[2] if len(t) > 2 else 1))
+            for t in tiles]
 
 
 def section_columns(rows, short: bool = False):
@@ -514,7 +521,8 @@ def section_columns(rows, short: bool = False):
             return q.data, q.scales_kmajor
         want = quantize(x, transpose[1])
         ways = [default, transpose] + kernel_ways + (
-            both_axes_ways("columns", BOTH_AXES_QUANTIZE_TILES) if rnd == "rne" else [])
+            both_axes_ways("columns", BOTH_AXES_QUANTIZE_TILES + BOTH_AXES_BLOCK_TILES)
+            if rnd == "rne" else [])
         for name, tuning in ways:
             timed(f"columns {name} e2m1 rot={rot} {rnd}",
                   lambda t, tuning=tuning: quantize(t, tuning), want,

@@ -3,6 +3,7 @@
   python benchmarks/kernel_sass.py [--fmt e2m1] [--rotations 0 16 32] [--qdq | --fold G [--pow2]]
   python benchmarks/kernel_sass.py --columns [--rotations 0 16] [--json]   # the column kernel
   python benchmarks/kernel_sass.py --fold 4 --pow2 --fold-columns 64,4 32,2  # the axis-0 fold
+  python benchmarks/kernel_sass.py --both-axes 64,2,1 64,2,2  # the axis-0 quantize (blocks)
 
 Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
 and counts the SASS instructions: all of them, and those a program runs when it holds no NaN
@@ -125,6 +126,31 @@ def compile_columns_fold(fmt_name: str, rot: int, fold: tuple, tile: tuple, k: i
     return compile_sm90(k32.kernel, sig, k32.consts, (0, 1, 2, 4, 5))
 
 
+def both_axes_facts(fmt_name: str, rot: int, tile: tuple, k: int = 8192,
+                    inner: int = 14336) -> dict:
+    """What ``kernels.both_axes.columns_kernel``'s quantize compiles to as
+    ``launch.columns32`` launches it for a bf16 [k, inner] tensor ('even' scale rule, RNE):
+    ``tile`` (columns, warps, blocks: ``Tuning.both_axes``, ``both_axes_blocks``)."""
+    n = ops.numerics(fmt_name, "even", "rne", Rotation(rot) if rot else None)
+    x = torch.empty((k, inner), dtype=torch.bfloat16, device="meta")
+    k32 = launch.columns32(x, k, inner, n, Tuning(columns="both_axes", both_axes=tile[:2],
+                                                  both_axes_blocks=tile[2]), False)
+    sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
+           "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
+           "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
+           "n_rows": "i32"}
+    ck = compile_sm90(k32.kernel, sig, k32.consts, (0, 1, 2, 4, 5))
+    sass = disassemble(ck.asm["cubin"])
+    ops_ = [op for _, _, op, _ in all_instructions(sass)]
+    count = collections.Counter(op.split(".")[0] for op in ops_)
+    per_thread = tile[0] * 32 * k32.consts["KB"] / (tile[1] * 32)
+    return dict(tile=tile, rotation=rot, registers=registers(sass),
+                per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
+                **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
+                loads=sorted({op for op in ops_ if op.startswith("LDG")}),
+                stores=sorted({op for op in ops_ if op.startswith("STG")}))
+
+
 def columns_fold_facts(fmt_name: str, rot: int, fold: tuple, tile: tuple) -> dict:
     """What ``columns_fold_kernel`` compiles to for one tile (as ``column_facts``)."""
     ck = compile_columns_fold(fmt_name, rot, fold, tile)
@@ -215,6 +241,8 @@ def main():
     ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
     ap.add_argument("--fold-columns", nargs="+", metavar="COLUMNS,WARPS",
                     help="with --fold: kernels.both_axes.columns_fold_kernel per tile")
+    ap.add_argument("--both-axes", nargs="+", metavar="COLUMNS,WARPS,BLOCKS",
+                    help="kernels.both_axes.columns_kernel's quantize along axis 0 per tile")
     ap.add_argument("--json", action="store_true", help="with --columns: one JSON list")
     args = ap.parse_args()
     if args.fold is not None and (args.fold < 1 or args.fold & (args.fold - 1)):
@@ -223,6 +251,13 @@ def main():
         ap.error("--pow2 goes with --fold")
     if args.fold and args.qdq:
         ap.error("--fold and --qdq are two kernels: one at a time")
+    if args.both_axes:
+        for t in args.both_axes:
+            tile = tuple(int(v) for v in t.split(","))
+            for rot in args.rotations:
+                f = both_axes_facts(args.fmt, rot, tile)
+                print(" ".join(f"{k} {v}" for k, v in f.items()), flush=True)
+        return
     if args.fold_columns:
         if not args.fold:
             ap.error("--fold-columns goes with --fold GROUP")

@@ -288,11 +288,14 @@ def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
                         torch.int16 if x.dtype == torch.bfloat16 else None, (k, inner),
                         n.rot_scale, (x.numel() // 32, fold.rows), consts)
     bn = both_axes_columns(tuning, inner)
-    grid = both_axes_grid(k, inner, bn)
+    kb = 1 if qdq else tuning.both_axes_blocks  # blocks along axis 0 per program: quantize
+    while kb > 1 and k % (32 * kb):  # (halved until they tile axis 0)
+        kb //= 2
+    grid = both_axes_grid(k // kb, inner, bn)
     if grid is None:
         return None
     consts = _columns_constexprs(n, x.dtype, bn, tuning.both_axes[1], inner % bn == 0,
-                                 x.numel() >= BIG_NUMEL, qdq)
+                                 x.numel() >= BIG_NUMEL, qdq, kb)
     return Kernel32(kernels.both_axes.columns_kernel, grid,
                     torch.int16 if x.dtype == torch.bfloat16 else None, (k, inner),
                     n.rot_scale, (0, 1), consts)
@@ -308,8 +311,9 @@ def _columns_fold_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps:
 
 @functools.lru_cache(maxsize=256)
 def _columns_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
-                        big: bool, qdq: bool) -> dict:
-    return dict(n.constexprs(in_dtype), QDQ=qdq, BN=bn, EVEN=even, BIG=big, num_warps=warps)
+                        big: bool, qdq: bool, kb: int = 1) -> dict:
+    return dict(n.constexprs(in_dtype), QDQ=qdq, BN=bn, EVEN=even, BIG=big, KB=kb,
+                num_warps=warps)
 
 
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,

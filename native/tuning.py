@@ -125,6 +125,10 @@ class Tuning:
     both_axes            (columns, warps) per program of the ``kernels.both_axes`` kernels
                          (32 rows by ``columns``): the both-axes quantize-dequantize and the
                          'both_axes' column path
+    both_axes_blocks     32-blocks along axis 0 per program of the 'both_axes' column path's
+                         quantize (not quantize-dequantize): 1, 2 or 4 (halved where they do
+                         not tile the axis); more blocks store each column's codes in longer
+                         runs
     fold_columns         (columns, warps) per program of ``columns_fold_kernel`` (one fold
                          group along axis 0, 32 x group rows, by ``columns``)
     linear_both_axes     MXLinear quantize-dequantizes X in Fprop and ∇Y in backward along both
@@ -150,6 +154,7 @@ class Tuning:
     dequantize: StridedTile = StridedTile(16, 256, 4)
     transpose: tuple[int, int] = (64, 64)
     both_axes: tuple[int, int] = (128, 4)
+    both_axes_blocks: int = 1
     fold_columns: tuple[int, int] = (64, 4)
     linear_both_axes: bool = False
     notes: str = field(default="", compare=False)
@@ -168,6 +173,8 @@ class Tuning:
         if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
             raise ValueError(f"fold_columns takes (columns, warps), powers of two, columns >= "
                              f"32; got {self.fold_columns}")
+        if self.both_axes_blocks not in (1, 2, 4):
+            raise ValueError(f"both_axes_blocks must be 1, 2 or 4, got {self.both_axes_blocks}")
         cols, warps = self.both_axes
         if cols < 32 or cols & (cols - 1) or warps < 1 or warps & (warps - 1):
             raise ValueError(f"both_axes takes (columns, warps), powers of two, columns >= 32; "

@@ -14,6 +14,10 @@ except ImportError:  # pragma: no cover - torch comes with the dev extra
     HAVE_CUDA = False
 if not HAVE_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    import interpreter_speed  # two interpreter costs the tests do not need (its docstring)
+
+    interpreter_speed.install()
 
 # CI runs a derandomized profile: the same examples every run, failures print the minimal case.
 settings.register_profile("ci", derandomize=True, max_examples=200, deadline=None,

@@ -203,6 +203,49 @@ def test_columns_through_the_both_axes_kernel(device, op):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("blocks", [2, 4])
+def test_columns_with_several_blocks_a_program(device, blocks, monkeypatch):
+    """``Tuning.both_axes_blocks``: ``columns_kernel`` quantizes 2 or 4 blocks of each column
+    per program and stores each column's codes and scales together, with the column kernel's
+    bits (codes and scale bytes) for every float format, no rotation, H16 and H32, bf16 /
+    float16 / float32 input, masked widths, NaN, Inf and zero blocks, every scale rule on
+    E2M1; the blocks per program halve where they do not tile axis 0 (3 and 6 blocks), and
+    quantize-dequantize keeps one block a program."""
+    base = native.default_tuning(torch.device(device))
+    kernel = dataclasses.replace(base, columns="kernel")
+    taken = []
+    real = launch.run
+
+    def record(kern, grid, *a, **kw):
+        if kern is launch.kernels.both_axes.columns_kernel:
+            taken.append((kw["KB"], kw["QDQ"], grid[0]))
+        return real(kern, grid, *a, **kw)
+    monkeypatch.setattr(launch, "run", record)
+    rng = np.random.default_rng(11)
+    for shape in ((128, 96), (96, 4, 24), (192, 40), (64, 3, 5)):
+        x = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
+        x.reshape(shape[0], -1)[0, :3] = [np.nan, np.inf, -np.inf]
+        x.reshape(shape[0], -1)[32:64, 5] = 0
+        k = shape[0] // 32
+        kb = max(b for b in (1, 2, 4) if b <= blocks and k % b == 0)
+        for columns in ((32, 64) if blocks == 2 else (64,)):
+            tuning = dataclasses.replace(base, columns="both_axes", columns_qdq="both_axes",
+                                         both_axes=(columns, 2), both_axes_blocks=blocks)
+            for fmt, rot, dtype in AXIS0_CASES:
+                t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
+                for rule in ("floor", "ceil", "rceil", "even") if fmt == "e2m1" else ("even",):
+                    kw = dict(scale_rule=rule, rotation=rot)
+                    taken.clear()
+                    got = native.quantize(t, fmt, axis=0, tuning=tuning, **kw)
+                    assert taken == [(kb, False, k // kb)], (shape, blocks, taken)
+                    want = native.quantize(t, fmt, axis=0, tuning=kernel, **kw)
+                    assert same_mx(got, want), (shape, columns, fmt, rot, dtype, rule)
+            taken.clear()
+            native.quantize_dequantize(t, "e2m1", axis=0, tuning=tuning)
+            assert taken == [(1, True, k)]
+
+
+@pytest.mark.parametrize("device", devices())
 def test_columns_quantize_every_bf16_value(device):
     """Every bf16 bit pattern as a (32 x 2048) matrix quantized along axis 0 (each column a
     block: shuffled blocks and blocks of neighbouring magnitudes, NaN, Inf, subnormals) by

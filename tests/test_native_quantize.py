@@ -402,23 +402,42 @@ SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
           ((32, 1, 2, True, False, 2, None, False, True, True, True), 480)]
 
 
+# The numerics each tile case runs, as (shape, format, rotation), both roundings and
+# quantize-dequantize with each: the whole product (8) for the per-GPU defaults, the full-value
+# (64, 2) tile and the transpose; for the other tiles, whose differences are in layout and
+# masks, a pairwise cover (every pair of two factors' values once: 4) in the default run and
+# the other 4 marked ``exhaustive`` (``pytest -m exhaustive``; the GPU session runs them).
+COLUMN_NUMERICS = [(s, f, r) for s in (0, 1) for f in ("e2m1", "e4m3")
+                   for r in (None, "hadamard16")]
+COLUMN_PAIRWISE = [(0, "e2m1", None), (0, "e4m3", "hadamard16"), (1, "e2m1", "hadamard16"),
+                   (1, "e4m3", None)]
+COLUMN_CASES = [("kernel", (64, 2), 1920), ("kernel", (32, 1), 480),
+                ("kernel", (32, 1, 4, False, True), 480),
+                ("kernel", (16, 1, 8, True, False), 480),
+                ("kernel", (64, 1, 1, True, False, 2), 480),
+                ("kernel", (32, 1, 2, True, True, 4), 480),
+                ("kernel", (128, 2, 1, True, True, 2), 480),
+                ("kernel", (128, 2, 1, True, True, 2, 128), 480),
+                ("H100", None, 480), ("H200", None, 480),
+                ("kernel", (128, 2, 1, True, True, 2, None, True), 480),
+                *[("kernel", t, 480) for t in SPLIT_ON_GPU],
+                *[("kernel", t, 480) for t in CONST_STRIDE],
+                *[("kernel", t, c) for t, c in SERIAL],
+                ("transpose", (64, 2), 480)]
+
+
+def _column_params():
+    for columns, tile, count in COLUMN_CASES:
+        if columns != "kernel" or count == 1920:
+            yield pytest.param(columns, tile, count, "all")
+        else:
+            yield pytest.param(columns, tile, count, "pairwise")
+            yield pytest.param(columns, tile, count, "rest", marks=pytest.mark.exhaustive)
+
+
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("columns,tile,count", [("kernel", (64, 2), 1920),
-                                                ("kernel", (32, 1), 480),
-                                                ("kernel", (32, 1, 4, False, True), 480),
-                                                ("kernel", (16, 1, 8, True, False), 480),
-                                                ("kernel", (64, 1, 1, True, False, 2), 480),
-                                                ("kernel", (32, 1, 2, True, True, 4), 480),
-                                                ("kernel", (128, 2, 1, True, True, 2), 480),
-                                                ("kernel", (128, 2, 1, True, True, 2, 128), 480),
-                                                ("H100", None, 480), ("H200", None, 480),
-                                                ("kernel", (128, 2, 1, True, True, 2, None,
-                                                            True), 480),
-                                                *[("kernel", t, 480) for t in SPLIT_ON_GPU],
-                                                *[("kernel", t, 480) for t in CONST_STRIDE],
-                                                *[("kernel", t, c) for t, c in SERIAL],
-                                                ("transpose", (64, 2), 480)], ids=str)
-def test_columns_every_bf16_value(device, columns, tile, count):
+@pytest.mark.parametrize("columns,tile,count,numerics", list(_column_params()), ids=str)
+def test_columns_every_bf16_value(device, columns, tile, count, numerics):
     """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
     transpose, then the row kernel): every bf16 value (61,440 of them; a quarter of them in the
     other cases; under the interpreter the cost is per program, so the full set takes the
@@ -435,7 +454,9 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     columns, then the odd ones (48 columns: a program of 128 cut short; several programs along
     the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``); ``const_stride``
     tiles load their rows at offsets from one base pointer (``CONST_STRIDE``); ``serial`` tiles
-    quantize their blocks along K one after another (``SERIAL``)."""
+    quantize their blocks along K one after another (``SERIAL``). ``numerics``: which
+    (shape, format, rotation) combinations run (``COLUMN_NUMERICS``: all, the pairwise cover,
+    or the rest)."""
     import dataclasses
     if tile in SPLIT_ON_GPU and device == "cpu":
         pytest.skip("the other split tiles on a GPU only: under the interpreter the (128, 2) "
@@ -457,10 +478,14 @@ def test_columns_every_bf16_value(device, columns, tile, count):
     x = np.ascontiguousarray(blocks.reshape(rows, 48, 32).transpose(0, 2, 1).reshape(-1, 48))
     hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
     xt = torch.from_numpy(hi).view(torch.bfloat16).to(device)
-    for shape, axis in ((x.shape, 0), ((2, rows * 16, 48), 1)):
+    run = {"all": COLUMN_NUMERICS, "pairwise": COLUMN_PAIRWISE,
+           "rest": [c for c in COLUMN_NUMERICS if c not in COLUMN_PAIRWISE]}[numerics]
+    for which, (shape, axis) in enumerate(((x.shape, 0), ((2, rows * 16, 48), 1))):
         xs, xn = xt.reshape(shape), x.reshape(shape)
         for fmt in ("e2m1", "e4m3"):
             for rot in (None, "hadamard16"):
+                if (which, fmt, rot) not in run:
+                    continue
                 for rnd in ("rne", "stochastic"):
                     mx = native.quantize(xs, fmt, axis=axis, rotation=rot, rounding=rnd,
                                          seed=5, scale_rule="even", tuning=tuning)

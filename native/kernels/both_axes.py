@@ -52,11 +52,12 @@ def _qdq_values(ab, neg, amax, RULE: tl.constexpr, EMAX: tl.constexpr, MBITS: tl
 
 @triton.jit
 def _tile(x_ptr, n_rows, n_cols, IN_BF16: tl.constexpr, BN: tl.constexpr,
-          EVEN: tl.constexpr, BIG: tl.constexpr):
-    """Program (i, j)'s tile: rows 32 i .. 32 i + 31, columns BN j .. (float32 [32, BN]), its
-    offsets in x, the same positions' offsets in x's transpose, and the mask of the columns
-    that exist (EVEN: n_cols a multiple of BN, nothing masked; BIG: 64-bit offsets)."""
-    r = tl.program_id(0) * 32 + tl.arange(0, 32)
+          EVEN: tl.constexpr, BIG: tl.constexpr, ROWS: tl.constexpr = 32):
+    """Program (i, j)'s tile: rows ROWS i .. ROWS i + ROWS - 1, columns BN j .. (float32
+    [ROWS, BN]), its offsets in x, the same positions' offsets in x's transpose, and the mask
+    of the columns that exist (EVEN: n_cols a multiple of BN, nothing masked; BIG: 64-bit
+    offsets)."""
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     c = tl.program_id(1) * BN + tl.arange(0, BN)
     if BIG:
         offs = r.to(tl.int64)[:, None] * n_cols + c[None, :]
@@ -93,7 +94,7 @@ def _pairs_in_thread(x, BN: tl.constexpr, ROWS: tl.constexpr = 32):
 
 @triton.jit
 def _store_t(ptr, offs_t, val, mask, EVEN: tl.constexpr):
-    """A [32, BN] tile ``val`` stored transposed at ``offs_t`` (K-major)."""
+    """A [ROWS, BN] tile ``val`` stored transposed at ``offs_t`` (K-major)."""
     if EVEN:
         tl.store(ptr + offs_t, tl.trans(val))
     else:
@@ -147,6 +148,54 @@ def qdq_both_axes_kernel(x_ptr, rows_ptr, cols_ptr, n_rows, n_cols, rot_scale,
         tl.store(rows_ptr + offs, rows, mask=mask)
 
 
+@triton.jit
+def _columns_blocks(x_ptr, data_ptr, scale_ptr, K, inner, rot_scale, RULE: tl.constexpr,
+                    ROUNDING: tl.constexpr, ROT: tl.constexpr, ENVELOPE: tl.constexpr,
+                    MBITS: tl.constexpr, BIAS: tl.constexpr, EMAX: tl.constexpr,
+                    MAXC: tl.constexpr, NANC: tl.constexpr, INFC: tl.constexpr,
+                    NEGMAX: tl.constexpr, SIGN: tl.constexpr, RNUM: tl.constexpr,
+                    RSHIFT: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
+                    BN: tl.constexpr, EVEN: tl.constexpr, BIG: tl.constexpr, KB: tl.constexpr):
+    """``columns_kernel``'s quantize with KB blocks along axis 0 per program: rows 32 KB i ..
+    of columns BN j .., each column's KB blocks quantized as that kernel quantizes one, and
+    their codes and scales stored together (each column's 16 KB or 32 KB code bytes, KB scale
+    bytes)."""
+    ROWS: tl.constexpr = 32 * KB
+    x, offs, offs_t, mask = _tile(x_ptr, K, inner, IN_BF16=IN_BF16, BN=BN, EVEN=EVEN, BIG=BIG,
+                                  ROWS=ROWS)
+    if ROT > 0:
+        x = _columns_rotated(x, rot_scale, ROT=ROT, BN=BN, ROWS=ROWS)
+    else:
+        x = _pairs_in_thread(x, BN=BN, ROWS=ROWS)
+    u = tl.reshape(x.to(tl.int32, bitcast=True), (KB, 32, BN))
+    ab = u & 0x7FFFFFFF
+    amax = tl.max(ab, axis=1)  # [KB, BN]
+    s, special, scale = block_scale(amax, RULE=RULE, EMAX=EMAX, MBITS=MBITS, RNUM=RNUM,
+                                    RSHIFT=RSHIFT)
+    any_special = tl.max(tl.reshape(special.to(tl.int32), (KB * BN,)), axis=0) > 0
+    code = quarter_codes(ab, u, s[:, None, :], special[:, None, :], any_special, 0, OFF=0,
+                         RULE=RULE, ROUNDING=ROUNDING, ROT=ROT, IS_INT=False,
+                         ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS, MAXC=MAXC, NANC=NANC,
+                         INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN)  # [KB, 32, BN]
+    c = tl.program_id(1) * BN + tl.arange(0, BN)
+    cmask = c < inner
+    if BIG:
+        first = c.to(tl.int64) * (K // 32) + tl.program_id(0) * KB  # each column's first block
+    else:
+        first = c * (K // 32) + tl.program_id(0) * KB
+    if PACK == 2:  # each block's 16 code bytes as four int32 words (as ``columns_kernel``),
+        # a column's KB blocks' words one after another: one 16 KB-byte store per column
+        w = tl.sum(tl.reshape(code, (KB, 4, 8, BN)) << (tl.arange(0, 8) * 4)[None, None, :, None],
+                   axis=2)
+        woff = first[:, None] * 4 + tl.arange(0, 4 * KB)[None, :]
+        store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff,
+                     tl.trans(tl.reshape(w, (4 * KB, BN))), cmask, EVEN=EVEN)
+    else:  # a byte per code: the K-major layout is x's transpose
+        _store_t(data_ptr, offs_t, tl.reshape(code, (ROWS, BN)).to(tl.uint8), mask, EVEN=EVEN)
+    store_blocks(scale_ptr, first[:, None] + tl.arange(0, KB)[None, :],
+                 tl.trans(scale).to(tl.uint8), cmask, EVEN=EVEN)
+
+
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
 def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
                    # the column kernel's fold outputs and sizes (no fold here: unused)
@@ -162,7 +211,7 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
                    RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                    SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                    QDQ: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
-                   BIG: tl.constexpr):
+                   BIG: tl.constexpr, KB: tl.constexpr = 1):
     """x [K, inner] (bf16 as int16 bits, float16 or float32) quantized along axis 0 into the
     K-major layout every quantize writes (row i of the output: column i of x, its K / 32
     blocks in order): codes (``data_ptr``; PACK 2: two per byte, the even element in the low
@@ -170,12 +219,23 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
     (``data_ptr``: [inner, K] bf16, any pointer type; ``scale_ptr`` unused). The column
     kernel's positional arguments (``quantize.quantize_cols32_kernel``), so that
     ``launch.Kernel32`` launches either; ``sign_mask``, ``seed`` and the fold's are unused
-    (RNE, no random signs, no fold). Program (i, j): block i of columns BN j .. BN j + BN - 1.
+    (RNE, no random signs, no fold). Program (i, j): block i of columns BN j .. BN j + BN - 1;
+    with KB > 1 (quantize only) blocks KB i .. KB i + KB - 1 of those columns, so that each
+    column's codes are stored 16 KB (FP4) or 32 KB bytes at a time: a 16-byte store is half a
+    32-byte sector, and half-sector stores a program apart do not merge (``column_probe.py``).
     EVEN: inner a multiple of BN; BIG: 2^31 elements or more."""
     tl.static_assert(not IS_INT, "float formats only")
     tl.static_assert(ROUNDING == RNE, "round to nearest even only")
     tl.static_assert(not SIGNS, "no random signs")
     tl.static_assert(BN % 32 == 0, "BN: a multiple of 32")
+    if KB > 1:
+        tl.static_assert(not QDQ, "several blocks per program: quantize only")
+        _columns_blocks(x_ptr, data_ptr, scale_ptr, K, inner, rot_scale, RULE=RULE,
+                        ROUNDING=ROUNDING, ROT=ROT, ENVELOPE=ENVELOPE, MBITS=MBITS, BIAS=BIAS,
+                        EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, SIGN=SIGN,
+                        RNUM=RNUM, RSHIFT=RSHIFT, PACK=PACK, IN_BF16=IN_BF16, BN=BN, EVEN=EVEN,
+                        BIG=BIG, KB=KB)
+        return
     x, offs, offs_t, mask = _tile(x_ptr, K, inner, IN_BF16=IN_BF16, BN=BN, EVEN=EVEN, BIG=BIG)
     if ROT > 0:
         u = _columns_rotated(x, rot_scale, ROT=ROT, BN=BN).to(tl.int32, bitcast=True)
