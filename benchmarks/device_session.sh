@@ -91,6 +91,10 @@ for s in "$@"; do
       python3 benchmarks/column_tile_check.py ${COLCHECK_TILES:+--tiles $COLCHECK_TILES} \
         > $RUN/column_tile_check.txt 2>&1
       done_ $s $? ;;
+    regcap)
+      # the axis-0 quantize kernel's two-block tiles under register caps (bits checked)
+      python3 benchmarks/both_axes_regcap.py > $RUN/both_axes_regcap.txt 2>&1
+      done_ $s $? ;;
     colfold)
       # quantize_folded along tokens (group 4, 2^R) per column tile, timed and its bits checked
       # against the transpose path (exit 1: a tile's bits differ); COLFOLD_TILES: the column
