@@ -43,12 +43,15 @@ def install():
     original = getattr(it, "_patch_lang", None)
     executor = getattr(it, "GridExecutor", None)
     scope_cls = getattr(it, "_LangPatchScope", None)
-    if None in (builder, original, executor, scope_cls) \
-            or not hasattr(builder.options, "sanitize_overflow"):
+    if any(v is None for v in (builder, original, executor, scope_cls)):
         return False
     if getattr(original, "_ocpmx", False):
         return True
-    builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
+    try:
+        options = dataclasses.replace(builder.options, sanitize_overflow=False)
+    except TypeError:  # not the dataclass with that field this was written for
+        return False
+    builder.options = options
     launch = executor.__call__
 
     def run_grid(self, *args, **kwargs):
