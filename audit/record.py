@@ -321,19 +321,22 @@ def _both_axes_calls(fmts, dtypes, rules=("even",), shape=(64, 256)):
             for fmt, rule, dt in itertools.product(fmts, rules, dtypes)]
 
 
-def _columns_both_axes_calls(fmts, rotations, shape=(64, 96)):
+def _columns_both_axes_calls(fmts, rotations, shape=(64, 96), blocks=1):
     """Quantize and quantize-dequantize along axis 0 through the both-axes module's axis-0
     kernel (``Tuning(columns='both_axes', columns_qdq='both_axes')``; 96 columns: a masked
-    program)."""
+    program); ``blocks`` > 1: quantize alone, that many blocks along axis 0 a program
+    (``Tuning.both_axes_blocks``)."""
     from .. import native
     from ..native.tuning import GPU
-    tuning = dataclasses.replace(GPU, columns="both_axes", columns_qdq="both_axes")
+    tuning = dataclasses.replace(GPU, columns="both_axes", columns_qdq="both_axes",
+                                 both_axes_blocks=blocks)
+    ops = (native.quantize,) if blocks > 1 else (native.quantize, native.quantize_dequantize)
+    per = f", {blocks} blocks a program" if blocks > 1 else ""
     return [(f"{op.__name__}({fmt} even {rot} bfloat16 axis=0 shape={shape}, "
-             f"both-axes module's axis-0 kernel)",
+             f"both-axes module's axis-0 kernel{per})",
              lambda x=_x(shape, torch.bfloat16), fmt=fmt, rot=rot, op=op:
              op(x, fmt, axis=0, scale_rule="even", rotation=rot, tuning=tuning))
-            for op, fmt, rot in itertools.product((native.quantize, native.quantize_dequantize),
-                                                  fmts, rotations)]
+            for op, fmt, rot in itertools.product(ops, fmts, rotations)]
 
 
 def _cast_calls(fmts, roundings, dtypes):
@@ -417,6 +420,8 @@ def full_workload(arch=None) -> list:
     calls += _both_axes_calls(float_formats, DTYPES)
     calls += _both_axes_calls(("e2m1",), (torch.bfloat16,), SCALE_RULES, shape=(64, 96))
     calls += _columns_both_axes_calls(("e2m1", "e4m3"), (None, "hadamard16"))
+    calls += _columns_both_axes_calls(("e2m1", "e4m3"), (None, "hadamard16"), shape=(128, 96),
+                                      blocks=2)
     mx_recipes = [r.name for r in RECIPES.values() if r.uses_mx]
     calls += _mxlinear_calls(mx_recipes, (torch.bfloat16, torch.float32))
     # tensors of 2^31 elements and more (64-bit offsets)

@@ -831,6 +831,8 @@ def test_column_path_per_operation(device, monkeypatch):
         native.Tuning(columns_fold="rows")
     with pytest.raises(ValueError, match="fold_columns takes .* powers of two"):
         native.Tuning(fold_columns=(48, 2))
+    with pytest.raises(ValueError, match="both_axes_blocks must be 1, 2 or 4, got 3"):
+        native.Tuning(both_axes_blocks=3)
     # 'both_axes': the column tile for what the axis-0 kernel leaves; a fold inheriting it
     # takes the column kernel, a fold set to it the axis-0 fold kernel (test_fold.py)
     one_pass = native.Tuning(columns="both_axes", cols32=a, columns_qdq="both_axes",
