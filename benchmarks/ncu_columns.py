@@ -1,0 +1,33 @@
+"""The column (along-tokens) quantize kernels and the row kernel under Nsight Compute.
+
+  ncu --section SpeedOfLight --section WarpStateStats --section Occupancy \
+      --section MemoryWorkloadAnalysis -k regex:"quantize|columns" --launch-count 8 \
+      python benchmarks/ncu_columns.py
+
+E2M1, RNE, bf16 8192 x 14336: along axis 0 through this GPU's default (the column kernel),
+the both-axes module's axis-0 kernel with two blocks a program and with one
+(``Tuning.both_axes_blocks``), then along rows; each twice. Launches only: the numbers come
+from ncu (results/native_gpu/ncu_columns_h100.txt).
+"""
+import dataclasses
+
+import torch
+
+from ocpmx import native
+
+
+def main():
+    x = torch.randn(8192, 14336, device="cuda", dtype=torch.bfloat16)
+    d = native.default_tuning(x.device)
+    for t in (d, dataclasses.replace(d, columns="both_axes", both_axes=(64, 2),
+                                     both_axes_blocks=2),
+              dataclasses.replace(d, columns="both_axes", both_axes=(64, 2))):
+        for _ in range(2):
+            native.quantize(x, "e2m1", axis=0, scale_rule="even", tuning=t)
+    for _ in range(2):
+        native.quantize(x, "e2m1", scale_rule="even")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
