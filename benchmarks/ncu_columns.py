@@ -6,14 +6,18 @@
 
 E2M1, RNE, bf16 8192 x 14336: along axis 0 through this GPU's default (the column kernel),
 the both-axes module's axis-0 kernel with two blocks a program and with one
-(``Tuning.both_axes_blocks``), then along rows; each twice. Launches only: the numbers come
-from ncu (results/native_gpu/ncu_columns_h100.txt).
+(``Tuning.both_axes_blocks``), then along rows; each twice. ``--more``: then stochastic
+rounding with H16 along tokens and along rows, and ``quantize_folded`` (groups of 4, 2^R)
+along rows and along tokens, each twice. Launches only: the numbers come from ncu
+(results/native_gpu/ncu_columns_h100.txt).
 """
 import dataclasses
+import sys
 
 import torch
 
 from ocpmx import native
+from ocpmx.native import fold
 
 
 def main():
@@ -26,6 +30,15 @@ def main():
             native.quantize(x, "e2m1", axis=0, scale_rule="even", tuning=t)
     for _ in range(2):
         native.quantize(x, "e2m1", scale_rule="even")
+    if "--more" in sys.argv:  # stochastic rounding along tokens and rows (H16), the fold of
+        # groups of 4 along rows and along tokens (2^R)
+        for axis in (0, -1):
+            for _ in range(2):
+                native.quantize(x, "e2m1", axis=axis, rotation="hadamard16",
+                                rounding="stochastic", scale_rule="even", seed=1)
+        for axis in (-1, 0):
+            for _ in range(2):
+                fold.quantize_folded(x, "e2m1", 4, axis=axis, pow2=True, scale_rule="even")
     torch.cuda.synchronize()
 
 
