@@ -96,15 +96,23 @@ def compile_cols32(fmt_name: str, rot: int, rounding: str, tile: ColumnTile, k: 
                                 0, shift_range(n.fmt)[1], True)
     consts, _, _ = cols32_constexprs(n, torch.bfloat16, k, inner, k * inner, tile, False,
                                      out, on_hopper=True)
-    sig = {"x_ptr": "*i32" if consts["SPLIT"] else "*i16", "data_ptr": "*u8",
-           "scale_ptr": "*u8", "sign_mask": "i32",
-           "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
-           "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
-           "n_rows": "i32"}
+    return compile_columns(kernels.quantize.quantize_cols32_kernel, consts,
+                           split=consts["SPLIT"], fold=bool(fold))
+
+
+def compile_columns(kernel, consts: dict, split: bool = False, fold: bool = False):
+    """A kernel with the column kernel's positional arguments (``launch.Kernel32``: the column
+    kernel and the ``kernels.both_axes`` axis-0 kernels) compiled for sm_90 with ``consts``:
+    bf16 input as int16 (as int32 column pairs with ``split``), the fold's outputs typed as
+    the row kernel's with ``fold``, and the pointers, K and inner specialized as a launch
+    specializes them (all divisible by 16)."""
+    sig = {"x_ptr": "*i32" if split else "*i16", "data_ptr": "*u8", "scale_ptr": "*u8",
+           "sign_mask": "i32", "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32",
+           "exp_ptr": "*u8", "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8",
+           "n_blocks": "i32", "n_rows": "i32"}
     if fold:  # the fold's outputs, as the row kernel's
         sig.update(exp_ptr="*i32", pow2_ptr="*fp32", stats_ptr="*i64", total_ptr="*i64")
-    # the pointers, K and inner as a launch specializes them (all divisible by 16)
-    return compile_sm90(kernels.quantize.quantize_cols32_kernel, sig, consts, (0, 1, 2, 4, 5))
+    return compile_sm90(kernel, sig, consts, (0, 1, 2, 4, 5))
 
 
 def compile_columns_fold(fmt_name: str, rot: int, fold: tuple, tile: tuple, k: int = 8192,
@@ -119,11 +127,7 @@ def compile_columns_fold(fmt_name: str, rot: int, fold: tuple, tile: tuple, k: i
     x = torch.empty((k, inner), dtype=torch.bfloat16, device="meta")
     k32 = launch.columns32(x, k, inner, n,
                            Tuning(columns_fold="both_axes", fold_columns=tile), False, out)
-    sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
-           "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*i32",
-           "pow2_ptr": "*fp32", "stats_ptr": "*i64", "total_ptr": "*i64", "n_blocks": "i32",
-           "n_rows": "i32"}
-    return compile_sm90(k32.kernel, sig, k32.consts, (0, 1, 2, 4, 5))
+    return compile_columns(k32.kernel, k32.consts, fold=True)
 
 
 def both_axes_facts(fmt_name: str, rot: int, tile: tuple, k: int = 8192,
@@ -135,48 +139,38 @@ def both_axes_facts(fmt_name: str, rot: int, tile: tuple, k: int = 8192,
     x = torch.empty((k, inner), dtype=torch.bfloat16, device="meta")
     k32 = launch.columns32(x, k, inner, n, Tuning(columns="both_axes", both_axes=tile[:2],
                                                   both_axes_blocks=tile[2]), False)
-    sig = {"x_ptr": "*i16", "data_ptr": "*u8", "scale_ptr": "*u8", "sign_mask": "i32",
-           "K": "i32", "inner": "i32", "seed": "u64", "rot_scale": "fp32", "exp_ptr": "*u8",
-           "pow2_ptr": "*u8", "stats_ptr": "*u8", "total_ptr": "*u8", "n_blocks": "i32",
-           "n_rows": "i32"}
-    ck = compile_sm90(k32.kernel, sig, k32.consts, (0, 1, 2, 4, 5))
-    sass = disassemble(ck.asm["cubin"])
-    ops_ = [op for _, _, op, _ in all_instructions(sass)]
-    count = collections.Counter(op.split(".")[0] for op in ops_)
+    ck = compile_columns(k32.kernel, k32.consts)
     per_thread = tile[0] * 32 * k32.consts["KB"] / (tile[1] * 32)
-    return dict(tile=tile, rotation=rot, registers=registers(sass),
-                per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
-                **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
-                loads=sorted({op for op in ops_ if op.startswith("LDG")}),
-                stores=sorted({op for op in ops_ if op.startswith("STG")}))
+    return sass_facts(ck, per_thread, dict(tile=tile, rotation=rot))
 
 
 def columns_fold_facts(fmt_name: str, rot: int, fold: tuple, tile: tuple) -> dict:
     """What ``columns_fold_kernel`` compiles to for one tile (as ``column_facts``)."""
     ck = compile_columns_fold(fmt_name, rot, fold, tile)
-    sass = disassemble(ck.asm["cubin"])
-    ops_ = [op for _, _, op, _ in all_instructions(sass)]
-    count = collections.Counter(op.split(".")[0] for op in ops_)
     per_thread = tile[0] * 32 * fold[0] / (tile[1] * 32)
-    return dict(tile=tile, rotation=rot, fold=fold[0], pow2=fold[1], registers=registers(sass),
-                per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
-                **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
-                loads=sorted({op for op in ops_ if op.startswith("LDG")}),
-                stores=sorted({op for op in ops_ if op.startswith("STG")}))
+    return sass_facts(ck, per_thread, dict(tile=tile, rotation=rot, fold=fold[0], pow2=fold[1]))
 
 
 def column_facts(fmt_name: str, rot: int, rounding: str, tile: ColumnTile,
                  fold: tuple | None = None) -> dict:
     """What the column kernel compiles to for one tile (see the module doc)."""
     ck = compile_cols32(fmt_name, rot, rounding, tile, fold=fold)
-    sass = disassemble(ck.asm["cubin"])
-    ops_ = [op for _, _, op, _ in all_instructions(sass)]
-    count = collections.Counter(op.split(".")[0] for op in ops_)
     kb = tile.blocks_along(8192 // 32)
     kb = math.lcm(kb, fold[0]) if fold else kb
     per_thread = tile.columns * kb * 32 / (tile.warps * 32)
-    return dict(tile=str(tile), rotation=rot, rounding=rounding, registers=registers(sass),
-                **({"fold": fold[0], "pow2": fold[1]} if fold else {}),
+    return sass_facts(ck, per_thread, dict(tile=str(tile), rotation=rot, rounding=rounding),
+                      {"fold": fold[0], "pow2": fold[1]} if fold else {})
+
+
+def sass_facts(ck, per_thread: float, head: dict, after_registers: dict | None = None) -> dict:
+    """``head``, the registers, ``after_registers``, then what a compiled column-shaped
+    kernel ``ck`` holds: instructions per element (a thread's ``per_thread`` elements), shared
+    memory, spills (STL, LDL), shared-memory traffic, shuffles and barriers, its load and
+    store instructions."""
+    sass = disassemble(ck.asm["cubin"])
+    ops_ = [op for _, _, op, _ in all_instructions(sass)]
+    count = collections.Counter(op.split(".")[0] for op in ops_)
+    return dict(head, registers=registers(sass), **(after_registers or {}),
                 per_element=round(len(ops_) / per_thread, 1), shared=int(ck.metadata.shared),
                 **{c: count[c] for c in ("STL", "LDL", "LDS", "STS", "SHFL", "BAR")},
                 loads=sorted({op for op in ops_ if op.startswith("LDG")}),
