@@ -127,9 +127,9 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     (``kernels.both_axes.columns_fold_kernel``: one fold group of each column per program;
     RNE, no random signs, groups of at most 4 blocks, a matrix); else the input goes through
     the transpose and the row kernel (``launch.rows32``). The MX codes stay recoverable
-    (``emulator.fold.unfold``): the operand is the MX operand the emulator defines. On the emulator backend: the
-    emulator's quantize and fold. Under ``torch.compile``: the custom op
-    ``ocpmx::quantize_folded`` (the same implementation)."""
+    (``emulator.fold.unfold``): the operand is the MX operand the emulator defines. On the
+    emulator backend: the emulator's quantize and fold. Under ``torch.compile``: the custom
+    op ``ocpmx::quantize_folded`` (the same implementation)."""
     from . import ops, plans
     pk = plans.key("quantize_folded", x, (fmt, group, axis, pow2, scale_rule, rounding,
                                           rotation, backend, tuning), keys)
