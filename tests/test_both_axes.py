@@ -164,11 +164,12 @@ AXIS0_CASES = (("e2m1", None, torch.bfloat16), ("e2m1", "hadamard16", torch.floa
                ("e4m3", None, torch.float32), ("e5m2", "hadamard16", torch.bfloat16))
 
 
-def axis0_inputs(seed):
+def axis0_inputs(seed, shapes=((64, 96), (64, 48), (96, 4, 24), (32, 8), (64, 3, 5))):
     """Matrices and 3-D tensors with random magnitudes over 60 octaves, NaN, Inf and zero
-    blocks; widths not a multiple of a tile or of 32 (48, 8, 15 columns after axis 0)."""
+    blocks; by default widths not a multiple of a tile or of 32 (48, 8, 15 columns after
+    axis 0); ``shapes``: others, as (shape, array) pairs the same way."""
     rng = np.random.default_rng(seed)
-    for shape in ((64, 96), (64, 48), (96, 4, 24), (32, 8), (64, 3, 5)):
+    for shape in shapes:
         x = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
         x.reshape(shape[0], -1)[0, :3] = [np.nan, np.inf, -np.inf]
         x.reshape(shape[0], -1)[32:64, 5] = 0
@@ -221,11 +222,7 @@ def test_columns_with_several_blocks_a_program(device, blocks, monkeypatch):
             taken.append((kw["KB"], kw["QDQ"], grid[0]))
         return real(kern, grid, *a, **kw)
     monkeypatch.setattr(launch, "run", record)
-    rng = np.random.default_rng(11)
-    for shape in ((128, 96), (96, 4, 24), (192, 40), (64, 3, 5)):
-        x = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
-        x.reshape(shape[0], -1)[0, :3] = [np.nan, np.inf, -np.inf]
-        x.reshape(shape[0], -1)[32:64, 5] = 0
+    for shape, x in axis0_inputs(11, ((128, 96), (96, 4, 24), (192, 40), (64, 3, 5))):
         k = shape[0] // 32
         kb = max(b for b in (1, 2, 4) if b <= blocks and k % b == 0)
         for columns in ((32, 64) if blocks == 2 else (64,)):
