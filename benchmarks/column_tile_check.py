@@ -17,7 +17,7 @@ fold kernel (``kernels.both_axes.columns_fold_kernel``, ``--fold-columns`` tiles
 rounding goes through the transpose there).
 
 TILE: ColumnTile's fields comma-separated (columns, warps, kblocks, hide, kb_fast, vec,
-maxnreg, split, const_stride, serial, joint), e.g. "128,2,2,True,True,2,None,False,False,True".
+maxnreg, split, const_stride, serial, joint, quarters), e.g. "128,2,2,True,True,2,None,False,False,True".
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def parse(spec: str) -> ColumnTile:
     v = [None if s == "None" else (s == "True") if s in ("True", "False") else int(s)
          for s in spec.split(",")]
     names = ("columns", "warps", "kblocks", "hide", "kb_fast", "vec", "maxnreg", "split",
-             "const_stride", "serial", "joint")
+             "const_stride", "serial", "joint", "quarters")
     if not 2 <= len(v) <= len(names):
         raise ValueError(f"{len(v)} fields, expected 2 to {len(names)}")
     return ColumnTile(**dict(zip(names, v)))

@@ -229,7 +229,7 @@ def main():
     ap.add_argument("--tile", nargs="+", type=int,
                     help="rows: BLOCKS WARPS (default: the kernel's GPU default); --columns: "
                          "COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC MAXNREG SPLIT CONST_STRIDE "
-                         "SERIAL JOINT] (ColumnTile's fields; MAXNREG 0: no cap)")
+                         "SERIAL JOINT QUARTERS] (ColumnTile's fields; MAXNREG 0: no cap)")
     ap.add_argument("--columns", action="store_true",
                     help="the column kernel, for each of gpu_bench.COLUMN_TILES (or --tile)")
     ap.add_argument("--rounding", nargs="+", default=["rne"], help="with --columns")
@@ -263,12 +263,12 @@ def main():
         return
     if args.columns:
         if args.tile:
-            if not 2 <= len(args.tile) <= 11:
+            if not 2 <= len(args.tile) <= 12:
                 ap.error("--columns --tile takes COLUMNS WARPS [KBLOCKS HIDE KB_FAST VEC "
-                         "MAXNREG SPLIT CONST_STRIDE SERIAL JOINT]")
-            c = args.tile + [1, 1, 0, 1, 0, 0, 0, 0, 0][len(args.tile) - 2:]
+                         "MAXNREG SPLIT CONST_STRIDE SERIAL JOINT QUARTERS]")
+            c = args.tile + [1, 1, 0, 1, 0, 0, 0, 0, 0, 0][len(args.tile) - 2:]
             tiles = [ColumnTile(c[0], c[1], c[2], bool(c[3]), bool(c[4]), c[5], c[6] or None,
-                                bool(c[7]), bool(c[8]), bool(c[9]), bool(c[10]))]
+                                bool(c[7]), bool(c[8]), bool(c[9]), bool(c[10]), bool(c[11]))]
         else:
             from gpu_bench import COLUMN_TILES
             tiles = COLUMN_TILES

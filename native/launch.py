@@ -371,21 +371,23 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     # (joint: two blocks of 4-bit codes per program, quantize only)
     joint = tile.joint and serial and kb == 2 and not qdq and not split and \
         pack_factor(n.fmt) == 2
+    quarters = tile.quarters and (kb == 1 or serial)
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold_key, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,
-                              inner if const else 0, serial, joint), tile.columns, kb
+                              inner if const else 0, serial, joint, quarters), tile.columns, kb
 
 
 @functools.lru_cache(maxsize=1024)
 def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq: bool,
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
                        even: bool, split: bool = False, stride: int = 0,
-                       serial: bool = False, joint: bool = False) -> dict:
+                       serial: bool = False, joint: bool = False,
+                       quarters: bool = False) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
                 VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, SPLIT=split,
-                INNER=stride, SERIAL=serial, JOINT=joint,
+                INNER=stride, SERIAL=serial, JOINT=joint, QUARTERS=quarters,
                 num_warps=tile.warps,
                 **register_cap(tile, on_hopper, fold_key))
 

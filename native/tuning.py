@@ -48,7 +48,10 @@ class ColumnTile:
     (not with a fold, whose groups a program holds whole: there the tile runs at once);
     ``joint`` (with ``serial``, two blocks along K, 4-bit codes, no quantize-dequantize): the
     first pass keeps its codes and scales and the second stores both, so that each column's
-    32 code bytes (one sector) go out in back-to-back stores (elsewhere plain ``serial``)."""
+    32 code bytes (one sector) go out in back-to-back stores (elsewhere plain ``serial``);
+    ``quarters`` (one block along K at a time: ``kblocks`` 1 or ``serial``): each block loaded
+    as four 8-row quarters, each transposed into the row kernel's layout, instead of one tile
+    reshaped (no layout conversion where each thread holds its columns whole)."""
     columns: int
     warps: int
     kblocks: int = 1
@@ -60,6 +63,7 @@ class ColumnTile:
     const_stride: bool = False
     serial: bool = False
     joint: bool = False
+    quarters: bool = False
 
     def __post_init__(self):
         if self.vec < 1 or self.vec & (self.vec - 1) or self.columns % self.vec:

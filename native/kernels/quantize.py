@@ -768,6 +768,61 @@ def columns_to_quarters(t, BN: tl.constexpr, KB: tl.constexpr):
     return q0, q1, q2, q3
 
 
+@triton.jit
+def column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS: tl.constexpr, KB: tl.constexpr,
+                BIG: tl.constexpr, INNER: tl.constexpr, SPLIT: tl.constexpr,
+                IN_BF16: tl.constexpr, EVEN: tl.constexpr, COLUMN_MAJOR: tl.constexpr = False):
+    """The column kernel's load: rows k0 .. k0 + ROWS - 1 of the program's K tile (from
+    element 32 KB kt of batch o on) at its columns ``cols``, as float32 [ROWS, BN]; SPLIT:
+    ``cols`` are column pairs, their int32 words [ROWS, BN / 2]. ``INNER``: the row stride
+    compiled in, the rows at immediate offsets from one base pointer. ``COLUMN_MAJOR``: the
+    tile indexed [column, row] instead (where the columns' contiguity is hidden, Triton's
+    coalescing then lays the columns across threads, as it lays the faster of two equally
+    contiguous dimensions, the first)."""
+    r = tl.arange(0, ROWS)
+    k = kt * (32 * KB) + k0 + r
+    if BIG:
+        row0 = o.to(tl.int64) * K + k.to(tl.int64)
+    else:
+        row0 = o * K + k
+    if INNER and not SPLIT:  # no per-load 64-bit address arithmetic
+        if BIG:
+            base = x_ptr + (o.to(tl.int64) * K + kt * (32 * KB) + k0) * INNER
+        else:
+            base = x_ptr + (o * K + kt * (32 * KB) + k0) * INNER
+        row0 = r
+        stride = INNER
+    else:
+        base = x_ptr
+        stride = inner // 2 if SPLIT else inner
+    width = inner // 2 if SPLIT else inner
+    if COLUMN_MAJOR:
+        offs = row0[None, :] * stride + cols[:, None]
+        mask = (cols < width)[:, None] & (k >= 0)[None, :]
+    else:
+        offs = row0[:, None] * stride + cols[None, :]
+        mask = (cols < width)[None, :] & (k >= 0)[:, None]
+    if SPLIT:  # words of two columns
+        if EVEN:
+            out = tl.load(base + offs)
+        else:
+            out = tl.load(base + offs, mask=mask, other=0)
+    else:
+        out = load_tile_f32(base, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
+    return out
+
+
+@triton.jit
+def low_or_high(words, first):
+    """The bf16 values in the int32 words' low halves (``first`` 0) or high halves, as
+    float32."""
+    if first == 0:
+        v = tl.cast(words << 16, tl.float32, bitcast=True)
+    else:
+        v = tl.cast(words & -65536, tl.float32, bitcast=True)
+    return v
+
+
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
 def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
                            # the fold's outputs and the tensor's blocks (FOLD_GROUP > 0; else
@@ -792,7 +847,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
                            EVEN: tl.constexpr, SPLIT: tl.constexpr = False,
                            INNER: tl.constexpr = 0, SERIAL: tl.constexpr = False,
-                           JOINT: tl.constexpr = False):
+                           JOINT: tl.constexpr = False, QUARTERS: tl.constexpr = False):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -827,6 +882,12 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     KB = 2, 4-bit codes): the first pass keeps its code words and scales and the second
     stores both, a column's 32 code bytes (one 32-byte sector) in back-to-back 16-byte
     stores, as the two-block tiles write them.
+
+    ``QUARTERS`` (one block along K a pass: KB = 1 or ``SERIAL``): each quarter of a block (8
+    of its 32 rows) loaded on its own as [8, BN] and transposed into the row kernel's quarter
+    [BN, 8], instead of one [32, BN] tile reshaped into quarters: where each thread holds its
+    columns whole (``HIDE``, BN / VEC >= 32 num_warps) no value crosses threads (the reshape
+    went through shared memory and warp shuffles under Triton 3.6).
 
     Stochastic rounding counts elements in the K-major layout, so half a block is one group of
     16, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
@@ -863,42 +924,44 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
             n = tl.max_contiguous(pid_n * BN + tl.arange(0, BN), VEC)
         else:
             n = pid_n * BN + tl.arange(0, BN)
+    cols = w if SPLIT else n
     for ps in tl.static_range(NS):
-        k = kt * (32 * KB) + ps * 32 + tl.arange(0, 32 * KP)
-        if BIG:
-            row0 = o.to(tl.int64) * K + k.to(tl.int64)
-        else:
-            row0 = o * K + k
-        if SPLIT:  # words of two columns: the even columns' tile, then the odd columns'
-            wmask = (w < inner // 2)[None, :] & (k >= 0)[:, None]
-            woffs = row0[:, None] * (inner // 2) + w[None, :]
-            if EVEN:
-                words = tl.load(x_ptr + woffs)
-            else:
-                words = tl.load(x_ptr + woffs, mask=wmask, other=0)
-        else:
-            mask = (n < inner)[None, :] & (k >= 0)[:, None]
-            if INNER:  # the row stride known (= inner): the tile's rows at immediate offsets
-                # from one base pointer (no per-load 64-bit address arithmetic)
-                if BIG:
-                    base = x_ptr + (o.to(tl.int64) * K + kt * (32 * KB) + ps * 32) * INNER
-                else:
-                    base = x_ptr + (o * K + kt * (32 * KB) + ps * 32) * INNER
-                offs = tl.arange(0, 32 * KP)[:, None] * INNER + n[None, :]
-            else:
-                base = x_ptr
-                offs = row0[:, None] * inner + n[None, :]
+        if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
+            tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
+            l0 = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
+                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             COLUMN_MAJOR=True)
+            l1 = column_rows(x_ptr, o, kt, ps * 32 + 8, cols, K, inner, ROWS=8, KB=KB,
+                             BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             COLUMN_MAJOR=True)
+            l2 = column_rows(x_ptr, o, kt, ps * 32 + 16, cols, K, inner, ROWS=8, KB=KB,
+                             BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             COLUMN_MAJOR=True)
+            l3 = column_rows(x_ptr, o, kt, ps * 32 + 24, cols, K, inner, ROWS=8, KB=KB,
+                             BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             COLUMN_MAJOR=True)
+        else:  # the pass's rows as one [32 KP, BN] tile (SPLIT: its words)
+            tile = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=32 * KP, KB=KB,
+                               BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN)
         for first in tl.static_range(PARTS):  # split: the words' low halves, then the high
-            if not SPLIT:
-                t = load_tile_f32(base, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
-            elif first == 0:
-                t = tl.cast(words << 16, tl.float32, bitcast=True)
+            if QUARTERS:
+                if not SPLIT:
+                    q0, q1, q2, q3 = l0, l1, l2, l3
+                else:
+                    q0 = low_or_high(l0, first)
+                    q1 = low_or_high(l1, first)
+                    q2 = low_or_high(l2, first)
+                    q3 = low_or_high(l3, first)
             else:
-                t = tl.cast(words & -65536, tl.float32, bitcast=True)
+                if SPLIT:
+                    t = low_or_high(tile, first)
+                else:
+                    t = tile
+                q0, q1, q2, q3 = columns_to_quarters(t, BN=BN // PARTS, KB=KP)
             # the pass's blocks are blocks kt KB + ps .. of their columns: as a program of KP
             # blocks at position kt NS + ps
-            out = cols32_part(t, first, pid_n, kt * NS + ps, o, data_ptr, scale_ptr, sign_mask,
-                              K, inner, seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr,
+            out = cols32_part(q0, q1, q2, q3, first, pid_n, kt * NS + ps, o, data_ptr,
+                              scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr,
                               total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
                               EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
                               NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
@@ -922,8 +985,8 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
 
 
 @triton.jit
-def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner, seed,
-                rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
+def cols32_part(q0, q1, q2, q3, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner,
+                seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows,
                 IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                 EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
                 EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
@@ -935,12 +998,11 @@ def cols32_part(t, first, pid_n, kt, o, data_ptr, scale_ptr, sign_mask, K, inner
                 D_MAX: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr,
                 BN: tl.constexpr, KB: tl.constexpr, STEP: tl.constexpr, BIG: tl.constexpr,
                 EVEN: tl.constexpr, DEFER: tl.constexpr = False):
-    """The column kernel after its load: a float32 tile [32 KB, BN] of the program's columns
-    ``first``, ``first`` + STEP, ... (of the BN STEP columns from pid_n BN STEP on), quantized
-    into the K-major output as the row kernel's quarters. ``DEFER`` (KB = 1): nothing stored;
+    """The column kernel after its load: the float32 quarters [BN KB, 8] (``columns_to_quarters``)
+    of the program's columns ``first``, ``first`` + STEP, ... (of the BN STEP columns from
+    pid_n BN STEP on), quantized into the K-major output as the row kernel's. ``DEFER`` (KB = 1): nothing stored;
     returns the code words [BN, 4], the scales [BN], the blocks' K-major indices and
     ``valid`` (``quantize_quarters``'s DEFER)."""
-    q0, q1, q2, q3 = columns_to_quarters(t, BN=BN, KB=KB)
     b = tl.arange(0, BN * KB)
     col = (pid_n * BN + b // KB) * STEP + first  # block b: block kt KB + b % KB of column col
     valid = col < inner
