@@ -8,7 +8,9 @@ E2M1, RNE, bf16 8192 x 14336: along axis 0 through this GPU's default (the colum
 the both-axes module's axis-0 kernel with two blocks a program and with one
 (``Tuning.both_axes_blocks``), then along rows; each twice. ``--more``: then stochastic
 rounding with H16 along tokens and along rows, and ``quantize_folded`` (groups of 4, 2^R)
-along rows and along tokens, each twice. Launches only: the numbers come from ncu
+along rows and along tokens, each twice. ``--tiles TILE ...`` (``column_tile_check.py``'s
+TILE syntax): instead, each column tile along tokens twice without a rotation and twice with
+H16, then the row kernel twice. Launches only: the numbers come from ncu
 (results/native_gpu/ncu_columns_h100.txt).
 """
 import dataclasses
@@ -23,6 +25,17 @@ from ocpmx.native import fold
 def main():
     x = torch.randn(8192, 14336, device="cuda", dtype=torch.bfloat16)
     d = native.default_tuning(x.device)
+    if "--tiles" in sys.argv:
+        from column_tile_check import parse
+        for spec in sys.argv[sys.argv.index("--tiles") + 1:]:
+            t = dataclasses.replace(d, columns="kernel", cols32=parse(spec),
+                                    cols32_unrotated=None)
+            for rot in (None, None, "hadamard16", "hadamard16"):
+                native.quantize(x, "e2m1", axis=0, rotation=rot, scale_rule="even", tuning=t)
+        for _ in range(2):
+            native.quantize(x, "e2m1", scale_rule="even")
+        torch.cuda.synchronize()
+        return
     for t in (d, dataclasses.replace(d, columns="both_axes", both_axes=(64, 2),
                                      both_axes_blocks=2),
               dataclasses.replace(d, columns="both_axes", both_axes=(64, 2))):
