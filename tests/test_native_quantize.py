@@ -784,9 +784,9 @@ def test_split_column_tile_runs_unsplit_where_it_cannot(device):
 def test_column_path_per_operation(device, monkeypatch):
     """``Tuning.column_path``: quantize takes ``columns`` / ``cols32``; quantize-dequantize
     ``columns_qdq`` / ``cols32_qdq`` and the fold ``columns_fold`` / ``cols32_fold``, each None
-    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize, the H200's
-    for quantize-dequantize too (the H100's qdq: 'both_axes', the axis-0 kernel, its column
-    tile for what that kernel leaves), the transpose for the fold. The launch follows it:
+    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize, 'both_axes'
+    for quantize-dequantize (the axis-0 kernel; its column tile for what that kernel leaves:
+    stochastic rounding takes ``cols32_sr`` where set), the transpose for the fold. The launch follows it:
     under a split of the paths (the kernel for quantize, the transpose for quantize-dequantize
     and the fold) a quantize along axis 0 never transposes, a quantize-dequantize and a fold
     do, all with the emulator's bits. Bad values are named."""
@@ -815,10 +815,13 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H100.column_path("quantize", True) == ("kernel", sr)
     assert T.H100.column_path("qdq", True) == ("both_axes", sr)  # (the column kernel runs SR)
     assert T.H100.column_path("fold", True) == T.H100.column_path("fold")
-    assert T.H200.column_path("quantize", True) == T.H200.column_path()
-    assert T.H200.column_path("qdq", True) == T.H200.column_path("qdq")
-    assert T.H200.column_path() == ("kernel", native.ColumnTile(64, 1, 1, True, False, 2))
-    assert T.H200.column_path("qdq") == ("kernel", native.ColumnTile(64, 1, 1, True, True, 2))
+    quarters = native.ColumnTile(64, 2, 2, True, True, 1, const_stride=True, serial=True,
+                                 joint=True, quarters=True)
+    sr_h200 = native.ColumnTile(64, 2, 1, True, True, 1, const_stride=True, quarters=True)
+    assert T.H200.column_path() == ("kernel", quarters)
+    assert T.H200.column_path("quantize", True) == ("kernel", sr_h200)
+    assert T.H200.column_path("qdq", True) == ("both_axes", sr_h200)
+    assert T.H200.column_path("qdq") == ("both_axes", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
     # FP4 without a rotation the H100 quantizes (RNE) with its joint serial tile; not under
     # stochastic rounding, not quantize-dequantize, not the fold; other tunings keep cols32
