@@ -46,9 +46,10 @@ class ColumnTile:
     immediate); ``serial``: the program's blocks along K quantized one after another (a
     32-row load and its stores each, one block's values live at a time), not all at once
     (not with a fold, whose groups a program holds whole: there the tile runs at once);
-    ``joint`` (with ``serial``, two blocks along K, 4-bit codes, no quantize-dequantize): the
-    first pass keeps its codes and scales and the second stores both, so that each column's
-    32 code bytes (one sector) go out in back-to-back stores (elsewhere plain ``serial``);
+    ``joint`` (with ``serial``, two or four blocks along K, 4-bit codes, no
+    quantize-dequantize): the passes keep their codes and scales and the last stores them all,
+    so that each column's 32 or 64 code bytes (whole sectors) go out in back-to-back stores
+    (elsewhere plain ``serial``);
     ``quarters`` (one block along K at a time: ``kblocks`` 1 or ``serial``): each block loaded
     as four 8-row quarters, each transposed into the row kernel's layout, instead of one tile
     reshaped (no layout conversion where each thread holds its columns whole)."""

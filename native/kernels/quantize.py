@@ -879,9 +879,9 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load and
     its stores (one block's values live at a time; each column's KB blocks of codes still
     written by this program, close together in time). Not with a fold. ``JOINT`` (``SERIAL``,
-    KB = 2, 4-bit codes): the first pass keeps its code words and scales and the second
-    stores both, a column's 32 code bytes (one 32-byte sector) in back-to-back 16-byte
-    stores, as the two-block tiles write them.
+    KB = 2 or 4, 4-bit codes): the passes keep their code words and scales and the last
+    stores them all, a column's 16 KB code bytes (whole 32-byte sectors) in back-to-back
+    16-byte stores, as the two-block tiles write them.
 
     ``QUARTERS`` (one block along K a pass: KB = 1 or ``SERIAL``): each quarter of a block (8
     of its 32 rows) loaded on its own as [8, BN] and transposed into the row kernel's quarter
@@ -909,9 +909,9 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     # SERIAL: the program's KB blocks along K one after another, KP = 1 block per pass
     NS: tl.constexpr = KB if SERIAL else 1
     KP: tl.constexpr = 1 if SERIAL else KB
-    tl.static_assert(not JOINT or (SERIAL and KB == 2 and PACK == 2 and not QDQ
+    tl.static_assert(not JOINT or (SERIAL and (KB == 2 or KB == 4) and PACK == 2 and not QDQ
                                    and FOLD_GROUP == 0 and not SPLIT),
-                     "JOINT: two serial passes of 4-bit codes")
+                     "JOINT: two or four serial passes of 4-bit codes")
     if SPLIT:
         tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
         PARTS: tl.constexpr = 2
@@ -925,63 +925,130 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         else:
             n = pid_n * BN + tl.arange(0, BN)
     cols = w if SPLIT else n
-    for ps in tl.static_range(NS):
-        if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
-            tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
-            l0 = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
-                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             COLUMN_MAJOR=True)
-            l1 = column_rows(x_ptr, o, kt, ps * 32 + 8, cols, K, inner, ROWS=8, KB=KB,
-                             BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             COLUMN_MAJOR=True)
-            l2 = column_rows(x_ptr, o, kt, ps * 32 + 16, cols, K, inner, ROWS=8, KB=KB,
-                             BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             COLUMN_MAJOR=True)
-            l3 = column_rows(x_ptr, o, kt, ps * 32 + 24, cols, K, inner, ROWS=8, KB=KB,
-                             BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             COLUMN_MAJOR=True)
-        else:  # the pass's rows as one [32 KP, BN] tile (SPLIT: its words)
-            tile = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=32 * KP, KB=KB,
-                               BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN)
-        for first in tl.static_range(PARTS):  # split: the words' low halves, then the high
-            if QUARTERS:
-                if not SPLIT:
-                    q0, q1, q2, q3 = l0, l1, l2, l3
-                else:
-                    q0 = low_or_high(l0, first)
-                    q1 = low_or_high(l1, first)
-                    q2 = low_or_high(l2, first)
-                    q3 = low_or_high(l3, first)
+    if JOINT:  # the passes' code words and scales, stored together after the last pass
+        jw = tl.zeros([BN, KB, 4], tl.int32)
+        js = tl.zeros([BN, KB], tl.int32)
+    else:
+        jw = 0
+        js = 0
+    if SERIAL and QUARTERS:  # a loop the compiler keeps: one pass's loads in flight at a time
+        for ps in tl.range(0, NS, num_stages=1):
+            jw, js = cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed,
+                                 rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
+                                 n_rows, cols, pid_n, kt, o, ps, jw, js,
+                IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX,
+                MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
+                SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT,
+                SIGNS=SIGNS, PACK=PACK, IN_BF16=IN_BF16, QDQ=QDQ,
+                QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
+                POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
+                INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
+    else:
+        for ps in tl.static_range(NS):
+            jw, js = cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed,
+                                 rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
+                                 n_rows, cols, pid_n, kt, o, ps, jw, js,
+                IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX,
+                MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
+                SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT,
+                SIGNS=SIGNS, PACK=PACK, IN_BF16=IN_BF16, QDQ=QDQ,
+                QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
+                POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
+                INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
+    if JOINT:  # each column's KB blocks: 4 KB code words and KB scale bytes, stored together
+        blk0, valid0 = column_blocks(pid_n, kt * NS, o, K, inner, 0, BN=BN, KB=1, STEP=1,
+                                     BIG=BIG)
+        woff = blk0[:, None] * 4 + tl.arange(0, 4 * KB)[None, :]
+        soff = blk0[:, None] + tl.arange(0, KB)[None, :]
+        store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, tl.reshape(jw, (BN, 4 * KB)),
+                     valid0, EVEN=EVEN)
+        store_blocks(scale_ptr, soff, js.to(tl.uint8), valid0, EVEN=EVEN)
+
+
+@triton.jit
+def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
+                pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps, jw, js,
+                IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                ENVELOPE: tl.constexpr, RULE: tl.constexpr, ROUNDING: tl.constexpr,
+                ROT: tl.constexpr, SIGNS: tl.constexpr, PACK: tl.constexpr,
+                IN_BF16: tl.constexpr, QDQ: tl.constexpr, QUARTER_IN_SCALE: tl.constexpr,
+                FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
+                HW_CVT: tl.constexpr, BN: tl.constexpr, KB: tl.constexpr, BIG: tl.constexpr,
+                EVEN: tl.constexpr, SPLIT: tl.constexpr, INNER: tl.constexpr,
+                NS: tl.constexpr, KP: tl.constexpr, PARTS: tl.constexpr, JOINT: tl.constexpr,
+                QUARTERS: tl.constexpr):
+    """Pass ``ps`` of the column kernel (its docstring): load, quantize and store KP blocks
+    along K of the program's columns ``cols``; ``JOINT``: put the pass's code words and scales
+    into ``jw`` [BN, KB, 4] and ``js`` [BN, KB] at block ``ps`` instead of storing them.
+    Returns (jw, js)."""
+    if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
+        tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
+        l0 = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
+                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                         COLUMN_MAJOR=True)
+        l1 = column_rows(x_ptr, o, kt, ps * 32 + 8, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
+                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                         COLUMN_MAJOR=True)
+        l2 = column_rows(x_ptr, o, kt, ps * 32 + 16, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
+                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                         COLUMN_MAJOR=True)
+        l3 = column_rows(x_ptr, o, kt, ps * 32 + 24, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
+                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                         COLUMN_MAJOR=True)
+    else:  # the pass's rows as one [32 KP, BN] tile (SPLIT: its words)
+        tile = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=32 * KP, KB=KB,
+                           BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN)
+    for first in tl.static_range(PARTS):  # split: the words' low halves, then the high
+        if QUARTERS:
+            if not SPLIT:
+                q0, q1, q2, q3 = l0, l1, l2, l3
             else:
-                if SPLIT:
-                    t = low_or_high(tile, first)
-                else:
-                    t = tile
-                q0, q1, q2, q3 = columns_to_quarters(t, BN=BN // PARTS, KB=KP)
-            # the pass's blocks are blocks kt KB + ps .. of their columns: as a program of KP
-            # blocks at position kt NS + ps
-            out = cols32_part(q0, q1, q2, q3, first, pid_n, kt * NS + ps, o, data_ptr,
-                              scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr, stats_ptr,
-                              total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
-                              EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
-                              NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
-                              SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
-                              ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
-                              QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
-                              D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
-                              STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
-            if JOINT:
-                if ps == 0:
-                    words0, scale0, blk0, valid0 = out
-                else:
-                    words1, scale1, _, _ = out
-    if JOINT:  # each column's two blocks: 8 code words and 2 scale bytes, stored together
-        words = tl.reshape(tl.permute(tl.join(words0, words1), (0, 2, 1)), (BN, 8))
-        woff = blk0[:, None] * 4 + tl.arange(0, 8)[None, :]
-        scales = tl.reshape(tl.join(scale0, scale1), (BN, 2)).to(tl.uint8)
-        soff = blk0[:, None] + tl.arange(0, 2)[None, :]
-        store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, words, valid0, EVEN=EVEN)
-        store_blocks(scale_ptr, soff, scales, valid0, EVEN=EVEN)
+                q0 = low_or_high(l0, first)
+                q1 = low_or_high(l1, first)
+                q2 = low_or_high(l2, first)
+                q3 = low_or_high(l3, first)
+        else:
+            if SPLIT:
+                t = low_or_high(tile, first)
+            else:
+                t = tile
+            q0, q1, q2, q3 = columns_to_quarters(t, BN=BN // PARTS, KB=KP)
+        # the pass's blocks are blocks kt KB + ps .. of their columns: as a program of KP
+        # blocks at position kt NS + ps
+        out = cols32_part(q0, q1, q2, q3, first, pid_n, kt * NS + ps, o, data_ptr,
+                          scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr, pow2_ptr,
+                          stats_ptr, total_ptr, n_blocks, n_rows, IS_INT=IS_INT, BITS=BITS,
+                          SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX,
+                          MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM,
+                          RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
+                          ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, QDQ=QDQ,
+                          QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
+                          D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
+                          STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
+        if JOINT:  # (KP = 1, PARTS = 1: the pass's one block of each column)
+            words, scale, _, _ = out
+            at = tl.arange(0, KB) == ps
+            jw = tl.where(at[None, :, None], words[:, None, :], jw)
+            js = tl.where(at[None, :], scale[:, None], js)
+    return jw, js
+
+
+@triton.jit
+def column_blocks(pid_n, kt, o, K, inner, first, BN: tl.constexpr, KB: tl.constexpr,
+                  STEP: tl.constexpr, BIG: tl.constexpr):
+    """K-major block indices [BN KB] of a column-kernel program's blocks and whether each
+    exists: block b is block kt KB + b % KB of column (pid_n BN + b // KB) STEP + first."""
+    b = tl.arange(0, BN * KB)
+    col = (pid_n * BN + b // KB) * STEP + first
+    if BIG:
+        blk = (o.to(tl.int64) * inner + col) * (K // 32) + kt * KB + b % KB
+    else:
+        blk = (o * inner + col) * (K // 32) + kt * KB + b % KB
+    return blk, col < inner
 
 
 @triton.jit
@@ -1003,13 +1070,7 @@ def cols32_part(q0, q1, q2, q3, first, pid_n, kt, o, data_ptr, scale_ptr, sign_m
     pid_n BN STEP on), quantized into the K-major output as the row kernel's. ``DEFER`` (KB = 1): nothing stored;
     returns the code words [BN, 4], the scales [BN], the blocks' K-major indices and
     ``valid`` (``quantize_quarters``'s DEFER)."""
-    b = tl.arange(0, BN * KB)
-    col = (pid_n * BN + b // KB) * STEP + first  # block b: block kt KB + b % KB of column col
-    valid = col < inner
-    if BIG:
-        blk = (o.to(tl.int64) * inner + col) * (K // 32) + kt * KB + b % KB
-    else:
-        blk = (o * inner + col) * (K // 32) + kt * KB + b % KB
+    blk, valid = column_blocks(pid_n, kt, o, K, inner, first, BN=BN, KB=KB, STEP=STEP, BIG=BIG)
     out = quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
                             sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
                             EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX, MAXC=MAXC,
