@@ -310,23 +310,22 @@ H100 = Tuning(rows32_qdq=RowTile(16, 1),
 # path's 0.36 / 0.35 / 0.26, and, programs along K first, quantize-dequantizes at 0.53 / 0.51
 # against 0.45 / 0.47 (the quantize tile there: 0.46 / 0.41). The fold keeps the transpose,
 # as on the H100. (The two-block tiles that won on the H100 are not timed on an H200 yet.)
-# Thirty-third session, one H200 (results/native_gpu/column_tile_check_h200.txt and
-# bench_columns_kernel_h200.md, bits equal to the transpose path's): quantize along tokens ran
-# 0.41 / 0.42 of copy (no rotation / H16) with the tile below it replaced, the H100's
-# two-block tile 0.44 / 0.53, the ``quarters`` tile of one column a thread, two serial blocks
-# stored together 0.51 / 0.57 (72-127 registers under Triton 3.6, no layout conversion);
-# quantize-dequantize through the axis-0 kernel (128, 2) 0.86 / 0.70 against the column
-# kernel's 0.53 / 0.51; under stochastic rounding the one-block ``quarters`` tile
-# quantize-dequantized at 0.51 against 0.38 (quantize 0.40 / 0.41, level).
-H200 = Tuning(columns="kernel",
-              cols32=ColumnTile(64, 2, 2, kb_fast=True, vec=1, const_stride=True, serial=True,
-                                joint=True, quarters=True),
+# Thirty-third session, one H200 (results/native_gpu/column_tile_check_h200.txt,
+# bench_columns_kernel_h200.md; every tile's bits equal to the transpose path's): quantize along
+# tokens ran at 0.41 / 0.42 of copy (no rotation / H16) with the tiles the H200 had before, the
+# H100's two-block tile at 0.44 / 0.53; the ``quarters`` tiles (one column a thread, no layout
+# conversion) with their serial passes as a loop (63-78 registers with H16 under Triton 3.6)
+# and every block of a column stored together (``joint``): two blocks 0.57 / 0.65, four
+# (32, 1, 4) 0.63 / 0.68, and under stochastic rounding 0.44 (the old tile 0.41). Quantize-
+# dequantize goes through the axis-0 kernel, (128, 2): 0.85-0.86 / 0.70 against the column
+# kernel's 0.53 / 0.51; under stochastic rounding through this tile (0.50; 0.38 before).
+_H200_COLUMNS = ColumnTile(32, 1, 4, kb_fast=True, vec=1, const_stride=True, serial=True,
+                           joint=True, quarters=True)
+H200 = Tuning(columns="kernel", cols32=_H200_COLUMNS,
               columns_qdq="both_axes", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
-              cols32_sr=ColumnTile(64, 2, kb_fast=True, vec=1, const_stride=True,
-                                   quarters=True),
-              columns_fold="transpose", both_axes=(128, 2),
-              notes="GPU defaults, H200: the column kernel's quarters tiles for quantize and "
-                    "under stochastic rounding, the axis-0 kernel for qdq")
+              cols32_sr=_H200_COLUMNS, columns_fold="transpose", both_axes=(128, 2),
+              notes="GPU defaults, H200: the column kernel's four-block quarters tile for "
+                    "quantize (and any stochastic rounding), the axis-0 kernel for qdq")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),

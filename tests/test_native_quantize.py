@@ -817,12 +817,10 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H100.column_path("quantize", True) == ("kernel", sr)
     assert T.H100.column_path("qdq", True) == ("both_axes", sr)  # (the column kernel runs SR)
     assert T.H100.column_path("fold", True) == T.H100.column_path("fold")
-    quarters = native.ColumnTile(64, 2, 2, True, True, 1, const_stride=True, serial=True,
+    quarters = native.ColumnTile(32, 1, 4, True, True, 1, const_stride=True, serial=True,
                                  joint=True, quarters=True)
-    sr_h200 = native.ColumnTile(64, 2, 1, True, True, 1, const_stride=True, quarters=True)
-    assert T.H200.column_path() == ("kernel", quarters)
-    assert T.H200.column_path("quantize", True) == ("kernel", sr_h200)
-    assert T.H200.column_path("qdq", True) == ("both_axes", sr_h200)
+    assert T.H200.column_path() == T.H200.column_path("quantize", True) == ("kernel", quarters)
+    assert T.H200.column_path("qdq", True) == ("both_axes", quarters)
     assert T.H200.column_path("qdq") == ("both_axes", native.ColumnTile(64, 1, 1, True, True, 2))
     assert T.H200.column_path("fold")[0] == "transpose"
     # FP4 without a rotation the H100 quantizes (RNE) with its joint serial tile; not under
