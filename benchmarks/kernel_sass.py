@@ -238,7 +238,12 @@ def main():
     ap.add_argument("--both-axes", nargs="+", metavar="COLUMNS,WARPS,BLOCKS",
                     help="kernels.both_axes.columns_kernel's quantize along axis 0 per tile")
     ap.add_argument("--json", action="store_true", help="with --columns: one JSON list")
+    ap.add_argument("--quarter-form", type=int, choices=(1, 2),
+                    help="with --columns: load a quarters tile's quarters in this form "
+                         "(kernels.quantize.column_quarter), not the installed Triton's")
     args = ap.parse_args()
+    if args.quarter_form:
+        launch.quarter_form = lambda: args.quarter_form
     if args.fold is not None and (args.fold < 1 or args.fold & (args.fold - 1)):
         ap.error(f"--fold takes a power of two, got {args.fold}")
     if args.pow2 and not args.fold:

@@ -371,11 +371,24 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     # (joint: two or four blocks of 4-bit codes per program, quantize only)
     joint = tile.joint and serial and kb in (2, 4) and not qdq and not split and \
         pack_factor(n.fmt) == 2
-    quarters = tile.quarters and (kb == 1 or serial)
+    quarters = quarter_form() if tile.quarters and (kb == 1 or serial) else 0
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold_key, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,
                               inner if const else 0, serial, joint, quarters), tile.columns, kb
+
+
+@functools.cache
+def quarter_form() -> int:
+    """How the column kernel loads a ``ColumnTile(quarters=True)`` quarter
+    (``kernels.quantize.column_quarter``'s FORM) under the installed Triton: its coalescing
+    lays the first of two equally contiguous dimensions across threads up to 3.6 (1: loaded
+    as [columns, 8]) and the last from 3.7 on (2: loaded as [8, columns], then transposed).
+    Checked on sm_90 SASS (no warp shuffles, no shared-memory layout conversion) under 3.6,
+    3.7, 3.8 and 3.9 (``tests/test_native_quantize.py``, ``kernel_sass.py``)."""
+    import triton
+    major, minor = (int(v) for v in triton.__version__.split(".")[:2])
+    return 1 if (major, minor) <= (3, 6) else 2
 
 
 @functools.lru_cache(maxsize=1024)
@@ -383,7 +396,7 @@ def _cols32_constexprs(n: Numerics, in_dtype: torch.dtype, tile: ColumnTile, qdq
                        on_hopper: bool, fold_key: tuple, kb: int, big: bool,
                        even: bool, split: bool = False, stride: int = 0,
                        serial: bool = False, joint: bool = False,
-                       quarters: bool = False) -> dict:
+                       quarters: int = 0) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq, QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype),
                 **fold_constexprs(fold_key), BN=tile.columns, KB=kb, HIDE=tile.hide,
                 VEC=tile.vec, KB_FAST=tile.kb_fast, BIG=big, EVEN=even, SPLIT=split,

@@ -573,6 +573,39 @@ def test_serial_column_tile_does_not_spill_for_sm90():
             assert f["per_element"] < 28, f
 
 
+def test_quarters_column_tile_converts_no_layout_for_sm90():
+    """The H200's quantize tile along tokens (``ColumnTile(quarters=True)``: each block loaded
+    as four quarters in the row kernel's layout, four serial blocks stored together) compiled
+    for sm_90a without the chip with H16: in the form ``launch.quarter_form`` picks for the
+    installed Triton, no warp shuffle but the NaN/Inf vote's, no spill, under 96 registers
+    (Triton 3.6: 69; 3.9: 80); in the other form Triton converts the layout (over 100 warp
+    shuffles). What the tile exists for: on an H200 it quantizes along tokens at 0.63 / 0.69
+    of copy against 0.41 / 0.42 (results/native_gpu/column_tile_check_h200.txt)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ocpmx.native import launch
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    chosen = launch.quarter_form()
+    facts = {}
+    for form in (1, 2):
+        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "32", "1", "4",
+                            "1", "1", "1", "0", "0", "1", "1", "1", "1", "--rotations", "16",
+                            "--json", "--quarter-form", str(form)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        (facts[form],) = json.loads(r.stdout.strip().splitlines()[-1])
+    good, other = facts[chosen], facts[3 - chosen]
+    assert "quarters=True" in good["tile"] and "joint=True" in good["tile"]
+    assert good["SHFL"] <= 2 and good["STL"] == 0 and good["registers"] < 96, good
+    assert good["loads"] == ["LDG.E.U16"] and "STG.E.128" in good["stores"], good
+    assert other["SHFL"] > 100, other
+
+
 def test_joint_column_tile_spills_less_than_two_blocks_at_once_for_sm90():
     """The H100's quantize tile without a rotation (``Tuning.cols32_unrotated``: two blocks
     along K, ``serial`` + ``joint``) compiled for sm_90a without the chip, against the same

@@ -776,9 +776,7 @@ def column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS: tl.constexpr, KB: tl.con
     element 32 KB kt of batch o on) at its columns ``cols``, as float32 [ROWS, BN]; SPLIT:
     ``cols`` are column pairs, their int32 words [ROWS, BN / 2]. ``INNER``: the row stride
     compiled in, the rows at immediate offsets from one base pointer. ``COLUMN_MAJOR``: the
-    tile indexed [column, row] instead (where the columns' contiguity is hidden, Triton's
-    coalescing then lays the columns across threads, as it lays the faster of two equally
-    contiguous dimensions, the first)."""
+    tile indexed [column, row] instead."""
     r = tl.arange(0, ROWS)
     k = kt * (32 * KB) + k0 + r
     if BIG:
@@ -810,6 +808,27 @@ def column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS: tl.constexpr, KB: tl.con
     else:
         out = load_tile_f32(base, offs, mask, IN_BF16=IN_BF16, EVEN=EVEN)
     return out
+
+
+@triton.jit
+def column_quarter(x_ptr, o, kt, k0, cols, K, inner, KB: tl.constexpr, BIG: tl.constexpr,
+                   INNER: tl.constexpr, SPLIT: tl.constexpr, IN_BF16: tl.constexpr,
+                   EVEN: tl.constexpr, FORM: tl.constexpr):
+    """Rows k0 .. k0 + 7 of the program's K tile at its columns as a quarter [BN, 8] (as
+    ``column_rows``), loaded so that Triton's coalescing lays the columns across threads and
+    each thread holds its columns' 8 rows: the columns' contiguity is hidden (``HIDE``), so
+    both dimensions look equally contiguous and the Triton version's tie-break decides which
+    one goes across threads. FORM 1: loaded as [BN, 8] (Triton 3.6 lays the first such
+    dimension across threads); FORM 2: loaded as [8, BN] and transposed (later versions lay
+    the last); ``launch.quarter_form`` picks. The wrong form costs a layout conversion
+    through shared memory and warp shuffles (same bits)."""
+    if FORM == 1:
+        q = column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS=8, KB=KB, BIG=BIG, INNER=INNER,
+                        SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN, COLUMN_MAJOR=True)
+    else:
+        q = tl.trans(column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
+                                 INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN))
+    return q
 
 
 @triton.jit
@@ -847,7 +866,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                            VEC: tl.constexpr, KB_FAST: tl.constexpr, BIG: tl.constexpr,
                            EVEN: tl.constexpr, SPLIT: tl.constexpr = False,
                            INNER: tl.constexpr = 0, SERIAL: tl.constexpr = False,
-                           JOINT: tl.constexpr = False, QUARTERS: tl.constexpr = False):
+                           JOINT: tl.constexpr = False, QUARTERS: tl.constexpr = 0):
     """Blocks of 32 along a non-last axis, in one pass: the input seen as (outer, K, inner)
     (quantized along K, the tokens of Wgrad's operands), the output K-major as everywhere
     (row r = o * inner + i, its K/32 blocks in order). A program loads the coalesced tile of
@@ -883,11 +902,13 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     stores them all, a column's 16 KB code bytes (whole 32-byte sectors) in back-to-back
     16-byte stores, as the two-block tiles write them.
 
-    ``QUARTERS`` (one block along K a pass: KB = 1 or ``SERIAL``): each quarter of a block (8
-    of its 32 rows) loaded on its own as [8, BN] and transposed into the row kernel's quarter
-    [BN, 8], instead of one [32, BN] tile reshaped into quarters: where each thread holds its
-    columns whole (``HIDE``, BN / VEC >= 32 num_warps) no value crosses threads (the reshape
-    went through shared memory and warp shuffles under Triton 3.6).
+    ``QUARTERS`` 1 or 2 (one block along K a pass: KB = 1 or ``SERIAL``): each quarter of a
+    block (8 of its 32 rows) loaded on its own as the row kernel's quarter [BN, 8]
+    (``column_quarter``: QUARTERS is its FORM), instead of one [32, BN] tile reshaped into
+    quarters: where each thread holds its columns whole (``HIDE``, BN / VEC >= 32 num_warps)
+    no value crosses threads (the reshape went through shared memory and warp shuffles under
+    Triton 3.6). ``SERIAL`` passes then run as a loop the compiler keeps (one pass's loads in
+    flight; unrolled, the compiler hoisted every pass's loads: 127-255 registers).
 
     Stochastic rounding counts elements in the K-major layout, so half a block is one group of
     16, as in the row kernel. ``seed`` and ``sign_mask``: integers or pointers
@@ -987,18 +1008,18 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
     Returns (jw, js)."""
     if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
         tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
-        l0 = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
-                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                         COLUMN_MAJOR=True)
-        l1 = column_rows(x_ptr, o, kt, ps * 32 + 8, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
-                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                         COLUMN_MAJOR=True)
-        l2 = column_rows(x_ptr, o, kt, ps * 32 + 16, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
-                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                         COLUMN_MAJOR=True)
-        l3 = column_rows(x_ptr, o, kt, ps * 32 + 24, cols, K, inner, ROWS=8, KB=KB, BIG=BIG,
-                         INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                         COLUMN_MAJOR=True)
+        l0 = column_quarter(x_ptr, o, kt, ps * 32, cols, K, inner, KB=KB, BIG=BIG,
+                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             FORM=QUARTERS)
+        l1 = column_quarter(x_ptr, o, kt, ps * 32 + 8, cols, K, inner, KB=KB, BIG=BIG,
+                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             FORM=QUARTERS)
+        l2 = column_quarter(x_ptr, o, kt, ps * 32 + 16, cols, K, inner, KB=KB, BIG=BIG,
+                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             FORM=QUARTERS)
+        l3 = column_quarter(x_ptr, o, kt, ps * 32 + 24, cols, K, inner, KB=KB, BIG=BIG,
+                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
+                             FORM=QUARTERS)
     else:  # the pass's rows as one [32 KP, BN] tile (SPLIT: its words)
         tile = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=32 * KP, KB=KB,
                            BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN)
