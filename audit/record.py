@@ -266,17 +266,20 @@ def _quantize_calls(fmts, rules, roundings, rotations, dtypes, axes, shape=(64, 
     return out
 
 
-def _column_kernel_calls(fmts, roundings, rotations):
+def _column_kernel_calls(fmts, roundings, rotations, tile=None):
     """Axis-0 quantizes through the one-pass column kernel (``Tuning(columns="kernel")``;
-    the GPU default transposes, then runs the row kernel)."""
+    the GPU default transposes, then runs the row kernel), with the column tile ``tile``
+    (None: the GPU default's) for quantize and quantize-dequantize alike."""
     from .. import native
     from ..native.tuning import GPU
     tuning = dataclasses.replace(GPU, columns="kernel")
+    if tile is not None:
+        tuning = dataclasses.replace(tuning, cols32=tile, columns_qdq="kernel", cols32_qdq=tile)
     out = []
     for fmt, rnd, rot, qdq in itertools.product(fmts, roundings, rotations, (False, True)):
         fn = native.quantize_dequantize if qdq else native.quantize
         out.append((f"{fn.__name__}({fmt} even {rnd} {rot} bfloat16 axis=0 shape=(256, 128), "
-                    f"column kernel)",
+                    f"column kernel{f' {tile}' if tile is not None else ''})",
                     lambda fn=fn, fmt=fmt, rnd=rnd, rot=rot: fn(
                         _x((256, 128), torch.bfloat16), fmt, axis=0, scale_rule="even",
                         rounding=rnd, rotation=rot, seed=5, tuning=tuning)))
@@ -407,6 +410,11 @@ def full_workload(arch=None) -> list:
     calls += _quantize_calls(("e2m1", "e5m2"), ("floor",), ("rne", "stochastic"), ("hadamard16",),
                              bf16, (1,), shape=(4, 64, 48))
     calls += _column_kernel_calls(ALL_FORMATS, ("rne", "stochastic"), ("none", "hadamard16"))
+    # the quarters tiles (the H200's): four joint serial blocks as a loop, and one block
+    from ..native.tuning import H200, ColumnTile
+    for tile in (H200.cols32, ColumnTile(64, 2, kb_fast=True, const_stride=True, quarters=True)):
+        calls += _column_kernel_calls(("e2m1", "e4m3"), ("rne", "stochastic"),
+                                      ("none", "hadamard16"), tile)
     calls += _cast_calls(ALL_FORMATS, ("rne", "stochastic"), DTYPES)
     calls += _dequantize_calls(ALL_FORMATS, (torch.float32, torch.bfloat16), (32, 16))
     calls += _dequantize_calls(ALL_FORMATS, (torch.float32, torch.bfloat16), shape=(3, 96))

@@ -368,10 +368,10 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
         # not isolated (results/native_gpu/column_fold_cvt_h100.txt)
         fold_key = fold_key[:3] + (False,)
     serial = tile.serial and kb > 1 and not fold
-    # (joint: two or four blocks of 4-bit codes per program, quantize only)
-    joint = tile.joint and serial and kb in (2, 4) and not qdq and not split and \
-        pack_factor(n.fmt) == 2
     quarters = quarter_form() if tile.quarters and (kb == 1 or serial) else 0
+    # (joint: 2 or 4 blocks of 4-bit codes per program, 8 with quarters; quantize only)
+    joint = tile.joint and serial and (kb in (2, 4) or kb == 8 and quarters > 0) and \
+        not qdq and not split and pack_factor(n.fmt) == 2
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold_key, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,

@@ -46,10 +46,10 @@ class ColumnTile:
     immediate); ``serial``: the program's blocks along K quantized one after another (a
     32-row load and its stores each, one block's values live at a time), not all at once
     (not with a fold, whose groups a program holds whole: there the tile runs at once);
-    ``joint`` (with ``serial``, two or four blocks along K, 4-bit codes, no
-    quantize-dequantize): the passes keep their codes and scales and the last stores them all,
-    so that each column's 32 or 64 code bytes (whole sectors) go out in back-to-back stores
-    (elsewhere plain ``serial``);
+    ``joint`` (with ``serial``, two or four blocks along K, eight with ``quarters``; 4-bit
+    codes, no quantize-dequantize): the passes keep their codes and scales and the last stores
+    them all, so that each column's 16 ``kblocks`` code bytes (whole sectors) go out in
+    back-to-back stores (elsewhere plain ``serial``);
     ``quarters`` (one block along K at a time: ``kblocks`` 1 or ``serial``): each block loaded
     as four 8-row quarters, each transposed into the row kernel's layout, instead of one tile
     reshaped (no layout conversion where each thread holds its columns whole)."""
@@ -303,7 +303,8 @@ H100 = Tuning(rows32_qdq=RowTile(16, 1),
               notes="GPU defaults, H100 column kernel for quantize, the axis-0 kernel for qdq, "
                     "16-block qdq rows, MXLinear's both-axes pass, a joint serial tile for "
                     "quantize without a rotation")
-# On an H200 (results/native_gpu/bench_columns_h200.md, seventeenth session, GPU 0 of a
+# On an H200 (results/native_gpu/archive/bench_columns_h200_2026-11-26_1bbd32c.md, seventeenth
+# session, GPU 0 of a
 # four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
 # run on another such host): a column pair per thread on one warp quantizes along tokens at
 # 0.42 / 0.43 / 0.38 of copy (no rotation / H16 / H16 + stochastic) against the transpose

@@ -403,12 +403,13 @@ SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
 
 # ``quarters``: each block loaded as four [columns, 8] quarters (no layout conversion): one
 # column per thread with the stride compiled in, a split column pair per thread, and joint
-# serial tiles of one column per thread, two and four blocks along K (the 2-D case's 8 blocks:
-# KB 4)
+# serial tiles of one column per thread, two, four and eight blocks along K (the 2-D case's 8
+# blocks: KB 4 and 8; the 3-D case's 4: KB 4)
 QUARTERS = [((32, 1, 1, True, True, 1, None, False, True, False, False, True), 480),
             ((32, 1, 1, True, False, 2, None, True, False, False, False, True), 480),
             ((32, 1, 2, True, True, 1, None, False, False, True, True, True), 480),
-            ((16, 1, 4, True, True, 1, None, False, True, True, True, True), 384)]
+            ((16, 1, 4, True, True, 1, None, False, True, True, True, True), 384),
+            ((16, 1, 8, True, True, 1, None, False, True, True, True, True), 384)]
 
 
 # The numerics each tile case runs, as (shape, format, rotation), both roundings and

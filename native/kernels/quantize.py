@@ -898,7 +898,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load and
     its stores (one block's values live at a time; each column's KB blocks of codes still
     written by this program, close together in time). Not with a fold. ``JOINT`` (``SERIAL``,
-    KB = 2 or 4, 4-bit codes): the passes keep their code words and scales and the last
+    KB = 2 or 4, 8 with ``QUARTERS``; 4-bit codes): the passes keep their code words and scales and the last
     stores them all, a column's 16 KB code bytes (whole 32-byte sectors) in back-to-back
     16-byte stores, as the two-block tiles write them.
 
@@ -930,9 +930,10 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     # SERIAL: the program's KB blocks along K one after another, KP = 1 block per pass
     NS: tl.constexpr = KB if SERIAL else 1
     KP: tl.constexpr = 1 if SERIAL else KB
-    tl.static_assert(not JOINT or (SERIAL and (KB == 2 or KB == 4) and PACK == 2 and not QDQ
+    tl.static_assert(not JOINT or (SERIAL and (KB == 2 or KB == 4 or (KB == 8 and QUARTERS))
+                                   and PACK == 2 and not QDQ
                                    and FOLD_GROUP == 0 and not SPLIT),
-                     "JOINT: two or four serial passes of 4-bit codes")
+                     "JOINT: 2 or 4 serial passes of 4-bit codes (8 with QUARTERS)")
     if SPLIT:
         tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
         PARTS: tl.constexpr = 2
@@ -946,49 +947,75 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         else:
             n = pid_n * BN + tl.arange(0, BN)
     cols = w if SPLIT else n
-    if JOINT:  # the passes' code words and scales, stored together after the last pass
-        jw = tl.zeros([BN, KB, 4], tl.int32)
-        js = tl.zeros([BN, KB], tl.int32)
-    else:
-        jw = 0
-        js = 0
+    # JOINT: every pass's code words [BN, 4] and scales [BN] kept, stored together at the end
     if SERIAL and QUARTERS:  # a loop the compiler keeps: one pass's loads in flight at a time
+        if JOINT:
+            jw = tl.zeros([BN, KB, 4], tl.int32)
+            js = tl.zeros([BN, KB], tl.int32)
         for ps in tl.range(0, NS, num_stages=1):
-            jw, js = cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed,
-                                 rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
-                                 n_rows, cols, pid_n, kt, o, ps, jw, js,
-                IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX,
-                MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
-                SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT,
-                SIGNS=SIGNS, PACK=PACK, IN_BF16=IN_BF16, QDQ=QDQ,
+            words, scale = cols32_pass(
+                x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
+                pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
+                IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
+                EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM,
+                RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
+                ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, IN_BF16=IN_BF16, QDQ=QDQ,
                 QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
                 POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
+            if JOINT:  # pass ps's words and scales into place
+                at = tl.arange(0, KB) == ps
+                jw = tl.where(at[None, :, None], words[:, None, :], jw)
+                js = tl.where(at[None, :], scale[:, None], js)
+        if JOINT:
+            jw = tl.reshape(jw, (BN, 4 * KB))
     else:
         for ps in tl.static_range(NS):
-            jw, js = cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed,
-                                 rot_scale, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
-                                 n_rows, cols, pid_n, kt, o, ps, jw, js,
-                IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS, EMAX=EMAX,
-                MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM, RSHIFT=RSHIFT,
-                SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE, ROUNDING=ROUNDING, ROT=ROT,
-                SIGNS=SIGNS, PACK=PACK, IN_BF16=IN_BF16, QDQ=QDQ,
+            words, scale = cols32_pass(
+                x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
+                pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
+                IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
+                EMAX=EMAX, MAXC=MAXC, NANC=NANC, INFC=INFC, NEGMAX=NEGMAX, RNUM=RNUM,
+                RSHIFT=RSHIFT, SUBQ=SUBQ, MAXV=MAXV, ENVELOPE=ENVELOPE, RULE=RULE,
+                ROUNDING=ROUNDING, ROT=ROT, SIGNS=SIGNS, PACK=PACK, IN_BF16=IN_BF16, QDQ=QDQ,
                 QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX,
                 POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
+            if JOINT:
+                if ps == 0:
+                    words0, scale0 = words, scale
+                elif ps == 1:
+                    words1, scale1 = words, scale
+                elif ps == 2:
+                    words2, scale2 = words, scale
+                else:
+                    words3, scale3 = words, scale
+        if JOINT:
+            jw = side_by_side(words0, words1)
+            js = tl.join(scale0, scale1)
+            if KB == 4:
+                jw = side_by_side(jw, side_by_side(words2, words3))
+                js = side_by_side(js, tl.join(scale2, scale3))
     if JOINT:  # each column's KB blocks: 4 KB code words and KB scale bytes, stored together
         blk0, valid0 = column_blocks(pid_n, kt * NS, o, K, inner, 0, BN=BN, KB=1, STEP=1,
                                      BIG=BIG)
         woff = blk0[:, None] * 4 + tl.arange(0, 4 * KB)[None, :]
         soff = blk0[:, None] + tl.arange(0, KB)[None, :]
-        store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, tl.reshape(jw, (BN, 4 * KB)),
-                     valid0, EVEN=EVEN)
+        store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, jw, valid0, EVEN=EVEN)
         store_blocks(scale_ptr, soff, js.to(tl.uint8), valid0, EVEN=EVEN)
 
 
 @triton.jit
+def side_by_side(a, b):
+    """[R, C] and [R, C] as [R, 2 C]: each row of ``a``, then the same row of ``b``."""
+    R: tl.constexpr = a.shape[0]
+    C: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (R, 2 * C))
+
+
+@triton.jit
 def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
-                pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps, jw, js,
+                pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
                 IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
                 EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
                 EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
@@ -1003,9 +1030,8 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
                 NS: tl.constexpr, KP: tl.constexpr, PARTS: tl.constexpr, JOINT: tl.constexpr,
                 QUARTERS: tl.constexpr):
     """Pass ``ps`` of the column kernel (its docstring): load, quantize and store KP blocks
-    along K of the program's columns ``cols``; ``JOINT``: put the pass's code words and scales
-    into ``jw`` [BN, KB, 4] and ``js`` [BN, KB] at block ``ps`` instead of storing them.
-    Returns (jw, js)."""
+    along K of the program's columns ``cols``; ``JOINT``: store nothing, return the pass's
+    code words [BN, 4] and scales [BN] (else (0, 0))."""
     if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
         tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
         l0 = column_quarter(x_ptr, o, kt, ps * 32, cols, K, inner, KB=KB, BIG=BIG,
@@ -1050,12 +1076,11 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
                           QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
                           D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
                           STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
-        if JOINT:  # (KP = 1, PARTS = 1: the pass's one block of each column)
-            words, scale, _, _ = out
-            at = tl.arange(0, KB) == ps
-            jw = tl.where(at[None, :, None], words[:, None, :], jw)
-            js = tl.where(at[None, :], scale[:, None], js)
-    return jw, js
+    if JOINT:  # (KP = 1, PARTS = 1: the pass's one block of each column)
+        words, scale, _, _ = out
+    else:
+        words, scale = 0, 0
+    return words, scale
 
 
 @triton.jit
