@@ -17,7 +17,8 @@ fold kernel (``kernels.both_axes.columns_fold_kernel``, ``--fold-columns`` tiles
 rounding goes through the transpose there).
 
 TILE: ColumnTile's fields comma-separated (columns, warps, kblocks, hide, kb_fast, vec,
-maxnreg, split, const_stride, serial, joint, quarters), e.g. "128,2,2,True,True,2,None,False,False,True".
+maxnreg, split, const_stride, serial, joint, quarters), e.g.
+"128,2,2,True,True,2,None,False,False,True".
 """
 from __future__ import annotations
 

@@ -27,7 +27,9 @@ def main():
     d = native.default_tuning(x.device)
     if "--tiles" in sys.argv:
         from column_tile_check import parse
-        for spec in sys.argv[sys.argv.index("--tiles") + 1:]:
+        specs = sys.argv[sys.argv.index("--tiles") + 1:]
+        specs = specs[:next((i for i, a in enumerate(specs) if a.startswith("--")), len(specs))]
+        for spec in specs:
             t = dataclasses.replace(d, columns="kernel", cols32=parse(spec),
                                     cols32_unrotated=None)
             for rot in (None, None, "hadamard16", "hadamard16"):

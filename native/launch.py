@@ -350,7 +350,9 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     to a fold (as the row kernel's). ``ColumnTile.split`` applies to bf16 input with an even
     ``inner``, 4-byte ``aligned`` (its pairs whole words), and no fold (elsewhere the tile runs
     unsplit: the same bits); ``ColumnTile.serial`` to more than one block along K per program
-    and no fold (a fold's groups are quantized at once)."""
+    and no fold (a fold's groups are quantized at once); ``ColumnTile.quarters`` to one block
+    along K per program or a serial tile (in ``quarter_form``'s form); ``ColumnTile.joint``
+    to a serial tile of 2 or 4 blocks (8 with quarters) of 4-bit codes, quantize only."""
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)

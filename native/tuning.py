@@ -51,8 +51,8 @@ class ColumnTile:
     them all, so that each column's 16 ``kblocks`` code bytes (whole sectors) go out in
     back-to-back stores (elsewhere plain ``serial``);
     ``quarters`` (one block along K at a time: ``kblocks`` 1 or ``serial``): each block loaded
-    as four 8-row quarters, each transposed into the row kernel's layout, instead of one tile
-    reshaped (no layout conversion where each thread holds its columns whole)."""
+    as four 8-row quarters in the row kernel's layout, instead of one tile reshaped (no layout
+    conversion where each thread holds its columns whole); serial passes then run as a loop."""
     columns: int
     warps: int
     kblocks: int = 1
@@ -303,14 +303,13 @@ H100 = Tuning(rows32_qdq=RowTile(16, 1),
               notes="GPU defaults, H100 column kernel for quantize, the axis-0 kernel for qdq, "
                     "16-block qdq rows, MXLinear's both-axes pass, a joint serial tile for "
                     "quantize without a rotation")
-# On an H200 (results/native_gpu/archive/bench_columns_h200_2026-11-26_1bbd32c.md, seventeenth
-# session, GPU 0 of a
-# four-H200 host while the other three trained; the transpose rows within 0.3% of an earlier
-# run on another such host): a column pair per thread on one warp quantizes along tokens at
-# 0.42 / 0.43 / 0.38 of copy (no rotation / H16 / H16 + stochastic) against the transpose
-# path's 0.36 / 0.35 / 0.26, and, programs along K first, quantize-dequantizes at 0.53 / 0.51
-# against 0.45 / 0.47 (the quantize tile there: 0.46 / 0.41). The fold keeps the transpose,
-# as on the H100. (The two-block tiles that won on the H100 are not timed on an H200 yet.)
+# Earlier H200 defaults (results/native_gpu/archive/bench_columns_h200_2026-11-26_1bbd32c.md,
+# seventeenth session, GPU 0 of a four-H200 host while the other three trained; the transpose rows
+# within 0.3% of an earlier run on another such host): a column pair per thread on one warp
+# quantizes along tokens at 0.42 / 0.43 / 0.38 of copy (no rotation / H16 / H16 + stochastic)
+# against the transpose path's 0.36 / 0.35 / 0.26, and, programs along K first, quantize-
+# dequantizes at 0.53 / 0.51 against 0.45 / 0.47 (the quantize tile there: 0.46 / 0.41). The fold
+# keeps the transpose, as on the H100.
 # Thirty-third session, one H200 (results/native_gpu/column_tile_check_h200.txt,
 # bench_columns_kernel_h200.md; every tile's bits equal to the transpose path's): quantize along
 # tokens ran at 0.41 / 0.42 of copy (no rotation / H16) with the tiles the H200 had before, the

@@ -399,17 +399,21 @@ SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
           # case's five blocks run one block a program, not serial), with and without the row
           # stride compiled in
           ((64, 1, 2, True, True, 2, None, False, False, True, True), 480),
-          ((32, 1, 2, True, False, 2, None, False, True, True, True), 480)]
+          ((32, 1, 2, True, False, 2, None, False, True, True, True), 480),
+          # four blocks stored together, unrolled (the 2-D case's 8 blocks)
+          ((16, 1, 4, True, True, 2, None, False, False, True, True), 384)]
 
 # ``quarters``: each block loaded as four [columns, 8] quarters (no layout conversion): one
-# column per thread with the stride compiled in, a split column pair per thread, and joint
+# column per thread with the stride compiled in, a split column pair per thread (one block, and
+# two serial blocks as a loop), and joint
 # serial tiles of one column per thread, two, four and eight blocks along K (the 2-D case's 8
 # blocks: KB 4 and 8; the 3-D case's 4: KB 4)
 QUARTERS = [((32, 1, 1, True, True, 1, None, False, True, False, False, True), 480),
             ((32, 1, 1, True, False, 2, None, True, False, False, False, True), 480),
             ((32, 1, 2, True, True, 1, None, False, False, True, True, True), 480),
             ((16, 1, 4, True, True, 1, None, False, True, True, True, True), 384),
-            ((16, 1, 8, True, True, 1, None, False, True, True, True, True), 384)]
+            ((16, 1, 8, True, True, 1, None, False, True, True, True, True), 384),
+            ((32, 1, 2, True, True, 2, None, True, False, True, False, True), 480)]
 
 
 # The numerics each tile case runs, as (shape, format, rotation), both roundings and
@@ -460,12 +464,13 @@ def test_columns_every_bf16_value(device, columns, tile, count, numerics):
     quantize tile, also with a register cap of 128 (applied on Hopper only); "H100" and "H200"
     are the per-GPU defaults themselves (``tuning.H100``, ``tuning.H200``, with the default
     row tiles: each one tile for quantize, another for quantize-dequantize; the H100's take
-    two blocks along K per program, so the 2-D case runs them with KB 2 and the 3-D case, 5
-    blocks, with KB 1); ``split`` tiles load column pairs as 4-byte words and quantize the even
+    two blocks along K per program and the H200's quantize tile four, so the 2-D case, 10
+    blocks, runs them with KB 2 and the 3-D case, 5 blocks, with KB 1); ``split`` tiles load column pairs as 4-byte words and quantize the even
     columns, then the odd ones (48 columns: a program of 128 cut short; several programs along
     the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``); ``const_stride``
     tiles load their rows at offsets from one base pointer (``CONST_STRIDE``); ``serial`` tiles
-    quantize their blocks along K one after another (``SERIAL``). ``numerics``: which
+    quantize their blocks along K one after another (``SERIAL``); ``quarters`` tiles load each
+    block as four quarters in the row kernel's layout (``QUARTERS``). ``numerics``: which
     (shape, format, rotation) combinations run (``COLUMN_NUMERICS``: all, the pairwise cover,
     or the rest)."""
     import dataclasses
@@ -574,14 +579,48 @@ def test_serial_column_tile_does_not_spill_for_sm90():
             assert f["per_element"] < 28, f
 
 
+@pytest.mark.parametrize("device", devices())
+def test_quarters_tiles_in_both_load_forms_and_with_64_bit_offsets(device, monkeypatch):
+    """``ColumnTile(quarters=True)`` in either load form (``launch.quarter_form``: the other
+    Triton versions' form compiled and run here too) and with 64-bit offsets (``BIG``, forced
+    on a small tensor by lowering ``launch.BIG_NUMEL``): codes and scales equal to the
+    emulator's, RNE and stochastic rounding, with H16, NaN, Inf and a masked width; tiles: four
+    joint serial blocks of one column a thread with the stride compiled in, and two serial
+    blocks of a split column pair."""
+    import itertools
+
+    from ocpmx.native import launch, ops
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((256, 40)) * np.exp2(rng.integers(-8, 8, (256, 40)))).astype(
+        np.float32)
+    x[5, 3], x[70, 9], x[200, 39] = np.nan, np.inf, -np.inf
+    x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    t = torch.from_numpy(x).to(torch.bfloat16).to(device)
+    tiles = (native.ColumnTile(32, 1, 4, True, True, 1, const_stride=True, serial=True,
+                               joint=True, quarters=True),
+             native.ColumnTile(32, 1, 2, True, True, 2, split=True, serial=True, quarters=True))
+    for form, big, tile in itertools.product((1, 2), (False, True), tiles):
+        monkeypatch.setattr(launch, "quarter_form", lambda form=form: form)
+        monkeypatch.setattr(launch, "BIG_NUMEL", 1 if big else 2**31)
+        tuning = native.Tuning(columns="kernel", cols32=tile, cols32_sr=tile)
+        consts = launch.cols32_constexprs(ops.numerics("e2m1", "even", "rne", None),
+                                          torch.bfloat16, 256, 40, 256 * 40, tile, False)[0]
+        assert consts["QUARTERS"] == form and consts["BIG"] is big and consts["SERIAL"]
+        for rnd in ("rne", "stochastic"):
+            mx = native.quantize(t, "e2m1", axis=0, rotation="hadamard16", rounding=rnd,
+                                 seed=9, scale_rule="even", tuning=tuning)
+            assert_same(mx, emulator.quantize(x, "e2m1", axis=0, rotation="hadamard16",
+                                              rounding=rnd, seed=9, scale_rule="even"))
+
+
 def test_quarters_column_tile_converts_no_layout_for_sm90():
     """The H200's quantize tile along tokens (``ColumnTile(quarters=True)``: each block loaded
     as four quarters in the row kernel's layout, four serial blocks stored together) compiled
     for sm_90a without the chip with H16: in the form ``launch.quarter_form`` picks for the
     installed Triton, no warp shuffle but the NaN/Inf vote's, no spill, under 96 registers
     (Triton 3.6: 69; 3.9: 80); in the other form Triton converts the layout (over 100 warp
-    shuffles). What the tile exists for: on an H200 it quantizes along tokens at 0.63 / 0.69
-    of copy against 0.41 / 0.42 (results/native_gpu/column_tile_check_h200.txt)."""
+    shuffles). What the tile exists for: on an H200 it quantizes along tokens at 0.635 / 0.69
+    of copy against 0.41 / 0.42 (results/native_gpu/bench_quantize.md)."""
     import json
     import os
     import subprocess
@@ -604,7 +643,9 @@ def test_quarters_column_tile_converts_no_layout_for_sm90():
     assert "quarters=True" in good["tile"] and "joint=True" in good["tile"]
     assert good["SHFL"] <= 2 and good["STL"] == 0 and good["registers"] < 96, good
     assert good["loads"] == ["LDG.E.U16"] and "STG.E.128" in good["stores"], good
-    assert other["SHFL"] > 100, other
+    # (the other form converts: were a Triton to lay both forms out alike, quarter_form's
+    # version rule would be worth revisiting, so this says so)
+    assert other["SHFL"] > 100, ("the other load form converts no layout either", other)
 
 
 def test_joint_column_tile_spills_less_than_two_blocks_at_once_for_sm90():
@@ -820,12 +861,12 @@ def test_split_column_tile_runs_unsplit_where_it_cannot(device):
 def test_column_path_per_operation(device, monkeypatch):
     """``Tuning.column_path``: quantize takes ``columns`` / ``cols32``; quantize-dequantize
     ``columns_qdq`` / ``cols32_qdq`` and the fold ``columns_fold`` / ``cols32_fold``, each None
-    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize, 'both_axes'
-    for quantize-dequantize (the axis-0 kernel; its column tile for what that kernel leaves:
-    stochastic rounding takes ``cols32_sr`` where set), the transpose for the fold. The launch follows it:
-    under a split of the paths (the kernel for quantize, the transpose for quantize-dequantize
-    and the fold) a quantize along axis 0 never transposes, a quantize-dequantize and a fold
-    do, all with the emulator's bits. Bad values are named."""
+    meaning "as quantize"; the H100 and H200 defaults take the kernel for quantize, 'both_axes' for
+    quantize-dequantize (the axis-0 kernel; its column tile for what that kernel leaves: stochastic
+    rounding takes ``cols32_sr`` where set), the transpose for the fold. The launch follows it:
+    under a split of the paths (the kernel for quantize, the transpose for quantize-dequantize and
+    the fold) a quantize along axis 0 never transposes, a quantize-dequantize and a fold do, all
+    with the emulator's bits. Bad values are named."""
     import dataclasses
     from ocpmx.native import fold as native_fold
     from ocpmx.native import launch, tuning as T

@@ -779,11 +779,7 @@ def column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS: tl.constexpr, KB: tl.con
     tile indexed [column, row] instead."""
     r = tl.arange(0, ROWS)
     k = kt * (32 * KB) + k0 + r
-    if BIG:
-        row0 = o.to(tl.int64) * K + k.to(tl.int64)
-    else:
-        row0 = o * K + k
-    if INNER and not SPLIT:  # no per-load 64-bit address arithmetic
+    if INNER and not SPLIT:  # no per-load 64-bit address arithmetic: rows from one base
         if BIG:
             base = x_ptr + (o.to(tl.int64) * K + kt * (32 * KB) + k0) * INNER
         else:
@@ -791,6 +787,10 @@ def column_rows(x_ptr, o, kt, k0, cols, K, inner, ROWS: tl.constexpr, KB: tl.con
         row0 = r
         stride = INNER
     else:
+        if BIG:
+            row0 = o.to(tl.int64) * K + k.to(tl.int64)
+        else:
+            row0 = o * K + k
         base = x_ptr
         stride = inner // 2 if SPLIT else inner
     width = inner // 2 if SPLIT else inner
@@ -895,12 +895,13 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     (the words' low halves) and then its odd ones (the high halves) as two tiles of BN / 2
     columns, so that only one column's float32 values are live at a time besides the words.
 
-    ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load and
-    its stores (one block's values live at a time; each column's KB blocks of codes still
-    written by this program, close together in time). Not with a fold. ``JOINT`` (``SERIAL``,
-    KB = 2 or 4, 8 with ``QUARTERS``; 4-bit codes): the passes keep their code words and scales and the last
-    stores them all, a column's 16 KB code bytes (whole 32-byte sectors) in back-to-back
-    16-byte stores, as the two-block tiles write them.
+    ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load
+    (four 8-row loads with ``QUARTERS``) and its stores (one block's values live at a time;
+    each column's KB blocks of codes still written by this program, close together in time).
+    Not with a fold. ``JOINT`` (``SERIAL``, KB = 2 or 4, 8 with ``QUARTERS``; 4-bit codes):
+    the passes keep their code words and scales and the last stores them all, a column's
+    16 KB code bytes (whole 32-byte sectors) in back-to-back 16-byte stores, as the two-block
+    tiles write them.
 
     ``QUARTERS`` 1 or 2 (one block along K a pass: KB = 1 or ``SERIAL``): each quarter of a
     block (8 of its 32 rows) loaded on its own as the row kernel's quarter [BN, 8]
@@ -1077,7 +1078,7 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
                           D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
                           STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
     if JOINT:  # (KP = 1, PARTS = 1: the pass's one block of each column)
-        words, scale, _, _ = out
+        words, scale = out
     else:
         words, scale = 0, 0
     return words, scale
@@ -1111,11 +1112,11 @@ def cols32_part(q0, q1, q2, q3, first, pid_n, kt, o, data_ptr, scale_ptr, sign_m
                 D_MAX: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr,
                 BN: tl.constexpr, KB: tl.constexpr, STEP: tl.constexpr, BIG: tl.constexpr,
                 EVEN: tl.constexpr, DEFER: tl.constexpr = False):
-    """The column kernel after its load: the float32 quarters [BN KB, 8] (``columns_to_quarters``)
-    of the program's columns ``first``, ``first`` + STEP, ... (of the BN STEP columns from
-    pid_n BN STEP on), quantized into the K-major output as the row kernel's. ``DEFER`` (KB = 1): nothing stored;
-    returns the code words [BN, 4], the scales [BN], the blocks' K-major indices and
-    ``valid`` (``quantize_quarters``'s DEFER)."""
+    """The column kernel after its load: the float32 quarters [BN KB, 8]
+    (``columns_to_quarters``) of the program's columns ``first``, ``first`` + STEP, ... (of
+    the BN STEP columns from pid_n BN STEP on), quantized into the K-major output as the row
+    kernel's. ``DEFER`` (KB = 1): nothing stored; returns the code words [BN, 4] and the
+    scales [BN] (``quantize_quarters``'s DEFER)."""
     blk, valid = column_blocks(pid_n, kt, o, K, inner, first, BN=BN, KB=KB, STEP=STEP, BIG=BIG)
     out = quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
                             sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
@@ -1130,4 +1131,4 @@ def cols32_part(q0, q1, q2, q3, first, pid_n, kt, o, data_ptr, scale_ptr, sign_m
                             DEFER=DEFER)
     if DEFER:
         w0, w1, w2, w3, scale = out
-        return block_words(w0, w1, w2, w3, NB=BN * KB), scale, blk, valid
+        return block_words(w0, w1, w2, w3, NB=BN * KB), scale
