@@ -403,11 +403,10 @@ SERIAL = [((64, 1, 4, True, True, 2, None, False, False, True), 480),
           # four blocks stored together, unrolled (the 2-D case's 8 blocks)
           ((16, 1, 4, True, True, 2, None, False, False, True, True), 384)]
 
-# ``quarters``: each block loaded as four [columns, 8] quarters (no layout conversion): one
-# column per thread with the stride compiled in, a split column pair per thread (one block, and
-# two serial blocks as a loop), and joint
-# serial tiles of one column per thread, two, four and eight blocks along K (the 2-D case's 8
-# blocks: KB 4 and 8; the 3-D case's 4: KB 4)
+# ``quarters``: each block loaded as four [columns, 8] quarters (no layout conversion): one column
+# per thread with the stride compiled in, a split column pair per thread (one block, and two
+# serial blocks as a loop), and joint serial tiles of one column per thread, two, four and eight
+# blocks along K (the 2-D case's 8 blocks: KB 4 and 8; the 3-D case's 4: KB 4)
 QUARTERS = [((32, 1, 1, True, True, 1, None, False, True, False, False, True), 480),
             ((32, 1, 1, True, False, 2, None, True, False, False, False, True), 480),
             ((32, 1, 2, True, True, 1, None, False, False, True, True, True), 480),
@@ -453,26 +452,25 @@ def _column_params():
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("columns,tile,count,numerics", list(_column_params()), ids=str)
 def test_columns_every_bf16_value(device, columns, tile, count, numerics):
-    """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled
-    transpose, then the row kernel): every bf16 value (61,440 of them; a quarter of them in the
-    other cases; under the interpreter the cost is per program, so the full set takes the
-    larger tile) in blocks along axis 0, a last column tile cut short (masked), as a 3-D
-    tensor too; codes, scales and quantize-dequantize, RNE and stochastic rounding, with and
-    without H16. Column tiles with several blocks along K per program (4; 8, halved to 2 and
-    to 1 where 10 and 5 blocks do not divide), vectorized loads, loads of 2 and 4 columns per
-    thread (``vec``), either launch order; (128, 2, 1, True, True, 2) was the H100 default's
-    quantize tile, also with a register cap of 128 (applied on Hopper only); "H100" and "H200"
-    are the per-GPU defaults themselves (``tuning.H100``, ``tuning.H200``, with the default
-    row tiles: each one tile for quantize, another for quantize-dequantize; the H100's take
-    two blocks along K per program and the H200's quantize tile four, so the 2-D case, 10
-    blocks, runs them with KB 2 and the 3-D case, 5 blocks, with KB 1); ``split`` tiles load column pairs as 4-byte words and quantize the even
-    columns, then the odd ones (48 columns: a program of 128 cut short; several programs along
-    the columns in ``test_split_column_tile_runs_unsplit_where_it_cannot``); ``const_stride``
-    tiles load their rows at offsets from one base pointer (``CONST_STRIDE``); ``serial`` tiles
-    quantize their blocks along K one after another (``SERIAL``); ``quarters`` tiles load each
-    block as four quarters in the row kernel's layout (``QUARTERS``). ``numerics``: which
-    (shape, format, rotation) combinations run (``COLUMN_NUMERICS``: all, the pairwise cover,
-    or the rest)."""
+    """Blocks of 32 along a non-last axis, both ways (the one-pass column kernel; a tiled transpose,
+    then the row kernel): every bf16 value (61,440 of them; a quarter of them in the other cases;
+    under the interpreter the cost is per program, so the full set takes the larger tile) in blocks
+    along axis 0, a last column tile cut short (masked), as a 3-D tensor too; codes, scales and
+    quantize-dequantize, RNE and stochastic rounding, with and without H16. Column tiles with
+    several blocks along K per program (4; 8, halved to 2 and to 1 where 10 and 5 blocks do not
+    divide), vectorized loads, loads of 2 and 4 columns per thread (``vec``), either launch order;
+    (128, 2, 1, True, True, 2) was the H100 default's quantize tile, also with a register cap of 128
+    (applied on Hopper only); "H100" and "H200" are the per-GPU defaults themselves
+    (``tuning.H100``, ``tuning.H200``, with the default row tiles: each one tile for quantize,
+    another for quantize-dequantize; the H100's take two blocks along K per program and the H200's
+    quantize tile four, so the 2-D case, 10 blocks, runs them with KB 2 and the 3-D case, 5 blocks,
+    with KB 1); ``split`` tiles load column pairs as 4-byte words and quantize the even columns,
+    then the odd ones (48 columns: a program of 128 cut short; several programs along the columns in
+    ``test_split_column_tile_runs_unsplit_where_it_cannot``); ``const_stride`` tiles load their rows
+    at offsets from one base pointer (``CONST_STRIDE``); ``serial`` tiles quantize their blocks
+    along K one after another (``SERIAL``); ``quarters`` tiles load each block as four quarters in
+    the row kernel's layout (``QUARTERS``). ``numerics``: which (shape, format, rotation)
+    combinations run (``COLUMN_NUMERICS``: all, the pairwise cover, or the rest)."""
     import dataclasses
     if tile in SPLIT_ON_GPU and device == "cpu":
         pytest.skip("the other split tiles on a GPU only: under the interpreter the (128, 2) "
