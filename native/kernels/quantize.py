@@ -950,11 +950,16 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     cols = w if SPLIT else n
     # JOINT: every pass's code words [BN, 4] and scales [BN] kept, stored together at the end
     if SERIAL and QUARTERS:  # a loop the compiler keeps: one pass's loads in flight at a time
-        if JOINT:
-            jw = tl.zeros([BN, KB, 4], tl.int32)
+        if JOINT:  # quarter p's words of block j at [n, j] of jq<p> (a [BN, KB, 4] tile
+            # carried through the loop got a layout across threads: a shared-memory layout
+            # conversion every pass)
+            jq0 = tl.zeros([BN, KB], tl.int32)
+            jq1 = tl.zeros([BN, KB], tl.int32)
+            jq2 = tl.zeros([BN, KB], tl.int32)
+            jq3 = tl.zeros([BN, KB], tl.int32)
             js = tl.zeros([BN, KB], tl.int32)
         for ps in tl.range(0, NS, num_stages=1):
-            words, scale = cols32_pass(
+            w0, w1, w2, w3, scale = cols32_pass(
                 x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
                 pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
                 IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
@@ -965,14 +970,18 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                 POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
             if JOINT:  # pass ps's words and scales into place
-                at = tl.arange(0, KB) == ps
-                jw = tl.where(at[None, :, None], words[:, None, :], jw)
-                js = tl.where(at[None, :], scale[:, None], js)
-        if JOINT:
-            jw = tl.reshape(jw, (BN, 4 * KB))
+                at = (tl.arange(0, KB) == ps)[None, :]
+                jq0 = tl.where(at, w0[:, None], jq0)
+                jq1 = tl.where(at, w1[:, None], jq1)
+                jq2 = tl.where(at, w2[:, None], jq2)
+                jq3 = tl.where(at, w3[:, None], jq3)
+                js = tl.where(at, scale[:, None], js)
+        if JOINT:  # [BN, KB, 4] -> [BN, 4 KB]: block j's quarters at 4 j .. 4 j + 3
+            jw = tl.reshape(tl.permute(tl.join(tl.join(jq0, jq1), tl.join(jq2, jq3)),
+                                       (0, 1, 3, 2)), (BN, 4 * KB))
     else:
         for ps in tl.static_range(NS):
-            words, scale = cols32_pass(
+            w0, w1, w2, w3, scale = cols32_pass(
                 x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
                 pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
                 IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
@@ -983,6 +992,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                 POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
             if JOINT:
+                words = block_words(w0, w1, w2, w3, NB=BN)
                 if ps == 0:
                     words0, scale0 = words, scale
                 elif ps == 1:
@@ -1001,9 +1011,35 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         blk0, valid0 = column_blocks(pid_n, kt * NS, o, K, inner, 0, BN=BN, KB=1, STEP=1,
                                      BIG=BIG)
         woff = blk0[:, None] * 4 + tl.arange(0, 4 * KB)[None, :]
-        soff = blk0[:, None] + tl.arange(0, KB)[None, :]
         store_blocks(data_ptr.to(tl.pointer_type(tl.int32)), woff, jw, valid0, EVEN=EVEN)
-        store_blocks(scale_ptr, soff, js.to(tl.uint8), valid0, EVEN=EVEN)
+        if SERIAL and QUARTERS:  # a column's KB scale bytes as one 2-, 4- or 8-byte word
+            store_scale_word(scale_ptr, blk0, js, valid0, KB=KB, EVEN=EVEN)
+        else:
+            soff = blk0[:, None] + tl.arange(0, KB)[None, :]
+            store_blocks(scale_ptr, soff, js.to(tl.uint8), valid0, EVEN=EVEN)
+
+
+@triton.jit
+def store_scale_word(scale_ptr, blk0, js, valid, KB: tl.constexpr, EVEN: tl.constexpr):
+    """The scale bytes [BN, KB] of KB consecutive blocks per column (from block ``blk0`` on,
+    a multiple of KB: K / 32 is one) as one little-endian word of KB bytes per column: one
+    store instead of KB (the scales are the launcher's own allocation, so the word is
+    aligned)."""
+    tl.static_assert(KB == 2 or KB == 4 or KB == 8, "a scale word holds 2, 4 or 8 bytes")
+    sh = (8 * tl.arange(0, KB)).to(tl.int64)
+    word = tl.sum(js.to(tl.int64) << sh[None, :], axis=1)  # the bytes do not overlap: an OR
+    if KB == 2:
+        ptr = scale_ptr.to(tl.pointer_type(tl.int16)) + blk0 // 2
+        word = word.to(tl.int16)
+    elif KB == 4:
+        ptr = scale_ptr.to(tl.pointer_type(tl.int32)) + blk0 // 4
+        word = word.to(tl.int32)
+    else:
+        ptr = scale_ptr.to(tl.pointer_type(tl.int64)) + blk0 // 8
+    if EVEN:
+        tl.store(ptr, word)
+    else:
+        tl.store(ptr, word, mask=valid)
 
 
 @triton.jit
@@ -1078,10 +1114,10 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
                           D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
                           STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
     if JOINT:  # (KP = 1, PARTS = 1: the pass's one block of each column)
-        words, scale = out
+        w0, w1, w2, w3, scale = out
     else:
-        words, scale = 0, 0
-    return words, scale
+        w0, w1, w2, w3, scale = 0, 0, 0, 0, 0
+    return w0, w1, w2, w3, scale
 
 
 @triton.jit
@@ -1130,5 +1166,4 @@ def cols32_part(q0, q1, q2, q3, first, pid_n, kt, o, data_ptr, scale_ptr, sign_m
                             FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT,
                             DEFER=DEFER)
     if DEFER:
-        w0, w1, w2, w3, scale = out
-        return block_words(w0, w1, w2, w3, NB=BN * KB), scale
+        return out
