@@ -373,7 +373,7 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     quarters = quarter_form() if tile.quarters and (kb == 1 or serial) else 0
     # (joint: 2 or 4 blocks of 4-bit codes per program, 8 with quarters; quantize only)
     joint = tile.joint and serial and (kb in (2, 4) or kb == 8 and quarters > 0) and \
-        not qdq and not split and pack_factor(n.fmt) == 2
+        not qdq and (quarters > 0 or not split) and pack_factor(n.fmt) == 2
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,
                               fold_key, kb, numel >= BIG_NUMEL,
                               inner % tile.columns == 0, split,

@@ -933,8 +933,9 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     KP: tl.constexpr = 1 if SERIAL else KB
     tl.static_assert(not JOINT or (SERIAL and (KB == 2 or KB == 4 or (KB == 8 and QUARTERS))
                                    and PACK == 2 and not QDQ
-                                   and FOLD_GROUP == 0 and not SPLIT),
-                     "JOINT: 2 or 4 serial passes of 4-bit codes (8 with QUARTERS)")
+                                   and FOLD_GROUP == 0 and (QUARTERS > 0 or not SPLIT)),
+                     "JOINT: 2 or 4 serial passes of 4-bit codes (8 with QUARTERS; SPLIT "
+                     "only with QUARTERS)")
     if SPLIT:
         tl.static_assert(IN_BF16, "SPLIT loads bf16 pairs as int32 words")
         PARTS: tl.constexpr = 2
@@ -953,13 +954,19 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         if JOINT:  # quarter p's words of block j at [n, j] of jq<p> (a [BN, KB, 4] tile
             # carried through the loop got a layout across threads: a shared-memory layout
             # conversion every pass)
-            jq0 = tl.zeros([BN, KB], tl.int32)
-            jq1 = tl.zeros([BN, KB], tl.int32)
-            jq2 = tl.zeros([BN, KB], tl.int32)
-            jq3 = tl.zeros([BN, KB], tl.int32)
-            js = tl.zeros([BN, KB], tl.int32)
+            jq0 = tl.zeros([BN // PARTS, KB], tl.int32)
+            jq1 = tl.zeros([BN // PARTS, KB], tl.int32)
+            jq2 = tl.zeros([BN // PARTS, KB], tl.int32)
+            jq3 = tl.zeros([BN // PARTS, KB], tl.int32)
+            js = tl.zeros([BN // PARTS, KB], tl.int32)
+            if PARTS == 2:  # SPLIT: the odd columns' too
+                jo0 = tl.zeros([BN // 2, KB], tl.int32)
+                jo1 = tl.zeros([BN // 2, KB], tl.int32)
+                jo2 = tl.zeros([BN // 2, KB], tl.int32)
+                jo3 = tl.zeros([BN // 2, KB], tl.int32)
+                jso = tl.zeros([BN // 2, KB], tl.int32)
         for ps in tl.range(0, NS, num_stages=1):
-            w0, w1, w2, w3, scale = cols32_pass(
+            even, odd = cols32_pass(
                 x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
                 pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
                 IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
@@ -971,17 +978,30 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
             if JOINT:  # pass ps's words and scales into place
                 at = (tl.arange(0, KB) == ps)[None, :]
+                w0, w1, w2, w3, scale = even
                 jq0 = tl.where(at, w0[:, None], jq0)
                 jq1 = tl.where(at, w1[:, None], jq1)
                 jq2 = tl.where(at, w2[:, None], jq2)
                 jq3 = tl.where(at, w3[:, None], jq3)
                 js = tl.where(at, scale[:, None], js)
+                if PARTS == 2:
+                    w0, w1, w2, w3, scale = odd
+                    jo0 = tl.where(at, w0[:, None], jo0)
+                    jo1 = tl.where(at, w1[:, None], jo1)
+                    jo2 = tl.where(at, w2[:, None], jo2)
+                    jo3 = tl.where(at, w3[:, None], jo3)
+                    jso = tl.where(at, scale[:, None], jso)
         if JOINT:  # [BN, KB, 4] -> [BN, 4 KB]: block j's quarters at 4 j .. 4 j + 3
             jw = tl.reshape(tl.permute(tl.join(tl.join(jq0, jq1), tl.join(jq2, jq3)),
-                                       (0, 1, 3, 2)), (BN, 4 * KB))
+                                       (0, 1, 3, 2)), (BN // PARTS, 4 * KB))
+            if PARTS == 2:  # the even and odd columns interleaved: column order
+                jwo = tl.reshape(tl.permute(tl.join(tl.join(jo0, jo1), tl.join(jo2, jo3)),
+                                            (0, 1, 3, 2)), (BN // 2, 4 * KB))
+                jw = tl.reshape(tl.permute(tl.join(jw, jwo), (0, 2, 1)), (BN, 4 * KB))
+                js = tl.reshape(tl.permute(tl.join(js, jso), (0, 2, 1)), (BN, KB))
     else:
         for ps in tl.static_range(NS):
-            w0, w1, w2, w3, scale = cols32_pass(
+            out, _ = cols32_pass(
                 x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale, exp_ptr,
                 pow2_ptr, stats_ptr, total_ptr, n_blocks, n_rows, cols, pid_n, kt, o, ps,
                 IS_INT=IS_INT, BITS=BITS, SIGN=SIGN, EBITS=EBITS, MBITS=MBITS, BIAS=BIAS,
@@ -992,6 +1012,7 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                 POW2=POW2, HW_CVT=HW_CVT, BN=BN, KB=KB, BIG=BIG, EVEN=EVEN, SPLIT=SPLIT,
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
             if JOINT:
+                w0, w1, w2, w3, scale = out
                 words = block_words(w0, w1, w2, w3, NB=BN)
                 if ps == 0:
                     words0, scale0 = words, scale
@@ -1113,11 +1134,12 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
                           QUARTER_IN_SCALE=QUARTER_IN_SCALE, FOLD_GROUP=FOLD_GROUP,
                           D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, BN=BN // PARTS, KB=KP,
                           STEP=PARTS, BIG=BIG, EVEN=EVEN, DEFER=JOINT)
-    if JOINT:  # (KP = 1, PARTS = 1: the pass's one block of each column)
-        w0, w1, w2, w3, scale = out
+        if first == 0:
+            out0 = out
+    if JOINT:  # (KP = 1: the pass's one block of each column; SPLIT: out0 the even columns')
+        return out0, out
     else:
-        w0, w1, w2, w3, scale = 0, 0, 0, 0, 0
-    return w0, w1, w2, w3, scale
+        return 0, 0
 
 
 @triton.jit
