@@ -352,7 +352,8 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
     unsplit: the same bits); ``ColumnTile.serial`` to more than one block along K per program
     and no fold (a fold's groups are quantized at once); ``ColumnTile.quarters`` to one block
     along K per program or a serial tile (in ``quarter_form``'s form); ``ColumnTile.joint``
-    to a serial tile of 2 or 4 blocks (8 with quarters) of 4-bit codes, quantize only."""
+    to a serial tile of 2 or 4 blocks (8 with quarters) of 4-bit codes, quantize only, split
+    only with quarters."""
     kb = tile.blocks_along(k // 32)
     if fold:
         kb = math.lcm(kb, fold.group)
@@ -371,7 +372,8 @@ def cols32_constexprs(n: Numerics, in_dtype: torch.dtype, k: int, inner: int, nu
         fold_key = fold_key[:3] + (False,)
     serial = tile.serial and kb > 1 and not fold
     quarters = quarter_form() if tile.quarters and (kb == 1 or serial) else 0
-    # (joint: 2 or 4 blocks of 4-bit codes per program, 8 with quarters; quantize only)
+    # (joint: 2 or 4 blocks of 4-bit codes per program, 8 with quarters; quantize only;
+    # split only with quarters)
     joint = tile.joint and serial and (kb in (2, 4) or kb == 8 and quarters > 0) and \
         not qdq and (quarters > 0 or not split) and pack_factor(n.fmt) == 2
     return _cols32_constexprs(n, in_dtype, tile, qdq, on_hopper,

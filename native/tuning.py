@@ -47,9 +47,10 @@ class ColumnTile:
     32-row load and its stores each, one block's values live at a time), not all at once
     (not with a fold, whose groups a program holds whole: there the tile runs at once);
     ``joint`` (with ``serial``, two or four blocks along K, eight with ``quarters``; 4-bit
-    codes, no quantize-dequantize): the passes keep their codes and scales and the last stores
-    them all, so that each column's 16 ``kblocks`` code bytes (whole sectors) go out in
-    back-to-back stores (elsewhere plain ``serial``);
+    codes, no quantize-dequantize; with ``split`` only with ``quarters``): the passes keep
+    their codes and scales and the last stores them all, so that each column's 16 ``kblocks``
+    code bytes (whole sectors) go out in back-to-back stores, with ``quarters`` its scale
+    bytes as one word (elsewhere plain ``serial``);
     ``quarters`` (one block along K at a time: ``kblocks`` 1 or ``serial``): each block loaded
     as four 8-row quarters in the row kernel's layout, instead of one tile reshaped (no layout
     conversion where each thread holds its columns whole); serial passes then run as a loop."""
@@ -321,11 +322,18 @@ H100 = Tuning(rows32_qdq=RowTile(16, 1),
 # kernel's 0.53 / 0.51; under stochastic rounding through this tile (0.50; 0.38 before).
 _H200_COLUMNS = ColumnTile(32, 1, 4, kb_fast=True, vec=1, const_stride=True, serial=True,
                            joint=True, quarters=True)
+# Thirty-fourth session (column_tile_check_h200.txt, runs 4-6): without a rotation, the four
+# blocks of a column pair per thread (``split``: 4-byte loads, a warp reading 128 bytes of a row
+# per instruction) quantize at 0.69 against this tile's 0.63; with H16 and under stochastic
+# rounding the pair tile is slower (0.66 / 0.38 against 0.69 / 0.44).
 H200 = Tuning(columns="kernel", cols32=_H200_COLUMNS,
+              cols32_unrotated=ColumnTile(64, 1, 4, kb_fast=True, vec=1, split=True,
+                                          serial=True, joint=True, quarters=True),
               columns_qdq="both_axes", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
               cols32_sr=_H200_COLUMNS, columns_fold="transpose", both_axes=(128, 2),
               notes="GPU defaults, H200: the column kernel's four-block quarters tile for "
-                    "quantize (and any stochastic rounding), the axis-0 kernel for qdq")
+                    "quantize (and any stochastic rounding; a column pair a thread without a "
+                    "rotation), the axis-0 kernel for qdq")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),

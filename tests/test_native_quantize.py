@@ -584,7 +584,7 @@ def test_quarters_tiles_in_both_load_forms_and_with_64_bit_offsets(device, monke
     on a small tensor by lowering ``launch.BIG_NUMEL``): codes and scales equal to the
     emulator's, RNE and stochastic rounding, with H16, NaN, Inf and a masked width; tiles: four
     joint serial blocks of one column a thread with the stride compiled in, and two serial
-    blocks of a split column pair."""
+    blocks of a split column pair, stored apart and jointly."""
     import itertools
 
     from ocpmx.native import launch, ops
@@ -596,7 +596,9 @@ def test_quarters_tiles_in_both_load_forms_and_with_64_bit_offsets(device, monke
     t = torch.from_numpy(x).to(torch.bfloat16).to(device)
     tiles = (native.ColumnTile(32, 1, 4, True, True, 1, const_stride=True, serial=True,
                                joint=True, quarters=True),
-             native.ColumnTile(32, 1, 2, True, True, 2, split=True, serial=True, quarters=True))
+             native.ColumnTile(32, 1, 2, True, True, 2, split=True, serial=True, quarters=True),
+             native.ColumnTile(32, 1, 2, True, True, 1, split=True, serial=True, joint=True,
+                               quarters=True))
     for form, big, tile in itertools.product((1, 2), (False, True), tiles):
         monkeypatch.setattr(launch, "quarter_form", lambda form=form: form)
         monkeypatch.setattr(launch, "BIG_NUMEL", 1 if big else 2**31)
@@ -604,6 +606,7 @@ def test_quarters_tiles_in_both_load_forms_and_with_64_bit_offsets(device, monke
         consts = launch.cols32_constexprs(ops.numerics("e2m1", "even", "rne", None),
                                           torch.bfloat16, 256, 40, 256 * 40, tile, False)[0]
         assert consts["QUARTERS"] == form and consts["BIG"] is big and consts["SERIAL"]
+        assert consts["JOINT"] is tile.joint and consts["SPLIT"] is tile.split
         for rnd in ("rne", "stochastic"):
             mx = native.quantize(t, "e2m1", axis=0, rotation="hadamard16", rounding=rnd,
                                  seed=9, scale_rule="even", tuning=tuning)

@@ -898,10 +898,11 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
     ``SERIAL``: the program's KB blocks along K one after another, each pass a 32-row load
     (four 8-row loads with ``QUARTERS``) and its stores (one block's values live at a time;
     each column's KB blocks of codes still written by this program, close together in time).
-    Not with a fold. ``JOINT`` (``SERIAL``, KB = 2 or 4, 8 with ``QUARTERS``; 4-bit codes):
-    the passes keep their code words and scales and the last stores them all, a column's
-    16 KB code bytes (whole 32-byte sectors) in back-to-back 16-byte stores, as the two-block
-    tiles write them.
+    Not with a fold. ``JOINT`` (``SERIAL``, KB = 2 or 4, 8 with ``QUARTERS``; 4-bit codes;
+    with ``SPLIT`` only with ``QUARTERS``): the passes keep their code words and scales and the
+    last stores them all, a column's 16 KB code bytes (whole 32-byte sectors) in back-to-back
+    16-byte stores, as the two-block tiles write them; with ``QUARTERS`` its KB scale bytes as
+    one word (``store_scale_word``).
 
     ``QUARTERS`` 1 or 2 (one block along K a pass: KB = 1 or ``SERIAL``): each quarter of a
     block (8 of its 32 rows) loaded on its own as the row kernel's quarter [BN, 8]
@@ -1088,8 +1089,9 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
                 NS: tl.constexpr, KP: tl.constexpr, PARTS: tl.constexpr, JOINT: tl.constexpr,
                 QUARTERS: tl.constexpr):
     """Pass ``ps`` of the column kernel (its docstring): load, quantize and store KP blocks
-    along K of the program's columns ``cols``; ``JOINT``: store nothing, return the pass's
-    code words [BN, 4] and scales [BN] (else (0, 0))."""
+    along K of the program's columns ``cols``; ``JOINT``: store nothing, return what
+    ``cols32_part`` returns for the pass's columns (SPLIT: the even ones', then the odd
+    ones'; else the same twice), or (0, 0)."""
     if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
         tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
         l0 = column_quarter(x_ptr, o, kt, ps * 32, cols, K, inner, KB=KB, BIG=BIG,
@@ -1173,8 +1175,8 @@ def cols32_part(q0, q1, q2, q3, first, pid_n, kt, o, data_ptr, scale_ptr, sign_m
     """The column kernel after its load: the float32 quarters [BN KB, 8]
     (``columns_to_quarters``) of the program's columns ``first``, ``first`` + STEP, ... (of
     the BN STEP columns from pid_n BN STEP on), quantized into the K-major output as the row
-    kernel's. ``DEFER`` (KB = 1): nothing stored; returns the code words [BN, 4] and the
-    scales [BN] (``quantize_quarters``'s DEFER)."""
+    kernel's. ``DEFER`` (KB = 1): nothing stored; returns the code words of quarters 0-3 and
+    the scales, each [BN] (``quantize_quarters``'s DEFER)."""
     blk, valid = column_blocks(pid_n, kt, o, K, inner, first, BN=BN, KB=KB, STEP=STEP, BIG=BIG)
     out = quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr,
                             sign_mask, rot_scale, IS_INT=IS_INT, BITS=BITS, SIGN=SIGN,
