@@ -907,7 +907,11 @@ def test_column_path_per_operation(device, monkeypatch):
     assert T.H100.column_path("quantize", True, unrotated_fp4=True) == ("kernel", sr)
     assert T.H100.column_path("qdq", unrotated_fp4=True) == T.H100.column_path("qdq")
     assert T.H100.column_path("fold", unrotated_fp4=True) == T.H100.column_path("fold")
-    assert T.H200.column_path("quantize", unrotated_fp4=True) == T.H200.column_path()
+    pair = native.ColumnTile(64, 1, 4, True, True, 1, split=True, serial=True, joint=True,
+                             quarters=True)  # the H200's: a column pair a thread
+    assert T.H200.column_path("quantize", unrotated_fp4=True) == ("kernel", pair)
+    assert T.H200.column_path("quantize", True, unrotated_fp4=True) == ("kernel", quarters)
+    assert T.GPU.column_path("quantize", unrotated_fp4=True) == T.GPU.column_path()
     with pytest.raises(ValueError, match="joint ColumnTile .* takes serial=True"):
         native.ColumnTile(64, 1, 2, joint=True)
     with pytest.raises(ValueError, match="columns_qdq must be None, 'transpose', 'kernel' or "
