@@ -10,6 +10,7 @@ rotation. Its ``constexprs`` are the one lowering of those choices for every lau
 from __future__ import annotations
 
 import functools
+import os
 import math
 from dataclasses import dataclass
 
@@ -294,8 +295,10 @@ def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
     grid = both_axes_grid(k // kb, inner, bn)
     if grid is None:
         return None
+    quarters = quarter_form() if qdq and n.rotation is not None and \
+        os.environ.get("OCPMX_AX0_QUARTERS") == "1" else 0
     consts = _columns_constexprs(n, x.dtype, bn, tuning.both_axes[1], inner % bn == 0,
-                                 x.numel() >= BIG_NUMEL, qdq, kb)
+                                 x.numel() >= BIG_NUMEL, qdq, kb, quarters)
     return Kernel32(kernels.both_axes.columns_kernel, grid,
                     torch.int16 if x.dtype == torch.bfloat16 else None, (k, inner),
                     n.rot_scale, (0, 1), consts)
@@ -311,9 +314,9 @@ def _columns_fold_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps:
 
 @functools.lru_cache(maxsize=256)
 def _columns_constexprs(n: Numerics, in_dtype: torch.dtype, bn: int, warps: int, even: bool,
-                        big: bool, qdq: bool, kb: int = 1) -> dict:
+                        big: bool, qdq: bool, kb: int = 1, quarters: int = 0) -> dict:
     return dict(n.constexprs(in_dtype), QDQ=qdq, BN=bn, EVEN=even, BIG=big, KB=kb,
-                num_warps=warps)
+                QUARTERS=quarters, num_warps=warps)
 
 
 def rows32(x: torch.Tensor, axis: int, inner: int, data: torch.Tensor, scales: torch.Tensor,

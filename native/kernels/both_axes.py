@@ -35,8 +35,9 @@ import triton.language as tl
 
 from .common import RNE, block_scale, pow2_scale
 from .fold import NAN_EXP, T_SUBQ, e4m3_codes, group_exponents, rounded, store_group_exponents
-from .quantize import (bf16_bits, fwht, load_tile_f32, quarter_codes, rounded_magnitudes,
-                       rounded_values, signed, store_blocks, store_scales)
+from .quantize import (bf16_bits, column_quarter, fwht, load_tile_f32, quarter_codes,
+                       rotate_quarters, rounded_magnitudes, rounded_values, side_by_side,
+                       signed, store_blocks, store_scales)
 
 
 @triton.jit
@@ -196,6 +197,46 @@ def _columns_blocks(x_ptr, data_ptr, scale_ptr, K, inner, rot_scale, RULE: tl.co
                  tl.trans(scale).to(tl.uint8), cmask, EVEN=EVEN)
 
 
+@triton.jit
+def _qdq_quarters(x_ptr, data_ptr, K, inner, rot_scale, RULE: tl.constexpr, ROT: tl.constexpr,
+                  EMAX: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                  RNUM: tl.constexpr, RSHIFT: tl.constexpr, MAXV: tl.constexpr,
+                  IN_BF16: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
+                  BIG: tl.constexpr, FORM: tl.constexpr):
+    """``columns_kernel``'s quantize-dequantize with a rotation, a program's block of each
+    column held by one thread as four quarters [BN, 8] (rows 8p .. 8p + 7 of the block in
+    quarter p), rotated as the row kernel rotates (``rotate_quarters``), the values stored as a
+    [BN, 32] tile at their K-major offsets."""
+    kt = tl.program_id(0)
+    c = tl.max_contiguous(tl.program_id(1) * BN + tl.arange(0, BN), 1)
+    q0 = column_quarter(x_ptr, 0, kt, 0, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q1 = column_quarter(x_ptr, 0, kt, 8, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q2 = column_quarter(x_ptr, 0, kt, 16, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q3 = column_quarter(x_ptr, 0, kt, 24, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q0, q1, q2, q3 = rotate_quarters(q0, q1, q2, q3, 0, rot_scale, ROT=ROT, SIGNS=False,
+                                     SCALE=True)
+    x = side_by_side(side_by_side(q0, q1), side_by_side(q2, q3))  # [BN, 32]
+    u = x.to(tl.int32, bitcast=True)
+    ab = u & 0x7FFFFFFF
+    val = _qdq_values(ab, u < 0, tl.max(ab, axis=1)[:, None], RULE=RULE, EMAX=EMAX,
+                      MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV)
+    r = kt * 32 + tl.arange(0, 32)
+    if BIG:
+        offs = c.to(tl.int64)[:, None] * K + r[None, :]
+    else:
+        offs = c[:, None] * K + r[None, :]
+    out = bf16_bits(val, EXACT=BIAS + MBITS <= 7).to(tl.int16)
+    ptr = data_ptr.to(tl.pointer_type(tl.int16))
+    if EVEN:
+        tl.store(ptr + offs, out)
+    else:
+        tl.store(ptr + offs, out, mask=(c < inner)[:, None] & (r >= 0)[None, :])
+
+
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
 def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale,
                    # the column kernel's fold outputs and sizes (no fold here: unused)
@@ -211,7 +252,7 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
                    RULE: tl.constexpr, ROUNDING: tl.constexpr, ROT: tl.constexpr,
                    SIGNS: tl.constexpr, PACK: tl.constexpr, IN_BF16: tl.constexpr,
                    QDQ: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
-                   BIG: tl.constexpr, KB: tl.constexpr = 1):
+                   BIG: tl.constexpr, KB: tl.constexpr = 1, QUARTERS: tl.constexpr = 0):
     """x [K, inner] (bf16 as int16 bits, float16 or float32) quantized along axis 0 into the
     K-major layout every quantize writes (row i of the output: column i of x, its K / 32
     blocks in order): codes (``data_ptr``; PACK 2: two per byte, the even element in the low
@@ -223,8 +264,17 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
     with KB > 1 (quantize only) blocks KB i .. KB i + KB - 1 of those columns, so that each
     column's codes are stored 16 KB (FP4) or 32 KB bytes at a time: a 16-byte store is half a
     32-byte sector, and half-sector stores a program apart do not merge (``column_probe.py``).
-    EVEN: inner a multiple of BN; BIG: 2^31 elements or more."""
+    EVEN: inner a multiple of BN; BIG: 2^31 elements or more. ``QUARTERS`` 1 or 2 (QDQ with a
+    rotation): each column's block loaded as four 8-row quarters, one column a thread
+    (``quantize.column_quarter``, QUARTERS its form), so that the rotation's butterflies stay
+    inside threads (``_qdq_quarters``)."""
     tl.static_assert(not IS_INT, "float formats only")
+    if QUARTERS:
+        tl.static_assert(QDQ and ROT > 0, "QUARTERS: quantize-dequantize with a rotation")
+        _qdq_quarters(x_ptr, data_ptr, K, inner, rot_scale, RULE=RULE, ROT=ROT, EMAX=EMAX,
+                      MBITS=MBITS, BIAS=BIAS, RNUM=RNUM, RSHIFT=RSHIFT, MAXV=MAXV,
+                      IN_BF16=IN_BF16, BN=BN, EVEN=EVEN, BIG=BIG, FORM=QUARTERS)
+        return
     tl.static_assert(ROUNDING == RNE, "round to nearest even only")
     tl.static_assert(not SIGNS, "no random signs")
     tl.static_assert(BN % 32 == 0, "BN: a multiple of 32")
