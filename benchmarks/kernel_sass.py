@@ -131,14 +131,16 @@ def compile_columns_fold(fmt_name: str, rot: int, fold: tuple, tile: tuple, k: i
 
 
 def both_axes_facts(fmt_name: str, rot: int, tile: tuple, k: int = 8192,
-                    inner: int = 14336) -> dict:
-    """What ``kernels.both_axes.columns_kernel``'s quantize compiles to as
+                    inner: int = 14336, qdq: bool = False) -> dict:
+    """What ``kernels.both_axes.columns_kernel``'s quantize (``qdq``: quantize-dequantize,
+    with a rotation from quarter loads, ``Tuning.both_axes_quarters``) compiles to as
     ``launch.columns32`` launches it for a bf16 [k, inner] tensor ('even' scale rule, RNE):
     ``tile`` (columns, warps, blocks: ``Tuning.both_axes``, ``both_axes_blocks``)."""
     n = ops.numerics(fmt_name, "even", "rne", Rotation(rot) if rot else None)
     x = torch.empty((k, inner), dtype=torch.bfloat16, device="meta")
     k32 = launch.columns32(x, k, inner, n, Tuning(columns="both_axes", both_axes=tile[:2],
-                                                  both_axes_blocks=tile[2]), False)
+                                                  both_axes_blocks=tile[2],
+                                                  both_axes_quarters=qdq), qdq)
     ck = compile_columns(k32.kernel, k32.consts)
     per_thread = tile[0] * 32 * k32.consts["KB"] / (tile[1] * 32)
     return sass_facts(ck, per_thread, dict(tile=tile, rotation=rot))
@@ -236,11 +238,14 @@ def main():
     ap.add_argument("--fold-columns", nargs="+", metavar="COLUMNS,WARPS",
                     help="with --fold: kernels.both_axes.columns_fold_kernel per tile")
     ap.add_argument("--both-axes", nargs="+", metavar="COLUMNS,WARPS,BLOCKS",
-                    help="kernels.both_axes.columns_kernel's quantize along axis 0 per tile")
-    ap.add_argument("--json", action="store_true", help="with --columns: one JSON list")
+                    help="kernels.both_axes.columns_kernel's quantize along axis 0 per tile "
+                         "(with --qdq: its quantize-dequantize, a rotation from quarter loads)")
+    ap.add_argument("--json", action="store_true",
+                    help="with --columns: one JSON list; with --both-axes: a JSON object a line")
     ap.add_argument("--quarter-form", type=int, choices=(1, 2),
-                    help="with --columns: load a quarters tile's quarters in this form "
-                         "(kernels.quantize.column_quarter), not the installed Triton's")
+                    help="with --columns (and --both-axes --qdq): load a quarters tile's "
+                         "quarters in this form (kernels.quantize.column_quarter), not the "
+                         "installed Triton's")
     args = ap.parse_args()
     if args.quarter_form:
         launch.quarter_form = lambda: args.quarter_form
@@ -254,8 +259,11 @@ def main():
         for t in args.both_axes:
             tile = tuple(int(v) for v in t.split(","))
             for rot in args.rotations:
-                f = both_axes_facts(args.fmt, rot, tile)
-                print(" ".join(f"{k} {v}" for k, v in f.items()), flush=True)
+                f = both_axes_facts(args.fmt, rot, tile, qdq=args.qdq)
+                if args.json:
+                    print(json.dumps(f), flush=True)
+                else:
+                    print(" ".join(f"{k} {v}" for k, v in f.items()), flush=True)
         return
     if args.fold_columns:
         if not args.fold:

@@ -10,7 +10,6 @@ rotation. Its ``constexprs`` are the one lowering of those choices for every lau
 from __future__ import annotations
 
 import functools
-import os
 import math
 from dataclasses import dataclass
 
@@ -295,8 +294,9 @@ def columns32(x: torch.Tensor, k: int, inner: int, n: Numerics, tuning: Tuning,
     grid = both_axes_grid(k // kb, inner, bn)
     if grid is None:
         return None
+    # (quantize-dequantize with a rotation: quarter loads, the butterflies inside threads)
     quarters = quarter_form() if qdq and n.rotation is not None and \
-        os.environ.get("OCPMX_AX0_QUARTERS") == "1" else 0
+        tuning.both_axes_quarters else 0
     consts = _columns_constexprs(n, x.dtype, bn, tuning.both_axes[1], inner % bn == 0,
                                  x.numel() >= BIG_NUMEL, qdq, kb, quarters)
     return Kernel32(kernels.both_axes.columns_kernel, grid,

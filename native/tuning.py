@@ -135,6 +135,10 @@ class Tuning:
                          quantize (not quantize-dequantize): 1, 2 or 4 (halved where they do
                          not tile the axis); more blocks store each column's codes in longer
                          runs
+    both_axes_quarters   the 'both_axes' column path's quantize-dequantize with a rotation
+                         loads each column's block as four 8-row quarters, one column a
+                         thread (the rotation's butterflies inside threads), instead of rows
+                         of columns (butterflies across threads: warp shuffles); the same bits
     fold_columns         (columns, warps) per program of ``columns_fold_kernel`` (one fold
                          group along axis 0, 32 x group rows, by ``columns``)
     linear_both_axes     MXLinear quantize-dequantizes X in Fprop and ∇Y in backward along both
@@ -161,6 +165,7 @@ class Tuning:
     transpose: tuple[int, int] = (64, 64)
     both_axes: tuple[int, int] = (128, 4)
     both_axes_blocks: int = 1
+    both_axes_quarters: bool = False
     fold_columns: tuple[int, int] = (64, 4)
     linear_both_axes: bool = False
     notes: str = field(default="", compare=False)
@@ -325,15 +330,19 @@ _H200_COLUMNS = ColumnTile(32, 1, 4, kb_fast=True, vec=1, const_stride=True, ser
 # Thirty-fourth session (column_tile_check_h200.txt, runs 4-6): without a rotation, the four
 # blocks of a column pair per thread (``split``: 4-byte loads, a warp reading 128 bytes of a row
 # per instruction) quantize at 0.69 against this tile's 0.63; with H16 and under stochastic
-# rounding the pair tile is slower (0.66 / 0.38 against 0.69 / 0.44).
+# rounding the pair tile is slower (0.66 / 0.38 against 0.69 / 0.44). Quantize-dequantize with H16
+# along tokens through the axis-0 kernel loading quarters (``both_axes_quarters``): 0.74-0.78 of
+# copy across tiles, 0.76 at (128, 2), against 0.70 with its butterflies across threads
+# (results/native_gpu/bench_columns_kernel_h200.md, same bits).
 H200 = Tuning(columns="kernel", cols32=_H200_COLUMNS,
               cols32_unrotated=ColumnTile(64, 1, 4, kb_fast=True, vec=1, split=True,
                                           serial=True, joint=True, quarters=True),
               columns_qdq="both_axes", cols32_qdq=ColumnTile(64, 1, kb_fast=True, vec=2),
               cols32_sr=_H200_COLUMNS, columns_fold="transpose", both_axes=(128, 2),
+              both_axes_quarters=True,
               notes="GPU defaults, H200: the column kernel's four-block quarters tile for "
                     "quantize (and any stochastic rounding; a column pair a thread without a "
-                    "rotation), the axis-0 kernel for qdq")
+                    "rotation), the axis-0 kernel for qdq (quarter loads with a rotation)")
 # Under the interpreter the cost is per program: few, large programs.
 INTERPRETER = Tuning(rows32=RowTile(512, 4), rows32_qdq=RowTile(512, 4),
                      columns="kernel", cols32=ColumnTile(256, 4),

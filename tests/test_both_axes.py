@@ -263,6 +263,66 @@ def test_columns_quantize_every_bf16_value(device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_axis0_qdq_with_a_rotation_from_quarters(device, monkeypatch):
+    """``Tuning.both_axes_quarters`` (the H200's): the axis-0 kernel's quantize-dequantize with
+    a rotation loads each column's block as four 8-row quarters (in ``launch.quarter_form``'s
+    form, in the other one, and with 64-bit offsets) and keeps the column kernel's bits: H16
+    and H32, the float formats of ``AXIS0_CASES``, bf16 / float16 / float32 input, widths not a
+    multiple of the tile or of 32, more than two dimensions, 32 and 128 columns a program; NaN,
+    Inf and zero blocks. Without a rotation the flag changes nothing (no quarters)."""
+    base = native.default_tuning(torch.device(device))
+    kernel = dataclasses.replace(base, columns_qdq="kernel")
+    taken = []
+    real = launch.run
+    monkeypatch.setattr(launch, "run", lambda k, g, *a, **kw: (
+        taken.append(kw["QUARTERS"]) if k is launch.kernels.both_axes.columns_kernel else None)
+        or real(k, g, *a, **kw))
+    for form, big in ((1, False), (2, False), (launch.quarter_form(), True)):
+        monkeypatch.setattr(launch, "quarter_form", lambda form=form: form)
+        monkeypatch.setattr(launch, "BIG_NUMEL", 1 if big else 2**31)
+        for shape, x in axis0_inputs(13, shapes=((64, 96), (64, 48), (96, 4, 24))):
+            for columns in (32, 128):
+                tuning = dataclasses.replace(base, columns_qdq="both_axes",
+                                             both_axes=(columns, 2), both_axes_quarters=True)
+                for fmt, rot, dtype in AXIS0_CASES:
+                    if big and (rot is None or dtype != torch.bfloat16):
+                        continue
+                    t = torch.from_numpy(x.astype(np.float32)).to(dtype).to(device)
+                    kw = dict(scale_rule="even", rotation=rot)
+                    taken.clear()
+                    got = native.quantize_dequantize(t, fmt, axis=0, tuning=tuning, **kw)
+                    assert taken == [form if rot else 0], (fmt, rot, taken)
+                    want = native.quantize_dequantize(t, fmt, axis=0, tuning=kernel, **kw)
+                    assert same(got, want), (form, big, shape, columns, fmt, rot, dtype)
+
+
+def test_axis0_qdq_quarters_convert_no_layout_for_sm90():
+    """The H200's quantize-dequantize along tokens with H16 (``both_axes_quarters``, tile
+    (128, 2)) compiled for sm_90a without the chip: in the load form ``launch.quarter_form``
+    picks for the installed Triton no warp shuffle and no spill (Triton 3.6: 26.5 SASS
+    instructions per element, the shuffling rows-of-columns load 33.0 with 112 shuffles); in
+    the other form Triton converts the layout (shuffles). What it exists for: on an H200 0.76
+    of copy against 0.70 (results/native_gpu/bench_columns_kernel_h200.md)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    facts = {}
+    for form in (1, 2):
+        r = subprocess.run([sys.executable, str(tool), "--both-axes", "128,2,1", "--qdq",
+                            "--rotations", "16", "--json", "--quarter-form", str(form)],
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        facts[form] = json.loads(r.stdout.strip().splitlines()[-1])
+    good, other = facts[launch.quarter_form()], facts[3 - launch.quarter_form()]
+    assert good["SHFL"] == 0 and good["STL"] == 0 and good["loads"] == ["LDG.E.U16"], good
+    assert other["SHFL"] > 30, ("the other load form converts no layout either", other)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("op", ["quantize", "quantize_dequantize"])
 def test_columns_both_axes_leaves_the_rest_to_the_column_kernel(device, op):
     """Under 'both_axes' what ``columns_kernel`` does not take (stochastic rounding, random

@@ -26,7 +26,9 @@ Compiled for sm_90 (Triton 3.6, E2M1, bf16 in, 128 columns on 4 warps): the both
 shared memory), no spill, 128-bit loads and stores (the K-major output's too, through shared
 memory), against 15.3 for the row kernel's quantize-dequantize plus 33.1 for the column
 kernel's (H100 tiles, no rotation). ``columns_kernel`` (64 columns on 2 warps): quantize
-23.8 (27.7 with H16), quantize-dequantize 24.7 (33.8), no spill.
+23.8 (27.7 with H16), quantize-dequantize 24.7 (33.8), no spill; its quantize-dequantize with
+a rotation from quarter loads (``QUARTERS``, ``Tuning.both_axes_quarters``; 128 columns on 2
+warps) 26.5 and no shuffle, against 33.0 and 112 shuffles.
 """
 from __future__ import annotations
 
@@ -209,13 +211,14 @@ def _qdq_quarters(x_ptr, data_ptr, K, inner, rot_scale, RULE: tl.constexpr, ROT:
     [BN, 32] tile at their K-major offsets."""
     kt = tl.program_id(0)
     c = tl.max_contiguous(tl.program_id(1) * BN + tl.arange(0, BN), 1)
-    q0 = column_quarter(x_ptr, 0, kt, 0, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+    o = tl.program_id(2)  # (0: a matrix; a tensor, for ``column_quarter``'s 64-bit offsets)
+    q0 = column_quarter(x_ptr, o, kt, 0, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
                         IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
-    q1 = column_quarter(x_ptr, 0, kt, 8, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+    q1 = column_quarter(x_ptr, o, kt, 8, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
                         IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
-    q2 = column_quarter(x_ptr, 0, kt, 16, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+    q2 = column_quarter(x_ptr, o, kt, 16, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
                         IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
-    q3 = column_quarter(x_ptr, 0, kt, 24, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
+    q3 = column_quarter(x_ptr, o, kt, 24, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
                         IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
     q0, q1, q2, q3 = rotate_quarters(q0, q1, q2, q3, 0, rot_scale, ROT=ROT, SIGNS=False,
                                      SCALE=True)
