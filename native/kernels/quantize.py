@@ -979,27 +979,14 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
                 INNER=INNER, NS=NS, KP=KP, PARTS=PARTS, JOINT=JOINT, QUARTERS=QUARTERS)
             if JOINT:  # pass ps's words and scales into place
                 at = (tl.arange(0, KB) == ps)[None, :]
-                w0, w1, w2, w3, scale = even
-                jq0 = tl.where(at, w0[:, None], jq0)
-                jq1 = tl.where(at, w1[:, None], jq1)
-                jq2 = tl.where(at, w2[:, None], jq2)
-                jq3 = tl.where(at, w3[:, None], jq3)
-                js = tl.where(at, scale[:, None], js)
+                jq0, jq1, jq2, jq3, js = joint_put(at, even, jq0, jq1, jq2, jq3, js)
                 if PARTS == 2:
-                    w0, w1, w2, w3, scale = odd
-                    jo0 = tl.where(at, w0[:, None], jo0)
-                    jo1 = tl.where(at, w1[:, None], jo1)
-                    jo2 = tl.where(at, w2[:, None], jo2)
-                    jo3 = tl.where(at, w3[:, None], jo3)
-                    jso = tl.where(at, scale[:, None], jso)
-        if JOINT:  # [BN, KB, 4] -> [BN, 4 KB]: block j's quarters at 4 j .. 4 j + 3
-            jw = tl.reshape(tl.permute(tl.join(tl.join(jq0, jq1), tl.join(jq2, jq3)),
-                                       (0, 1, 3, 2)), (BN // PARTS, 4 * KB))
+                    jo0, jo1, jo2, jo3, jso = joint_put(at, odd, jo0, jo1, jo2, jo3, jso)
+        if JOINT:
+            jw = joint_words(jq0, jq1, jq2, jq3)
             if PARTS == 2:  # the even and odd columns interleaved: column order
-                jwo = tl.reshape(tl.permute(tl.join(tl.join(jo0, jo1), tl.join(jo2, jo3)),
-                                            (0, 1, 3, 2)), (BN // 2, 4 * KB))
-                jw = tl.reshape(tl.permute(tl.join(jw, jwo), (0, 2, 1)), (BN, 4 * KB))
-                js = tl.reshape(tl.permute(tl.join(js, jso), (0, 2, 1)), (BN, KB))
+                jw = side_by_side_rows(jw, joint_words(jo0, jo1, jo2, jo3))
+                js = side_by_side_rows(js, jso)
     else:
         for ps in tl.static_range(NS):
             out, _ = cols32_pass(
@@ -1062,6 +1049,35 @@ def store_scale_word(scale_ptr, blk0, js, valid, KB: tl.constexpr, EVEN: tl.cons
         tl.store(ptr, word)
     else:
         tl.store(ptr, word, mask=valid)
+
+
+@triton.jit
+def joint_put(at, out, jq0, jq1, jq2, jq3, js):
+    """A joint serial pass's code words of quarters 0-3 and scales (``out``: what
+    ``cols32_part`` returns, [R] each) into column ``at`` ([1, KB] mask) of the carried
+    [R, KB] tiles."""
+    w0, w1, w2, w3, scale = out
+    return (tl.where(at, w0[:, None], jq0), tl.where(at, w1[:, None], jq1),
+            tl.where(at, w2[:, None], jq2), tl.where(at, w3[:, None], jq3),
+            tl.where(at, scale[:, None], js))
+
+
+@triton.jit
+def joint_words(jq0, jq1, jq2, jq3):
+    """The carried [R, KB] words of quarters 0-3 as [R, 4 KB]: block j's four at 4 j ..
+    4 j + 3, a column's 16 KB code bytes in order."""
+    R: tl.constexpr = jq0.shape[0]
+    KB: tl.constexpr = jq0.shape[1]
+    return tl.reshape(tl.permute(tl.join(tl.join(jq0, jq1), tl.join(jq2, jq3)), (0, 1, 3, 2)),
+                      (R, 4 * KB))
+
+
+@triton.jit
+def side_by_side_rows(a, b):
+    """[R, C] and [R, C] as [2 R, C]: row i of ``a`` at 2 i, of ``b`` at 2 i + 1."""
+    R: tl.constexpr = a.shape[0]
+    C: tl.constexpr = a.shape[1]
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (2 * R, C))
 
 
 @triton.jit
