@@ -4,6 +4,7 @@
   python benchmarks/kernel_sass.py --columns [--rotations 0 16] [--json]   # the column kernel
   python benchmarks/kernel_sass.py --fold 4 --pow2 --fold-columns 64,4 32,2  # the axis-0 fold
   python benchmarks/kernel_sass.py --both-axes 64,2,1 64,2,2  # the axis-0 quantize (blocks)
+  python benchmarks/kernel_sass.py --both-axes 128,2,1 --qdq --rotations 16  # its qdq (quarters)
 
 Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
 and counts the SASS instructions: all of them, and those a program runs when it holds no NaN

@@ -136,8 +136,8 @@ class Tuning:
                          not tile the axis); more blocks store each column's codes in longer
                          runs
     both_axes_quarters   the 'both_axes' column path's quantize-dequantize with a rotation
-                         loads each column's block as four 8-row quarters, one column a
-                         thread (the rotation's butterflies inside threads), instead of rows
+                         loads each column's block as four 8-row quarters, each thread's
+                         columns whole (the rotation's butterflies inside threads), not rows
                          of columns (butterflies across threads: warp shuffles); the same bits
     fold_columns         (columns, warps) per program of ``columns_fold_kernel`` (one fold
                          group along axis 0, 32 x group rows, by ``columns``)
@@ -232,7 +232,8 @@ GPU = Tuning(notes="GPU defaults (row tiles tuned on an H200)")
 # (results/native_gpu/archive/bench_columns_h100_2026-11-26b.md, eighteenth session, 4beed8c, GPU
 # 2 of four H100s while two others trained; the rows both runs have within 2.1%, most within 1%):
 # the same 0.50 / 0.56 / 0.49. The split tiles (``ColumnTile(split=True)``) lost there, 0.21-0.23
-# / 0.19 / 0.12, and stay non-default (compiled by the hosts' Triton 3.6, this tile split takes
+# / 0.19 / 0.12, and stay non-default (the split tiles that load [32, columns] tiles; compiled by
+# the hosts' Triton 3.6, this tile split takes
 # 166-168 registers and 290-354 warp shuffles, where Triton 3.9 gives 95-127 and 2:
 # results/native_gpu/sass_columns_split.txt). Quantize-dequantize takes the column kernel with the
 # H200's tile, ``ColumnTile(64, 1, kb_fast=True, vec=2)``: 0.63 / 0.56 (no rotation / H16) against
@@ -331,8 +332,9 @@ _H200_COLUMNS = ColumnTile(32, 1, 4, kb_fast=True, vec=1, const_stride=True, ser
 # blocks of a column pair per thread (``split``: 4-byte loads, a warp reading 128 bytes of a row
 # per instruction) quantize at 0.69 against this tile's 0.63; with H16 and under stochastic
 # rounding the pair tile is slower (0.66 / 0.38 against 0.69 / 0.44). Quantize-dequantize with H16
-# along tokens through the axis-0 kernel loading quarters (``both_axes_quarters``): 0.74-0.78 of
-# copy across tiles, 0.76 at (128, 2), against 0.70 with its butterflies across threads
+# along tokens through the axis-0 kernel loading quarters (``both_axes_quarters``): 0.74-0.76 at
+# (128, 2) against 0.70 with its butterflies across threads, 0.47-0.78 across tiles ((64, 2) and
+# (128, 4) 0.78, but those run qdq without a rotation at 0.81-0.82 against 0.86)
 # (results/native_gpu/bench_columns_kernel_h200.md, same bits).
 H200 = Tuning(columns="kernel", cols32=_H200_COLUMNS,
               cols32_unrotated=ColumnTile(64, 1, 4, kb_fast=True, vec=1, split=True,

@@ -647,6 +647,16 @@ def test_quarters_column_tile_converts_no_layout_for_sm90():
     # (the other form converts: were a Triton to lay both forms out alike, quarter_form's
     # version rule would be worth revisiting, so this says so)
     assert other["SHFL"] > 100, ("the other load form converts no layout either", other)
+    # the H200's tile without a rotation (``cols32_unrotated``: a column pair a thread, split
+    # into its even and odd columns, four joint blocks): 4-byte loads, no spill, no layout
+    # conversion but the NaN/Inf vote's shuffles (Triton 3.6 and 3.9: 167 registers)
+    r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "64", "1", "4", "1",
+                        "1", "1", "0", "1", "0", "1", "1", "1", "--rotations", "0", "--json"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (pair,) = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "split=True" in pair["tile"] and "joint=True" in pair["tile"], pair
+    assert pair["SHFL"] <= 2 and pair["STL"] == 0 and pair["loads"] == ["LDG.E"], pair
 
 
 def test_joint_column_tile_spills_less_than_two_blocks_at_once_for_sm90():
@@ -684,8 +694,9 @@ def _triton_version():
 
 @pytest.mark.skipif(_triton_version() < (3, 9), reason=(
     "a fact about Triton 3.9's compiler: Triton 3.6 (the GPU hosts') compiles the split tile "
-    "to 166-168 registers and more instructions per element than unsplit, so it is no tile's "
-    "default there (results/native_gpu/sass_columns_split.txt)"))
+    "to 166-168 registers and more instructions per element than unsplit, so no split tile "
+    "that loads [32, columns] tiles is a default there (results/native_gpu/"
+    "sass_columns_split.txt; the H200's split quarters tile loads no such tile)"))
 def test_split_column_tile_halves_the_registers_for_sm90():
     """``ColumnTile(split=True)``, compiled for sm_90a without the chip (``kernel_sass.py
     --columns``) by Triton 3.9: loading a thread's column pair as 4-byte words and quantizing
@@ -1114,6 +1125,10 @@ def test_bf16_blocks_along_a_leading_axis_with_size_one_axes_after(device):
 @pytest.mark.parametrize("axis, tile", [
     (-1, None),  # the row kernel, its last program cut short
     (0, native.ColumnTile(16, 1, 2, True, True, 2, None, False, False, True, True)),  # joint
+    # joint quarters (a scale word per column), one column and a column pair a thread
+    (0, native.ColumnTile(16, 1, 2, True, True, 1, serial=True, joint=True, quarters=True)),
+    (0, native.ColumnTile(16, 1, 2, True, True, 1, split=True, serial=True, joint=True,
+                          quarters=True)),
     (0, native.ColumnTile(16, 1, 2))])  # two blocks at once
 def test_masked_blocks_store_nothing_past_the_outputs(device, axis, tile):
     """The 32-block kernels' stores where the grid does not tile the tensor (``store_blocks``

@@ -206,7 +206,7 @@ def _qdq_quarters(x_ptr, data_ptr, K, inner, rot_scale, RULE: tl.constexpr, ROT:
                   IN_BF16: tl.constexpr, BN: tl.constexpr, EVEN: tl.constexpr,
                   BIG: tl.constexpr, FORM: tl.constexpr):
     """``columns_kernel``'s quantize-dequantize with a rotation, a program's block of each
-    column held by one thread as four quarters [BN, 8] (rows 8p .. 8p + 7 of the block in
+    column held whole by one thread as four quarters [BN, 8] (rows 8p .. 8p + 7 of the block in
     quarter p), rotated as the row kernel rotates (``rotate_quarters``), the values stored as a
     [BN, 32] tile at their K-major offsets."""
     kt = tl.program_id(0)
@@ -268,7 +268,7 @@ def columns_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_sc
     column's codes are stored 16 KB (FP4) or 32 KB bytes at a time: a 16-byte store is half a
     32-byte sector, and half-sector stores a program apart do not merge (``column_probe.py``).
     EVEN: inner a multiple of BN; BIG: 2^31 elements or more. ``QUARTERS`` 1 or 2 (QDQ with a
-    rotation): each column's block loaded as four 8-row quarters, one column a thread
+    rotation): each column's block loaded as four 8-row quarters, each thread's columns whole
     (``quantize.column_quarter``, QUARTERS its form), so that the rotation's butterflies stay
     inside threads (``_qdq_quarters``)."""
     tl.static_assert(not IS_INT, "float formats only")

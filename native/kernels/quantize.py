@@ -950,11 +950,12 @@ def quantize_cols32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed
         else:
             n = pid_n * BN + tl.arange(0, BN)
     cols = w if SPLIT else n
-    # JOINT: every pass's code words [BN, 4] and scales [BN] kept, stored together at the end
+    # JOINT: every pass's code words and scales kept, stored together at the end
     if SERIAL and QUARTERS:  # a loop the compiler keeps: one pass's loads in flight at a time
-        if JOINT:  # quarter p's words of block j at [n, j] of jq<p> (a [BN, KB, 4] tile
-            # carried through the loop got a layout across threads: a shared-memory layout
-            # conversion every pass)
+        if JOINT:  # quarter p's words of block j at [n, j] of jq<p>, the scales in js (a
+            # [BN, KB, 4] tile carried through the loop got a layout across threads: a
+            # shared-memory layout conversion every pass); SPLIT: jq<p> and js the even
+            # columns', jo<p> and jso the odd ones'
             jq0 = tl.zeros([BN // PARTS, KB], tl.int32)
             jq1 = tl.zeros([BN // PARTS, KB], tl.int32)
             jq2 = tl.zeros([BN // PARTS, KB], tl.int32)
