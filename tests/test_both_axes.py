@@ -14,7 +14,7 @@ import torch
 from ocpmx import native
 from ocpmx.native import launch
 from ocpmx.spec import Rotation
-from native_util import devices
+from native_util import devices, kernel_sass
 from test_native_quantize import all_bf16_blocks
 
 
@@ -303,20 +303,8 @@ def test_axis0_qdq_quarters_convert_no_layout_for_sm90():
     instructions per element, the shuffling rows-of-columns load 33.0 with 112 shuffles); in
     the other form Triton converts the layout (shuffles). What it exists for: on an H200 0.76
     of copy against 0.70 (results/native_gpu/bench_columns_kernel_h200.md)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    facts = {}
-    for form in (1, 2):
-        r = subprocess.run([sys.executable, str(tool), "--both-axes", "128,2,1", "--qdq",
-                            "--rotations", "16", "--json", "--quarter-form", str(form)],
-                           env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        facts[form] = json.loads(r.stdout.strip().splitlines()[-1])
+    facts = {form: kernel_sass("--both-axes", "128,2,1", "--qdq", "--rotations", 16,
+                               "--quarter-form", form) for form in (1, 2)}
     good, other = facts[launch.quarter_form()], facts[3 - launch.quarter_form()]
     assert good["SHFL"] == 0 and good["STL"] == 0 and good["loads"] == ["LDG.E.U16"], good
     assert other["SHFL"] > 30, ("the other load form converts no layout either", other)

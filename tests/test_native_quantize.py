@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ocpmx import emulator, native
 from ocpmx.emulator import Rotation
 from ocpmx.spec import get_format
-from native_util import devices
+from native_util import devices, kernel_sass
 
 FORMATS = ["e2m1", "e4m3", "e5m2", "e3m2", "e2m3", "int8"]
 RULES = ["floor", "ceil", "rceil", "even"]
@@ -526,20 +526,8 @@ def test_column_pair_tile_compiles_for_sm90_without_spills():
     results/native_gpu/bench_columns_h100.md; the GPU host compiles with Triton 3.6). The tile
     is the H100's one-block quantize tile of before d8d96d7; the two-block tiles at once
     spill (``test_serial_column_tile_does_not_spill_for_sm90``)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     # the H100's one-block tile (programs along K launched first)
-    r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "1", "1",
-                        "1", "2", "--rotations", "0", "16", "--json"], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    facts = json.loads(r.stdout.strip().splitlines()[-1])
+    facts = kernel_sass("--columns", "--tile", 128, 2, 1, 1, 1, 2, "--rotations", 0, 16)
     assert [f["rotation"] for f in facts] == [0, 16]
     for f in facts:
         assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
@@ -555,20 +543,9 @@ def test_serial_column_tile_does_not_spill_for_sm90():
     (Triton 3.9: 64-77 spill stores without a rotation, 16-19 with H16: (128, 2, 2) and
     (64, 1, 2) in results/native_gpu/sass_columns_kb2.txt).
     A regression here loses what the option exists for."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    for kb in ("2", "4"):
-        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", kb,
-                            "1", "1", "2", "0", "0", "0", "1", "--rotations", "0", "16",
-                            "--json"], env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        facts = json.loads(r.stdout.strip().splitlines()[-1])
+    for kb in (2, 4):
+        facts = kernel_sass("--columns", "--tile", 128, 2, kb, 1, 1, 2, 0, 0, 0, 1,
+                            "--rotations", 0, 16)
         assert [f["rotation"] for f in facts] == [0, 16]
         for f in facts:
             assert "serial=True" in f["tile"], f
@@ -622,24 +599,12 @@ def test_quarters_column_tile_converts_no_layout_for_sm90():
     (Triton 3.6: 69; 3.9: 80); in the other form Triton converts the layout (over 100 warp
     shuffles). What the tile exists for: on an H200 it quantizes along tokens at 0.635 / 0.69
     of copy against 0.41 / 0.42 (results/native_gpu/bench_quantize.md)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from ocpmx.native import launch
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     chosen = launch.quarter_form()
     facts = {}
     for form in (1, 2):
-        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "32", "1", "4",
-                            "1", "1", "1", "0", "0", "1", "1", "1", "1", "--rotations", "16",
-                            "--json", "--quarter-form", str(form)], env=env,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        (facts[form],) = json.loads(r.stdout.strip().splitlines()[-1])
+        (facts[form],) = kernel_sass("--columns", "--tile", 32, 1, 4, 1, 1, 1, 0, 0, 1, 1, 1,
+                                     1, "--rotations", 16, "--quarter-form", form)
     good, other = facts[chosen], facts[3 - chosen]
     assert "quarters=True" in good["tile"] and "joint=True" in good["tile"]
     assert good["SHFL"] <= 2 and good["STL"] == 0 and good["registers"] < 96, good
@@ -650,11 +615,8 @@ def test_quarters_column_tile_converts_no_layout_for_sm90():
     # the H200's tile without a rotation (``cols32_unrotated``: a column pair a thread, split
     # into its even and odd columns, four joint blocks): 4-byte loads, no spill, no layout
     # conversion but the NaN/Inf vote's shuffles (Triton 3.6 and 3.9: 167 registers)
-    r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "64", "1", "4", "1",
-                        "1", "1", "0", "1", "0", "1", "1", "1", "--rotations", "0", "--json"],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    (pair,) = json.loads(r.stdout.strip().splitlines()[-1])
+    (pair,) = kernel_sass("--columns", "--tile", 64, 1, 4, 1, 1, 1, 0, 1, 0, 1, 1, 1,
+                          "--rotations", 0)
     assert "split=True" in pair["tile"] and "joint=True" in pair["tile"], pair
     assert pair["SHFL"] <= 2 and pair["STL"] == 0 and pair["loads"] == ["LDG.E"], pair
 
@@ -666,21 +628,10 @@ def test_joint_column_tile_spills_less_than_two_blocks_at_once_for_sm90():
     spills (Triton 3.6, the GPU hosts': 0 against 80; Triton 3.9: 20 against 67), the same
     4-byte loads and 16-byte code stores. What the tile exists for: on an H100 it quantizes
     along tokens at 0.72 of copy against 0.555 (results/native_gpu/column_tile_check_h100.txt)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     facts = {}
     for joint in ("0", "1"):
-        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "2",
-                            "1", "1", "2", "0", "0", "1", joint, joint, "--rotations", "0",
-                            "--json"], env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        (facts[joint],) = json.loads(r.stdout.strip().splitlines()[-1])
+        (facts[joint],) = kernel_sass("--columns", "--tile", 128, 2, 2, 1, 1, 2, 0, 0, 1, joint,
+                                      joint, "--rotations", 0)
     assert "joint=True" in facts["1"]["tile"] and "joint=False" in facts["0"]["tile"]
     for f in facts.values():
         assert f["loads"] == ["LDG.E"] and "STG.E.128" in f["stores"], f
@@ -704,22 +655,10 @@ def test_split_column_tile_halves_the_registers_for_sm90():
     H16) and 128 under stochastic rounding, where the same tile unsplit takes 154-247 under RNE
     (8-13 warps an SM, against 20 split) and 128-166 under stochastic rounding (8 random bits an
     element: with H16 already 128), without a spill or more instructions per element."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     facts = {}
     for split in (0, 1):
-        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "1",
-                            "1", "1", "2", "0", str(split), "--rotations", "0", "16",
-                            "--rounding", "rne", "stochastic", "--json"], env=env,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        for f in json.loads(r.stdout.strip().splitlines()[-1]):
+        for f in kernel_sass("--columns", "--tile", 128, 2, 1, 1, 1, 2, 0, split,
+                             "--rotations", 0, 16, "--rounding", "rne", "stochastic"):
             facts[split, f["rotation"], f["rounding"]] = f
     for (split, rot, rnd), f in facts.items():
         if not split:
@@ -740,22 +679,10 @@ def test_const_stride_column_tile_drops_the_address_arithmetic_for_sm90():
     ~1.8: 23.6 -> 21.8 all told, 16.9 -> 15.0 on the path without NaN/Inf), with no spill and
     the same loads and stores. Whether that is faster on a GPU is for ``gpu_bench.py
     --sections columns`` to say (not the default yet)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_sass.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     facts = {}
     for const in (0, 1):
-        r = subprocess.run([sys.executable, str(tool), "--columns", "--tile", "128", "2", "1",
-                            "1", "1", "2", "0", "0", str(const), "--rotations", "0", "16",
-                            "--rounding", "rne", "--json"], env=env,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        for f in json.loads(r.stdout.strip().splitlines()[-1]):
+        for f in kernel_sass("--columns", "--tile", 128, 2, 1, 1, 1, 2, 0, 0, const,
+                             "--rotations", 0, 16, "--rounding", "rne"):
             facts[const, f["rotation"]] = f
     for rot in (0, 16):
         plain, const = facts[0, rot], facts[1, rot]

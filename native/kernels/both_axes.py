@@ -37,7 +37,7 @@ import triton.language as tl
 
 from .common import RNE, block_scale, pow2_scale
 from .fold import NAN_EXP, T_SUBQ, e4m3_codes, group_exponents, rounded, store_group_exponents
-from .quantize import (bf16_bits, column_quarter, fwht, load_tile_f32, quarter_codes,
+from .quantize import (bf16_bits, column_block_quarters, fwht, load_tile_f32, quarter_codes,
                        rotate_quarters, rounded_magnitudes, rounded_values, side_by_side,
                        signed, store_blocks, store_scales)
 
@@ -212,14 +212,9 @@ def _qdq_quarters(x_ptr, data_ptr, K, inner, rot_scale, RULE: tl.constexpr, ROT:
     kt = tl.program_id(0)
     c = tl.max_contiguous(tl.program_id(1) * BN + tl.arange(0, BN), 1)
     o = tl.program_id(2)  # (0: a matrix; a tensor, for ``column_quarter``'s 64-bit offsets)
-    q0 = column_quarter(x_ptr, o, kt, 0, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
-                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
-    q1 = column_quarter(x_ptr, o, kt, 8, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
-                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
-    q2 = column_quarter(x_ptr, o, kt, 16, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
-                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
-    q3 = column_quarter(x_ptr, o, kt, 24, c, K, inner, KB=1, BIG=BIG, INNER=0, SPLIT=False,
-                        IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q0, q1, q2, q3 = column_block_quarters(x_ptr, o, kt, 0, c, K, inner, KB=1, BIG=BIG,
+                                           INNER=0, SPLIT=False, IN_BF16=IN_BF16, EVEN=EVEN,
+                                           FORM=FORM)
     q0, q1, q2, q3 = rotate_quarters(q0, q1, q2, q3, 0, rot_scale, ROT=ROT, SIGNS=False,
                                      SCALE=True)
     x = side_by_side(side_by_side(q0, q1), side_by_side(q2, q3))  # [BN, 32]

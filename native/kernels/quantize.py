@@ -832,6 +832,23 @@ def column_quarter(x_ptr, o, kt, k0, cols, K, inner, KB: tl.constexpr, BIG: tl.c
 
 
 @triton.jit
+def column_block_quarters(x_ptr, o, kt, k0, cols, K, inner, KB: tl.constexpr,
+                          BIG: tl.constexpr, INNER: tl.constexpr, SPLIT: tl.constexpr,
+                          IN_BF16: tl.constexpr, EVEN: tl.constexpr, FORM: tl.constexpr):
+    """The 32 rows k0 .. k0 + 31 of the program's K tile (one block of each column) as its
+    four quarters [BN, 8] (``column_quarter``; rows 8p .. 8p + 7 in quarter p)."""
+    q0 = column_quarter(x_ptr, o, kt, k0, cols, K, inner, KB=KB, BIG=BIG, INNER=INNER,
+                        SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q1 = column_quarter(x_ptr, o, kt, k0 + 8, cols, K, inner, KB=KB, BIG=BIG, INNER=INNER,
+                        SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q2 = column_quarter(x_ptr, o, kt, k0 + 16, cols, K, inner, KB=KB, BIG=BIG, INNER=INNER,
+                        SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    q3 = column_quarter(x_ptr, o, kt, k0 + 24, cols, K, inner, KB=KB, BIG=BIG, INNER=INNER,
+                        SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN, FORM=FORM)
+    return q0, q1, q2, q3
+
+
+@triton.jit
 def low_or_high(words, first):
     """The bf16 values in the int32 words' low halves (``first`` 0) or high halves, as
     float32."""
@@ -1078,7 +1095,7 @@ def side_by_side_rows(a, b):
     """[R, C] and [R, C] as [2 R, C]: row i of ``a`` at 2 i, of ``b`` at 2 i + 1."""
     R: tl.constexpr = a.shape[0]
     C: tl.constexpr = a.shape[1]
-    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (2 * R, C))
+    return tl.reshape(side_by_side(a, b), (2 * R, C))
 
 
 @triton.jit
@@ -1111,18 +1128,9 @@ def cols32_pass(x_ptr, data_ptr, scale_ptr, sign_mask, K, inner, seed, rot_scale
     ones'; else the same twice), or (0, 0)."""
     if QUARTERS:  # the pass's block as four quarters, each loaded as [BN, 8]
         tl.static_assert(KP == 1, "QUARTERS: one block along K a pass")
-        l0 = column_quarter(x_ptr, o, kt, ps * 32, cols, K, inner, KB=KB, BIG=BIG,
-                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             FORM=QUARTERS)
-        l1 = column_quarter(x_ptr, o, kt, ps * 32 + 8, cols, K, inner, KB=KB, BIG=BIG,
-                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             FORM=QUARTERS)
-        l2 = column_quarter(x_ptr, o, kt, ps * 32 + 16, cols, K, inner, KB=KB, BIG=BIG,
-                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             FORM=QUARTERS)
-        l3 = column_quarter(x_ptr, o, kt, ps * 32 + 24, cols, K, inner, KB=KB, BIG=BIG,
-                             INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN,
-                             FORM=QUARTERS)
+        l0, l1, l2, l3 = column_block_quarters(x_ptr, o, kt, ps * 32, cols, K, inner, KB=KB,
+                                               BIG=BIG, INNER=INNER, SPLIT=SPLIT,
+                                               IN_BF16=IN_BF16, EVEN=EVEN, FORM=QUARTERS)
     else:  # the pass's rows as one [32 KP, BN] tile (SPLIT: its words)
         tile = column_rows(x_ptr, o, kt, ps * 32, cols, K, inner, ROWS=32 * KP, KB=KB,
                            BIG=BIG, INNER=INNER, SPLIT=SPLIT, IN_BF16=IN_BF16, EVEN=EVEN)
