@@ -10,7 +10,7 @@
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
-# conform_fold speed speed_both speed_cols.
+# conform_fold speed speed_both speed_cols foldrows rowwise.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -165,11 +165,18 @@ for s in "$@"; do
       done_ $s $? ;;
     conform_fold)
       # the fold methods' GEMMs: the fold probe and its model check (issue 17)
-      for b in ${FOLD_BACKENDS:-triton_fp8 triton_fp8_exact triton_fp8_cublas}; do
+      for b in ${FOLD_BACKENDS:-triton_fp8 triton_fp8_exact triton_fp8_cublas triton_fp8_cublas_rowwise}; do
         python3 -m ocpmx.cli conform --backend $b --ops gemm --formats e2m1 e3m2 \
           --report $RUN/conform/${b}_gpu_gemm.json >> $RUN/conform_fold.log 2>&1
         echo "$b exit $?" >> $RUN/conform_fold.log
       done
+      done_ $s $? ;;
+    foldrows)
+      # the whole-row fold's tiles and the rowwise method's passes (issue 17)
+      python3 benchmarks/fold_rows_sweep.py --out $RUN/fold_rows > $RUN/fold_rows.log 2>&1
+      done_ $s $? ;;
+    rowwise)
+      python3 benchmarks/cublas_rowwise_probe.py --out $RUN/cublas_rowwise --sections speed > $RUN/cublas_rowwise.log 2>&1
       done_ $s $? ;;
     cublas_model)
       python3 benchmarks/fp8_cublas_model_check.py --out $RUN/fp8_cublas_model > $RUN/fp8_cublas_model.log 2>&1

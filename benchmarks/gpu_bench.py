@@ -261,6 +261,15 @@ def section_gemm(rows):
                                                   out_dtype=torch.bfloat16))
         t_cublas_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                       method="fp8_cublas"))
+        # whole rows folded, cuBLAS's rowwise-scaled FP8 GEMM (method fp8_cublas_rowwise)
+        ra, rb = fold.fold(qa, None), fold.fold(qb, None)
+        r_a, r_b = fold.rowwise_scales(ra, rb)
+        r8a, r8b = ra.codes.view(torch.float8_e4m3fn), rb.codes.view(torch.float8_e4m3fn)
+        t_rowwise = bench(lambda: torch._scaled_mm(r8a, r8b.t(), scale_a=r_a, scale_b=r_b,
+                                                   out_dtype=torch.bfloat16))
+        t_rowwise_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
+                                                       method="fp8_cublas_rowwise"))
+        t_fold_rows = bench(lambda: fold.fold(qa, None))
         t_fold = bench(lambda: fold.fold(qa, g_fp8))
         cases = (("cuBLAS bf16", t_bf16, None), ("FP8 _scaled_mm", t_fp8, None),
                  ("dot_scaled mxfp4", t_mx, cfg), ("dot_scaled mxfp8", t_mx8, None),
@@ -271,9 +280,14 @@ def section_gemm(rows):
                  ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e, None),
                  (f"mxfp4 folded FP8 _scaled_mm blockwise 1x128 (group {g_exact}, GEMM only)",
                   t_cublas, None),
-                 ("mxfp4 method=fp8_cublas (fold both + GEMM)", t_cublas_e2e, None))
+                 ("mxfp4 method=fp8_cublas (fold both + GEMM)", t_cublas_e2e, None),
+                 ("mxfp4 folded FP8 _scaled_mm rowwise (whole rows, GEMM only)", t_rowwise,
+                  None),
+                 ("mxfp4 method=fp8_cublas_rowwise (fold both + GEMM)", t_rowwise_e2e, None))
         rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (group {g_fp8})", ms=t_fold,
                          of_bf16=t_bf16 / t_fold))
+        rows.append(dict(case=f"fold A M={m} K={k} mxfp4 -> e4m3 (whole rows)", ms=t_fold_rows,
+                         of_bf16=t_bf16 / t_fold_rows))
         for name, t, config in cases:  # config: the autotuned tile, where one was tuned
             rows.append(dict(case=f"gemm M={m} N={n} K={k} {name}", ms=t,
                              tflops=flop / t / 1e9, of_bf16=t_bf16 / t,
@@ -298,7 +312,8 @@ def section_linear(rows):
     # rest), and the main MXFP4 recipes under each other GEMM method that takes them
     cases = [(name, "auto") for name in native.RECIPES]
     cases += [(name, m) for name in ("mxfp4_all", "mxfp4_all_h16", "mxfp4_wgrad",
-                                     "mxfp4_wgrad_h16") for m in ("bf16", "fp8", "fp8_cublas")]
+                                     "mxfp4_wgrad_h16")
+              for m in ("bf16", "fp8", "fp8_cublas", "fp8_cublas_rowwise")]
     for name, method in cases:
         lin = native.MXLinear(d_in, d_out, bias=False, recipe=name, device="cuda", method=method)
         step(lin)

@@ -66,7 +66,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", nargs="+", default=[
         "mxfp4_all:fp8_cublas", "mxfp4_all_h16:fp8_cublas", "mxfp4_all:bf16",
-        "mxfp4_wgrad_h16:fp8_cublas"])
+        "mxfp4_wgrad_h16:fp8_cublas", "mxfp4_all_h16:fp8_cublas_rowwise"])
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     cases = []

@@ -430,7 +430,8 @@ class TritonFp8CublasBackend(TritonBackend):
 
     def supports(self, op, fmt, **options):
         if op == "gemm" and not self.device.startswith("cuda"):
-            return "method 'fp8_cublas' is torch._scaled_mm's FP8 GEMM: a CUDA GPU only"
+            return (f"method {self.gemm_method!r} is torch._scaled_mm's FP8 GEMM: a CUDA GPU "
+                    "only")
         return super().supports(op, fmt, **options)
 
     def gemm(self, a_codes, a_scales, b_codes, b_scales, fmt_a, fmt_b):
@@ -446,9 +447,18 @@ class TritonFp8CublasBackend(TritonBackend):
         return super().gemm(*a, *b, fmt_a, fmt_b)[:m, :n]
 
 
+class TritonFp8CublasRowwiseBackend(TritonFp8CublasBackend):
+    """The Triton backend with GEMMs through ``native.mx_matmul(method="fp8_cublas_rowwise")``:
+    whole rows folded, summed by cuBLAS's rowwise-scaled FP8 GEMM; padded as the blockwise
+    backend is (zero blocks add nothing and leave every row's exponent as it is)."""
+    name = "triton_fp8_cublas_rowwise"
+    gemm_method = "fp8_cublas_rowwise"
+
+
 BUILTIN = {"emulator": EmulatorBackend, "triton": TritonBackend,
            "triton_fp8_exact": TritonFp8ExactBackend, "triton_fp8": TritonFp8Backend,
            "triton_fp8_cublas": TritonFp8CublasBackend,
+           "triton_fp8_cublas_rowwise": TritonFp8CublasRowwiseBackend,
            "triton_gfx950": TritonGfx950Backend, "torch": TorchBackend,
            "ml_dtypes": MlDtypesBackend, "torchao": TorchaoBackend, "gfloat": GfloatBackend}
 # Peers: built in, usable when their package is installed.

@@ -630,6 +630,10 @@ def probe_folding(backend) -> dict:
                (both fold exactly): kept when each K = 32 dot leaves the tensor core alone
                (promoted) or the dots are exact, lost when the running sum takes part in the
                next dot's alignment (Hopper's chained wgmma);
+    chain      (chained) the same small product at block distance 2, 4, ... inside the group:
+               the first distance that keeps it is the span of blocks chained in the tensor
+               core before its sum is added in float32 (cuBLAS's rowwise FP8 GEMM: 4); None
+               where the whole group is one chain;
     dot        (E3M2) two products 2^-17.6 apart in one block: kept by an exact dot, lost by
                one that truncates to 13 bits below the largest (Hopper's FP8 wgmma)."""
     out = {}
@@ -651,6 +655,15 @@ def probe_folding(backend) -> dict:
         out["chained"] = {16.0 + 2.0**-13: False, 16.0: True}.get(v, f"neither ({v!r})")
     else:
         out["chained"] = "not observable (group 1)"
+    if out["chained"] is True:
+        out["chain"] = None
+        for j in (2, 4, 8, 16, 32):
+            if j >= g:
+                break
+            v = _fold_dot(backend, {0: 4.0, 32 * j: 0.5}, {j: -12}, {0: 4.0, 32 * j: 1.0})
+            if v == 16.0 + 2.0**-13:
+                out["chain"] = j
+                break
     if backend.supports("gemm", "e3m2") is True:
         # E3M2: 28 x 28 = 784 and 0.0625 x 0.0625 = 2^-8 in block 0
         v = _fold_dot(backend, {0: 28.0, 1: 0.0625}, {}, {0: 28.0, 1: 0.0625}, "e3m2")
@@ -668,7 +681,7 @@ def model_from_fold_probe(p: dict):
     dot = p.get("dot") if p.get("dot") in ("exact", "hopper") else "exact"
     if p["group"] == 1 and dot == "exact":
         return None
-    return FoldedModel(p["group"], p.get("chained") is True, dot)
+    return FoldedModel(p["group"], p.get("chained") is True, dot, p.get("chain"))
 
 
 def _run_probe(backend, check, fmt, probe_fn):

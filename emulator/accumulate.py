@@ -39,7 +39,8 @@ import numpy as np
 from ..spec import ElementFormat
 from .decode import decode_table
 from .block_quantize import MXArray
-from .fold import HOPPER_FP8_CHAINED, HOPPER_FP8_CUBLAS, HOPPER_FP8_EXACT, FoldedModel
+from .fold import (HOPPER_FP8_CHAINED, HOPPER_FP8_CUBLAS, HOPPER_FP8_CUBLAS_ROWWISE,
+                   HOPPER_FP8_EXACT, FoldedModel)
 
 _NL = 26          # 32-bit limbs: 832 bits
 _BASE = -416      # exponent of bit 0 of limb 0
@@ -77,7 +78,8 @@ HOPPER_FP8 = ChunkedModel(32, 13, "truncate", "rtz")
 MODELS = {"exact": "exact", "fp32_sequential": "fp32_sequential",
           "hopper_bf16": HOPPER_BF16, "hopper_fp8": HOPPER_FP8,
           "hopper_fp8_exact": HOPPER_FP8_EXACT, "hopper_fp8_chained": HOPPER_FP8_CHAINED,
-          "hopper_fp8_cublas": HOPPER_FP8_CUBLAS}
+          "hopper_fp8_cublas": HOPPER_FP8_CUBLAS,
+          "hopper_fp8_cublas_rowwise": HOPPER_FP8_CUBLAS_ROWWISE}
 
 
 @lru_cache(maxsize=None)
@@ -337,7 +339,7 @@ def mx_matmul(a: MXArray, b: MXArray, model="exact", *, path: str = "auto") -> n
     a: MXArray of shape (M, K), b: MXArray of shape (N, K), both quantized along K (axis 1)
     with the same block size. model: 'exact', 'fp32_sequential', 'hopper_bf16', 'hopper_fp8',
     a ``ChunkedModel``, or a folded FP8 GEMM: 'hopper_fp8_exact', 'hopper_fp8_chained',
-    'hopper_fp8_cublas' or a
+    'hopper_fp8_cublas', 'hopper_fp8_cublas_rowwise' or a
     ``fold.FoldedModel`` (FP4/FP6 operands, blocks of 32; ``path`` does not apply).
     path: 'auto' (the fast kernel of ``gemm_fast`` where it applies, else the reference),
     'reference' (the per-element reference kernel ``_gemm_reference``), or 'fast' (an error

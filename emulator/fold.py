@@ -220,18 +220,21 @@ def folded_matmul(a: Folded, b: Folded, dot: str = "exact", promote: int = BLOCK
     is fl(T * 2^(R_a + R_b)): the ``fp32_sequential`` model in units of the group scale, equal
     to it wherever no partial sum is subnormal or overflows in true units.
 
-    promote: how far along K the tensor core accumulates before the sum leaves it, 32 (above:
-    every K = 32 dot from a zeroed accumulator, then added in float32) or the group's 32 *
-    group (``tl.dot`` without ``max_num_imprecise_acc``, ``native.fold``'s promote=False): the
-    group's dots chained, P_b = dot(block b, C = P_(b-1)), T_g = the last. Chained "exact" dots
-    are fl32(C + the exact block sum), the sums promotion gives; chained "hopper" dots take C
-    into ``hopper_dot32``'s alignment (measured on an H100, see there)."""
+    promote: how far along K the tensor core accumulates before the sum leaves it: 32 (above:
+    every K = 32 dot from a zeroed accumulator, then added in float32), the group's 32 *
+    group (``tl.dot`` without ``max_num_imprecise_acc``, ``native.fold``'s promote=False: the
+    group's dots chained, P_b = dot(block b, C = P_(b-1)), T_g = the last), or any multiple of
+    32 between (spans of promote / 32 blocks from the group's first, the last one shorter where
+    they do not divide it, each chained from a zeroed accumulator, T_g = the spans' results
+    added in float32 in K order: cuBLAS's rowwise FP8 GEMM, ``HOPPER_FP8_CUBLAS_ROWWISE``). Chained "exact" dots are fl32(C + the exact block
+    sum), the sums promotion gives; chained "hopper" dots take C into ``hopper_dot32``'s
+    alignment (measured on an H100, see there)."""
     if dot not in DOTS:
         raise ValueError(f"unknown dot {dot!r}; expected one of {DOTS}")
-    if promote not in (BLOCK_SIZE, BLOCK_SIZE * a.group):
-        raise ValueError(f"promote must be {BLOCK_SIZE} or the group's {BLOCK_SIZE * a.group} "
-                         f"elements, got {promote}")
-    chained = dot == "hopper" and promote != BLOCK_SIZE
+    if promote < BLOCK_SIZE or promote % BLOCK_SIZE:
+        raise ValueError(f"promote must be a multiple of {BLOCK_SIZE}, got {promote}")
+    span = min(promote // BLOCK_SIZE, a.group)  # blocks chained in the tensor core
+    chained = dot == "hopper" and span > 1
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     e4 = decode_table(TARGET)
@@ -243,17 +246,20 @@ def folded_matmul(a: Folded, b: Folded, dot: str = "exact", promote: int = BLOCK
     with np.errstate(invalid="ignore", over="ignore"):
         for g0 in range(0, nblk, a.group):
             t = np.zeros_like(acc)
-            for blk in range(g0, g0 + a.group):
-                cols = slice(blk * BLOCK_SIZE, (blk + 1) * BLOCK_SIZE)
-                if dot == "exact":
-                    partial = av[:, cols] @ bv[:, cols].T  # exact in float64 and in float32
-                else:
-                    partial = np.empty(acc.shape)
-                    for r0 in range(0, rows_a, 64):  # bounded (rows, N, 32) temporaries
-                        partial[r0:r0 + 64] = hopper_dot32(
-                            av[r0:r0 + 64, None, cols], bv[None, :, cols],
-                            t[r0:r0 + 64] if chained else None)
-                t = partial.astype(np.float32) if chained else t + partial.astype(np.float32)
+            for s0 in range(g0, g0 + a.group, span):
+                c = np.zeros_like(acc)  # the tensor core's sum over one span
+                for blk in range(s0, min(s0 + span, g0 + a.group)):
+                    cols = slice(blk * BLOCK_SIZE, (blk + 1) * BLOCK_SIZE)
+                    if dot == "exact":
+                        partial = av[:, cols] @ bv[:, cols].T  # exact in float64 and float32
+                    else:
+                        partial = np.empty(acc.shape)
+                        for r0 in range(0, rows_a, 64):  # bounded (rows, N, 32) temporaries
+                            partial[r0:r0 + 64] = hopper_dot32(
+                                av[r0:r0 + 64, None, cols], bv[None, :, cols],
+                                c[r0:r0 + 64] if chained else None)
+                    c = partial.astype(np.float32) if chained else c + partial.astype(np.float32)
+                t = c if s0 == g0 else t + c  # spans promoted: float32 adds in K order
             gi = g0 // a.group
             scale = _scale(a.exponents[:, gi])[:, None] * _scale(b.exponents[:, gi])[None, :]
             acc = acc + (t.astype(np.float64) * scale).astype(np.float32)
@@ -264,28 +270,42 @@ def folded_matmul(a: Folded, b: Folded, dot: str = "exact", promote: int = BLOCK
 class FoldedModel:
     """An accumulation model (``emulator.mx_matmul(a, b, model)``): the MX GEMM as an FP8
     tensor-core GEMM of folded operands computes it. The operands are folded in groups of
-    gcd(K / 32, ``group``) blocks, each K = 32 dot summed by ``dot`` ("exact" or "hopper"),
-    every dot promoted at once (``chained=False``) or each group's dots chained in the tensor
-    core (``chained=True``). Blocks more than the format's fold range below their group's
-    largest are rounded when folded, as ``fold`` says: part of the model."""
-    group: int
+    gcd(K / 32, ``group``) blocks (``group=None``: one group per row, K / 32 blocks), each
+    K = 32 dot summed by ``dot`` ("exact" or "hopper"), every dot promoted at once
+    (``chained=False``) or the dots chained in the tensor core (``chained=True``) over each
+    group or, with ``chain``, over spans of ``chain`` blocks whose sums are added in float32
+    (``folded_matmul``'s promote). Blocks more than the format's fold range below their
+    group's largest are rounded when folded, as ``fold`` says: part of the model."""
+    group: int | None
     chained: bool
     dot: str = "hopper"
+    chain: int | None = None
 
     def __post_init__(self):
-        if self.group < 1:
-            raise ValueError(f"group must be at least 1, got {self.group}")
+        if self.group is not None and self.group < 1:
+            raise ValueError(f"group must be at least 1 (or None: whole rows), got {self.group}")
         if self.dot not in DOTS:
             raise ValueError(f"unknown dot {self.dot!r}; expected one of {DOTS}")
+        if self.chain is not None and (not self.chained or self.chain < 1):
+            raise ValueError(f"chain (blocks per tensor-core chain) is for chained models and "
+                             f"at least 1, got chain={self.chain}, chained={self.chained}")
 
     def group_for(self, k: int) -> int:
         """The group a contraction of length k is folded in."""
-        return math.gcd(k // BLOCK_SIZE, self.group)
+        nblk = k // BLOCK_SIZE
+        return nblk if self.group is None else math.gcd(nblk, self.group)
+
+    def promote_for(self, k: int) -> int:
+        """``folded_matmul``'s promote for a contraction of length k."""
+        g = self.group_for(k)
+        if not self.chained:
+            return BLOCK_SIZE
+        return BLOCK_SIZE * (g if self.chain is None else min(self.chain, g))
 
     def matmul(self, a: MXArray, b: MXArray) -> np.ndarray:
-        g = self.group_for(a.codes.shape[1])
-        return folded_matmul(fold(a, g), fold(b, g), self.dot,
-                             promote=BLOCK_SIZE * g if self.chained else BLOCK_SIZE)
+        k = a.codes.shape[1]
+        g = self.group_for(k)
+        return folded_matmul(fold(a, g), fold(b, g), self.dot, promote=self.promote_for(k))
 
 
 # what ocpmx.native.mx_matmul(method="fp8_exact") and (method="fp8") compute on Hopper
@@ -297,3 +317,10 @@ HOPPER_FP8_CHAINED = FoldedModel(32, chained=True)
 # and it reproduced every output tested (results/native_gpu/fp8_cublas_model_h100.md). cuBLAS
 # picks its kernel per shape and version: the tests and the conformance check say where it held.
 HOPPER_FP8_CUBLAS = FoldedModel(4, chained=True)
+# method="fp8_cublas_rowwise": whole rows folded (one exponent per row), cuBLAS's FP8 GEMM with
+# rowwise scales (torch._scaled_mm, scale_a (M, 1), scale_b (1, N); use_fast_accum=False):
+# each 128-wide K tile's four K = 32 wgmmas chained, the tiles' sums added in float32 in K
+# order, the row and column scales applied once at the end. Bit for bit on an H200 for every
+# output kept (torch 2.11 + CUDA 13.0, M x N x K up to 8192 x 4096 x 14336, float32 and bf16
+# outputs; benchmarks/cublas_rowwise_probe.py, results/native_gpu/cublas_rowwise_h200.md).
+HOPPER_FP8_CUBLAS_ROWWISE = FoldedModel(None, chained=True, chain=4)

@@ -128,13 +128,14 @@ class PrecisionSection:
         aliases=("--mx-backend",))
     keep_bf16: list[str] = _field(["output"], "Linear layers left in bf16 (fnmatch patterns "
                                               "of module names)")
-    gemm_method: Literal["auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "fp8_cublas"] = _field(
+    gemm_method: Literal["auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "fp8_cublas",
+                         "fp8_cublas_rowwise"] = _field(
         "auto", "how the Triton backend runs each MX GEMM (ocpmx.native.mx_matmul's method; "
                 "auto: dot_scaled on MX units, bf16 elsewhere); the method that ran is recorded "
                 "in config.json, and the fold methods' rounded elements in metrics.jsonl")
     accumulation: Optional[Literal["exact", "fp32_sequential", "hopper_bf16", "hopper_fp8",
                                    "hopper_fp8_exact", "hopper_fp8_chained",
-                                   "hopper_fp8_cublas"]] = \
+                                   "hopper_fp8_cublas", "hopper_fp8_cublas_rowwise"]] = \
         _field(None, "sum every MX GEMM under this emulator accumulation model, bit for bit "
                      "(a chip's numerics; CPU: the emulator, GPU: mx_matmul method 'emulate', "
                      "every model but 'exact'; slow); None: the backend's own sums")

@@ -82,6 +82,19 @@ def blockwise_scales(a: FoldedTensor, b: FoldedTensor) -> tuple[torch.Tensor, to
     return group_scales(a).t().contiguous().t(), group_scales(b).t().contiguous()
 
 
+def rowwise_scales(a: FoldedTensor, b: FoldedTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale_a, scale_b) of two operands folded whole rows (one exponent per row) for cuBLAS's
+    rowwise FP8 GEMM (``torch._scaled_mm(a, b.t(), ...)``): 2^R as float32, A's (M, 1), B's
+    (1, N)."""
+    for f in (a, b):
+        if f.exponents.shape[1] != 1:
+            raise ValueError(f"rowwise scales take operands folded whole rows, got "
+                             f"{f.exponents.shape[1]} groups per row")
+    sa = a.pow2 if a.pow2 is not None else group_scales(a).t()
+    sb = b.pow2 if b.pow2 is not None else group_scales(b).t()
+    return sa.reshape(-1, 1), sb.reshape(1, -1)
+
+
 _inexact_totals: dict = {}
 
 
@@ -105,22 +118,35 @@ def reset_inexact_total(device) -> None:
     inexact_total(device).zero_()
 
 
-def fold(mx: MXTensor, group: int = 4) -> FoldedTensor:
+def check_group(group: int, nblk: int) -> None:
+    """A ValueError unless ``group`` blocks are a fold group of rows of ``nblk`` blocks: a power
+    of two dividing them, or the whole row."""
+    if group < 1 or nblk % group or (group & (group - 1) and group != nblk):
+        raise ValueError(f"a fold group is a power of two dividing the {nblk} blocks along K, "
+                         f"or all of them (a whole row), got {group}")
+
+
+def fold(mx: MXTensor, group: int | None = 4) -> FoldedTensor:
     """Fold an MX operand (its K-major rows, K along the last axis) with one exponent per
-    ``group`` blocks; ``group`` must divide K / 32."""
+    ``group`` blocks (``check_group``; None: the whole row, as ``emulator.fold.fold``)."""
     if mx.block_size != BLOCK_SIZE:
         raise ValueError(f"fold takes blocks of {BLOCK_SIZE}, got {mx.block_size}")
     return fold_kmajor(mx.data, mx.scales_kmajor, mx.shape[mx.axis], mx.fmt, group)
 
 
-def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow2: bool = False,
+def quantize_folded(x: torch.Tensor, fmt, group: int | None = 4, *, axis: int = -1,
+                    pow2: bool = False,
                     scale_rule="floor", rounding="rne", seed: int = 0, rotation=None,
                     keys: torch.Tensor | None = None, backend: str | None = None,
                     tuning=None) -> FoldedTensor:
     """``fold(quantize(x, fmt, axis=axis, ...), group)`` in one pass: the 32-block quantize
     kernel writes the E4M3 codes of the folded operand (one byte per element), each group's
     exponent (and with ``pow2`` its 2^R for cuBLAS) and the MX scales, instead of packed codes;
-    the bits of the two passes, the rounded-element count and the wide flag included. Along
+    the bits of the two passes, the rounded-element count and the wide flag included. A group
+    (``check_group``; None: the whole row) larger than ``FUSED_FOLD_MAX_GROUP`` blocks or not
+    a power of two (a whole row: one exponent per row, cuBLAS's rowwise scales) is those two
+    passes: ``quantize`` (any
+    axis, rotation and rounding) and the whole-row fold (``fold_kmajor``). Along
     another axis than the last (Wgrad's operands) the column kernel folds in its one pass
     where ``tuning.column_path('fold')`` says 'kernel' (``columns_fold``, or ``columns`` where
     that is None); under ``columns_fold='both_axes'`` the axis-0 fold kernel
@@ -144,9 +170,8 @@ def quantize_folded(x: torch.Tensor, fmt, group: int = 4, *, axis: int = -1, pow
     ops._check_keys(keys, x)
     k = x.shape[axis]
     nblk = k // BLOCK_SIZE
-    if group < 1 or group & (group - 1) or nblk % group:
-        raise ValueError(f"group must be a power of two dividing the {nblk} blocks along K, "
-                         f"got {group}")
+    group = nblk if group is None else group
+    check_group(group, nblk)
     if torch.compiler.is_compiling():
         from . import library
         return library.quantize_folded(x, n, axis, group, pow2, seed, keys, backend)
@@ -188,6 +213,11 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
             f.pow2 = group_scales(f).t().contiguous()
         return f
     tuning = tuning or default_tuning(x.device)
+    if group > FUSED_FOLD_MAX_GROUP or group & (group - 1):  # whole rows: quantize, then fold
+        mx = ops.quantize(x, n.fmt, axis=axis, scale_rule=n.scale_rule, rounding=n.rounding,
+                          seed=seed, rotation=n.rotation, keys=keys, backend=backend,
+                          tuning=tuning)
+        return fold_kmajor(mx.data, mx.scales_kmajor, k, n.fmt, group, pow2)
     x = x.detach().contiguous()
     codes = torch.empty(rows, k, dtype=torch.uint8, device=x.device)
     scales = torch.empty(rows, nblk, dtype=torch.uint8, device=x.device)
@@ -205,20 +235,33 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
     return FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2)
 
 
+# the largest fold group the quantize kernels fold in their own pass (a program holds whole
+# groups); larger ones (whole rows, for cuBLAS's rowwise scales) are quantized, then folded
+FUSED_FOLD_MAX_GROUP = 32
 FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
 FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per thread)
+# the whole-row fold's tile (``kernels.quantize.fold_rows_kernel``): blocks per step, warps
+FOLD_ROW_CHUNK = 64
+FOLD_ROW_WARPS = 4
+
+
+def fits_one_program(group: int) -> bool:
+    """Whether a fold group of ``group`` blocks is one program's tile of the fold kernel (a
+    power of two up to FOLD_BLOCKS); a larger or odd group must be a whole row, which
+    ``fold_rows_kernel`` folds in two passes."""
+    return group & (group - 1) == 0 and group <= FOLD_BLOCKS
 
 
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
-                group: int = 4, pow2: bool = False) -> FoldedTensor:
+                group: int | None = 4, pow2: bool = False) -> FoldedTensor:
     """``fold`` on K-major codes (packed for FP4) and scales: (rows, K / pack), (rows, K / 32).
     pow2: also write each group's 2^R as float32, group-major (``FoldedTensor.pow2``, what
-    ``blockwise_scales`` hands cuBLAS), in the same pass."""
+    ``blockwise_scales`` and ``rowwise_scales`` hand cuBLAS), in the same pass."""
     if fmt.name not in FOLD_FORMATS:
         raise ValueError(f"only FP4/FP6 formats fold into E4M3 exactly, not {fmt.name}")
     nblk = k // BLOCK_SIZE
-    if group < 1 or nblk % group:
-        raise ValueError(f"group {group} does not divide the {nblk} blocks along K")
+    group = nblk if group is None else group
+    check_group(group, nblk)
     rows = math.prod(data.shape[:-1])
     codes = torch.empty(rows, k, dtype=torch.uint8, device=data.device)
     exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=data.device)
@@ -226,7 +269,13 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     p2 = (torch.empty(nblk // group, rows, dtype=torch.float32, device=data.device) if pow2
           else exps)  # (the kernel does not touch it without POW2)
     n_groups = rows * nblk // group
-    if n_groups:
+    if n_groups and group == nblk and not fits_one_program(group):
+        # whole rows of any length: a program per row, two passes over it
+        launch.run(kernels.quantize.fold_rows_kernel, (rows,), data, scales, codes, exps, p2,
+                   stats, inexact_total(data.device), nblk, **lower(fmt).constexprs(),
+                   PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
+                   POW2=pow2, HW_CVT=_e4m3_cvt(data.device), num_warps=FOLD_ROW_WARPS)
+    elif n_groups:
         ng = max(1, FOLD_BLOCKS // group)  # groups per program: a block per thread
         launch.run(kernels.quantize.fold_kernel, (cdiv(n_groups, ng),), data, scales, codes,
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
@@ -257,7 +306,8 @@ def dot_model(device) -> str | None:
 
 def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
                   *, k_per_dot: int | None = None, promote: bool = True,
-                  tile: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+                  tile: tuple[int, int, int, int] | None = None,
+                  span: int | None = None) -> torch.Tensor:
     """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul`` with
     ``dot=dot_model(device)`` and ``promote=32`` (``promote=True``: every K = 32 dot leaves the
     tensor core at once) or ``promote=32 * group`` (False: the group's dots chained in the
@@ -265,7 +315,9 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     emulator's chained model). ``k_per_dot``: K of one ``tl.dot`` (a
     multiple of 32 dividing 32 * group; default 32 under the interpreter, up to 128 on a
     GPU). ``tile``: (BLOCK_M, BLOCK_N, warps, stages) instead of the autotuned tile (a tile
-    never changes the bits; ``benchmarks/fold_tile_sweep.py``)."""
+    never changes the bits; ``benchmarks/fold_tile_sweep.py``). ``span`` (chained only): the
+    dots chained over spans of ``span`` blocks, the spans' sums added in float32
+    (``promote=32 * span``: ``emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE``'s sums)."""
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
@@ -274,10 +326,14 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     n = b.codes.shape[0]
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
     if m and n:
-        kt = k_per_dot or (32 if interpreting() else 32 * math.gcd(a.group, 4))
-        if kt % 32 or (32 * a.group) % kt:
-            raise ValueError(f"k_per_dot {kt} must be a multiple of 32 dividing the group's "
-                             f"{32 * a.group} elements")
+        if span is not None and (promote or span < 1):
+            raise ValueError(f"span {span}: at least one block, chained (promote=False)")
+        span = None if span is None or span >= a.group else span
+        chain = math.gcd(span, a.group) if span else a.group  # divides every chain's blocks
+        kt = k_per_dot or (32 if interpreting() else 32 * math.gcd(chain, 4))
+        if kt % 32 or (32 * chain) % kt:
+            raise ValueError(f"k_per_dot {kt} must be a multiple of 32 dividing the "
+                             f"{32 * chain} elements of a chain")
         fixed = tile or ((32, 32, 4, 1) if interpreting() else None)
         bm_max = fixed[0] if fixed else BLOCK_M_MAX
         if bm_max * k >= 2**31:
@@ -287,7 +343,7 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
                 c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
         # enable_fp_fusion=False: the epilogue's product is rounded, then added
         common = dict(GROUP=a.group, KT=kt, OUT_BF16=out_dtype == torch.bfloat16,
-                      PROMOTE=bool(promote), enable_fp_fusion=False)
+                      PROMOTE=bool(promote), SPAN=span or 0, enable_fp_fusion=False)
         # two launches, one computing: RANK1=True unless an operand is wide (its kernel
         # returns at once otherwise), then RANK1=False (the kernel's doc says why)
         for rank1 in (True, False):

@@ -137,8 +137,11 @@ def _as_operand(t: MXTensor, name: str, method: str = "dot_scaled",
     return t.data, t.scales_kmajor
 
 
-METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "fp8_cublas", "emulate")
-FOLD_METHODS = ("fp8_exact", "fp8", "fp8_cublas")  # MX operands folded into E4M3 (native.fold)
+METHODS = ("auto", "dot_scaled", "bf16", "fp8_exact", "fp8", "fp8_cublas", "fp8_cublas_rowwise",
+           "emulate")
+# MX operands folded into E4M3 (native.fold); those summed by cuBLAS (torch._scaled_mm)
+FOLD_METHODS = ("fp8_exact", "fp8", "fp8_cublas", "fp8_cublas_rowwise")
+CUBLAS_METHODS = ("fp8_cublas", "fp8_cublas_rowwise")
 # the fold methods' models (emulator.fold.FoldedModel: what each computes on Hopper) and their
 # blocks per fold group (one E4M3 exponent per group; K / 32 not divisible: their gcd). The
 # promoted path adds a float32 epilogue per 32 of K whatever the group; the chained one adds
@@ -148,8 +151,9 @@ FOLD_METHODS = ("fp8_exact", "fp8", "fp8_cublas")  # MX operands folded into E4M
 # largest is rounded; counted in FoldedTensor.inexact)
 FOLD_MODELS = {"fp8_exact": emulator.fold.HOPPER_FP8_EXACT,
                "fp8": emulator.fold.HOPPER_FP8_CHAINED,
-               "fp8_cublas": emulator.fold.HOPPER_FP8_CUBLAS}
-FOLD_GROUPS = {method: model.group for method, model in FOLD_MODELS.items()}
+               "fp8_cublas": emulator.fold.HOPPER_FP8_CUBLAS,
+               "fp8_cublas_rowwise": emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE}
+FOLD_GROUPS = {method: model.group for method, model in FOLD_MODELS.items()}  # None: whole rows
 
 
 def has_mx_units(device: torch.device) -> bool:
@@ -190,6 +194,14 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     (``emulator.fold.HOPPER_FP8_CUBLAS``, bit for bit where tested);
                     1.30-1.49x cuBLAS bf16 for the GEMM alone on an H100
                     (results/native_gpu/cublas_blockwise.md);
+      'fp8_cublas_rowwise'  whole rows folded (one exponent per row: a block more than the
+                    format's fold range, 14 octaves for E2M1, below its row's largest is
+                    rounded, counted in ``FoldedTensor.inexact``), then cuBLAS's FP8 GEMM
+                    with rowwise scales (CUDA sm_90+, M and N multiples of 16): each 128 of K
+                    chained in the tensor core, promoted in float32, scaled once at the end
+                    (``emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE``, bit for bit on an H200);
+                    1.68-1.77x cuBLAS bf16 for the GEMM alone there against blockwise's
+                    1.22-1.39x (results/native_gpu/cublas_rowwise_h200.md);
       'emulate'     the products summed under the accumulation ``model`` ('fp32_sequential',
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
@@ -237,8 +249,8 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
         return torch.from_numpy(emulator.mx_matmul(ea, eb, model)).to(out_dtype).to(da.device)
     if method == "emulate":
         return _emulate(da, sa, db, sb, fmt_a, fmt_b, k, model).to(out_dtype)
-    if method == "fp8_cublas":
-        return _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k, out_dtype)
+    if method in CUBLAS_METHODS:
+        return _cublas(method, da, sa, db, sb, fmt_a, fmt_b, k, out_dtype)
     if method in FOLD_METHODS:
         return _folded(da, sa, db, sb, fmt_a, fmt_b, k, out_dtype, FOLD_MODELS[method])
     if method == "bf16":
@@ -268,32 +280,36 @@ def mx_matmul_kmajor(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, backend, m
 _EMULATE_TILE = 16
 
 
-def _cublas_blockwise(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.Tensor:
+def _cublas(method: str, da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype) -> torch.Tensor:
     """``method='fp8_cublas'``: both operands folded in groups of 4 blocks (one exponent per
     1 x 128 block along K), then cuBLAS's blockwise-scaled FP8 GEMM (``torch._scaled_mm`` with
-    scales 2^R, written by the folds in the layout ``fold.blockwise_scales`` hands cuBLAS). The
+    scales 2^R, written by the folds in the layout ``fold.blockwise_scales`` hands cuBLAS);
+    ``'fp8_cublas_rowwise'``: whole rows folded, cuBLAS's rowwise-scaled FP8 GEMM. The
     products are exact; cuBLAS does not document its sums: the conformance fold probe inferred
-    ``emulator.fold.HOPPER_FP8_CUBLAS`` on an H100 and it reproduced every output tested."""
-    check_cublas_shapes(da.device, da.shape[0], db.shape[0], k)
-    group = FOLD_GROUPS["fp8_cublas"]  # one exponent per 1 x 128 block
+    ``emulator.fold.HOPPER_FP8_CUBLAS`` on an H100 and it reproduced every output tested;
+    ``HOPPER_FP8_CUBLAS_ROWWISE`` was fitted to an H200's outputs
+    (``benchmarks/cublas_rowwise_probe.py``)."""
+    check_cublas_shapes(da.device, da.shape[0], db.shape[0], k, method)
+    group = FOLD_MODELS[method].group_for(k)
     fa = fold.fold_kmajor(da, sa, k, fmt_a, group, pow2=True)
     fb = fold.fold_kmajor(db, sb, k, fmt_b, group, pow2=True)
-    return folded_product("fp8_cublas", fa, fb, out_dtype)
+    return folded_product(method, fa, fb, out_dtype)
 
 
-def check_cublas_shapes(device, m: int, n: int, k: int) -> None:
-    """A ValueError saying why where ``method='fp8_cublas'`` cannot take an M x N x K GEMM."""
+def check_cublas_shapes(device, m: int, n: int, k: int, method: str = "fp8_cublas") -> None:
+    """A ValueError saying why where cuBLAS ``method`` cannot take an M x N x K GEMM."""
     if device.type != "cuda":
-        raise ValueError(f"method='fp8_cublas' is torch._scaled_mm's blockwise FP8 GEMM, a CUDA "
+        raise ValueError(f"method={method!r} is torch._scaled_mm's FP8 GEMM, a CUDA "
                          f"(sm_90+) feature; the operands are on {device}")
-    problem = _cublas_shape_problem(m, n, k)
+    problem = _cublas_shape_problem(m, n, k, method)
     if problem:
-        raise ValueError(f"method='fp8_cublas': {problem}")
+        raise ValueError(f"method={method!r}: {problem}")
 
 
-def _cublas_shape_problem(m: int, n: int, k: int) -> str | None:
-    """Why cuBLAS's blockwise FP8 GEMM refuses an M x N x K GEMM, or None where it takes it."""
-    if k % 128:
+def _cublas_shape_problem(m: int, n: int, k: int, method: str = "fp8_cublas") -> str | None:
+    """Why cuBLAS's FP8 GEMM (blockwise for 'fp8_cublas', rowwise for 'fp8_cublas_rowwise')
+    refuses an M x N x K GEMM, or None where it takes it."""
+    if method == "fp8_cublas" and k % 128:
         return f"it scales 1 x 128 blocks along K: K = {k} is not a multiple of 128"
     if m % 16 or n % 16:
         return f"cuBLAS's FP8 GEMM takes M and N in multiples of 16, got M = {m}, N = {n}"
@@ -309,11 +325,13 @@ def folded_product(method: str, fa: fold.FoldedTensor, fb: fold.FoldedTensor,
     if torch.compiler.is_compiling():
         from . import library
         return library.folded_product(method, fa, fb, out_dtype)
-    if method == "fp8_cublas":
-        scale_a, scale_b = fold.blockwise_scales(fa, fb)
+    if method in CUBLAS_METHODS:
+        scale_a, scale_b = (fold.blockwise_scales(fa, fb) if method == "fp8_cublas"
+                            else fold.rowwise_scales(fa, fb))
+        # use_fast_accum=False (the default, said here): the promotion the models describe
         return torch._scaled_mm(fa.codes.view(torch.float8_e4m3fn),
                                 fb.codes.view(torch.float8_e4m3fn).t(), scale_a=scale_a,
-                                scale_b=scale_b, out_dtype=out_dtype)
+                                scale_b=scale_b, out_dtype=out_dtype, use_fast_accum=False)
     return fold.folded_matmul(fa, fb, out_dtype, promote=not FOLD_MODELS[method].chained)
 
 
@@ -323,7 +341,8 @@ def _folded(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, model) -> torch.Ten
     group = model.group_for(k)
     fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
     fb = fold.fold_kmajor(db, sb, k, fmt_b, group)
-    return fold.folded_matmul(fa, fb, out_dtype, promote=not model.chained)
+    return fold.folded_matmul(fa, fb, out_dtype, promote=not model.chained,
+                              span=model.chain if model.chained else None)
 
 
 def _emulate(da, sa, db, sb, fmt_a, fmt_b, k: int, model) -> torch.Tensor:
@@ -444,11 +463,12 @@ def auto_method(device: torch.device) -> str:
 
 
 def fit_method(method: str, fmt_a, fmt_b, m: int, n: int, k: int) -> str:
-    """``method`` as ``auto_method`` chose it, or 'bf16' where it is 'fp8_cublas' and the GEMM
-    is one that method refuses: an operand that does not fold (MXFP8, MXINT8), K not a multiple
-    of 128, or M, N not multiples of 16."""
-    if method == "fp8_cublas" and (fmt_a.name not in FOLD_FORMATS or fmt_b.name not in FOLD_FORMATS
-                                   or _cublas_shape_problem(m, n, k)):
+    """``method`` as ``auto_method`` chose it, or 'bf16' where it is a cuBLAS fold method and
+    the GEMM is one that method refuses: an operand that does not fold (MXFP8, MXINT8), K not a
+    multiple of 128 (blockwise), or M, N not multiples of 16."""
+    if method in CUBLAS_METHODS and (fmt_a.name not in FOLD_FORMATS
+                                     or fmt_b.name not in FOLD_FORMATS
+                                     or _cublas_shape_problem(m, n, k, method)):
         return "bf16"
     return method
 

@@ -39,8 +39,8 @@ from ..spec import BLOCK_SIZE, Rotation, get_format, parse_rotation
 from .baselines import bf16_matmul, fp8_matmul
 from .dispatch import pick_backend
 from .fold import quantize_folded
-from .gemm import (FOLD_METHODS, FOLD_MODELS, auto_method, bf16_product, check_cublas_shapes,
-                   fit_method, folded_product, mx_matmul)
+from .gemm import (CUBLAS_METHODS, FOLD_METHODS, FOLD_MODELS, auto_method, bf16_product,
+                   check_cublas_shapes, fit_method, folded_product, mx_matmul)
 from .ops import (both_axes_applies, dequantize, numerics, quantize, quantize_dequantize,
                   quantize_dequantize_both_axes)
 from .recipes import (FP8_ELEMENT, GEMMS, OPERANDS, RANDOM_SIGN_SIZE, GemmRecipe, Recipe,
@@ -238,10 +238,10 @@ def _folded_gemm(method: str, gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axi
     (``fold.quantize_folded``: one kernel per operand, no fold launch): the bits of
     ``mx_matmul(quantize(a), quantize(b), method=method)``. Under ``torch.compile`` the two
     are the custom ops ``ocpmx::quantize_folded`` and ``ocpmx::folded_product``."""
-    if method == "fp8_cublas":
-        check_cublas_shapes(a.device, m, n, k)
+    if method in CUBLAS_METHODS:
+        check_cublas_shapes(a.device, m, n, k, method)
     group = FOLD_MODELS[method].group_for(k)
-    fa, fb = (quantize_folded(t, g.element, group, pow2=method == "fp8_cublas", **kw)
+    fa, fb = (quantize_folded(t, g.element, group, pow2=method in CUBLAS_METHODS, **kw)
               for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)))
     return folded_product(method, fa, fb, out_dtype)
 

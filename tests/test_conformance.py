@@ -402,19 +402,23 @@ class _Folding(EmulatorBackend):
         return emulator.mx_matmul(a, b, self.model)
 
 
-@pytest.mark.parametrize("group, chained, dot", [(4, False, "hopper"), (32, True, "hopper"),
-                                                  (8, False, "exact"), (1, False, "hopper"),
-                                                  (64, True, "hopper")])
-def test_fold_probe_infers_the_folded_model_unaided(group, chained, dot):
-    """``probe_folding`` finds a folding backend's group, chaining and dot rule from designed
-    dot products alone, and the suite's check reproduces the backend with the inferred model;
-    the exact emulator shows no fold."""
+@pytest.mark.parametrize("group, chained, dot, chain", [
+    (4, False, "hopper", None), (32, True, "hopper", None), (8, False, "exact", None),
+    (1, False, "hopper", None), (64, True, "hopper", None), (4, True, "hopper", 2),
+    (None, True, "hopper", 4)])  # the last: cuBLAS's rowwise model (whole rows, spans of 4)
+def test_fold_probe_infers_the_folded_model_unaided(group, chained, dot, chain):
+    """``probe_folding`` finds a folding backend's group, chaining (and the span of blocks one
+    chain covers) and dot rule from designed dot products alone, and the suite's check
+    reproduces the backend with the inferred model; the exact emulator shows no fold. A whole
+    row is 64 blocks at the probe's K = 2048."""
     from ocpmx.conformance.suite import model_from_fold_probe, probe_folding
     from ocpmx.emulator.fold import FoldedModel
-    backend = _Folding(FoldedModel(group, chained, dot))
+    backend = _Folding(FoldedModel(group, chained, dot, chain))
     p = probe_folding(backend)
-    assert (p["group"], p["chained"] is True, p["dot"]) == (group, chained, dot), p
-    assert model_from_fold_probe(p) == FoldedModel(group, chained, dot)
+    seen = group or 64
+    assert (p["group"], p["chained"] is True, p["dot"], p.get("chain")) == \
+        (seen, chained, dot, chain), p
+    assert model_from_fold_probe(p) == FoldedModel(seen, chained, dot, chain)
     results = {r.check: r for r in run_suite(backend, formats=("e2m1",), ops=("gemm",))}
     assert results["gemm/probe/fold"].status == "pass"
     assert results["gemm/fold-model-reproduces-backend"].status == "pass", \

@@ -571,11 +571,11 @@ def test_folded_gemm_tiles_compile_for_sm90_without_spills():
 
 
 def test_folded_models_in_the_emulators_mx_matmul():
-    """``emulator.mx_matmul(a, b, "hopper_fp8_exact" / "hopper_fp8_chained")``: the fold in
-    gcd(K / 32, group) blocks and the folded GEMM's sums, as composed by hand; named models are
-    the FoldedModels native.gemm's fold methods use."""
-    from ocpmx.emulator.fold import (HOPPER_FP8_CHAINED, HOPPER_FP8_CUBLAS, HOPPER_FP8_EXACT,
-                                     FoldedModel)
+    """``emulator.mx_matmul(a, b, "hopper_fp8_exact" / "hopper_fp8_chained" / ...)``: the fold
+    in gcd(K / 32, group) blocks (whole rows for the rowwise model) and the folded GEMM's sums,
+    as composed by hand; named models are the FoldedModels native.gemm's fold methods use."""
+    from ocpmx.emulator.fold import (HOPPER_FP8_CHAINED, HOPPER_FP8_CUBLAS,
+                                     HOPPER_FP8_CUBLAS_ROWWISE, HOPPER_FP8_EXACT, FoldedModel)
     from ocpmx.native import gemm
     rng = np.random.default_rng(13)
     for k in (192, 2048):
@@ -589,11 +589,23 @@ def test_folded_models_in_the_emulators_mx_matmul():
             want = folded_matmul(fold(a, g), fold(b, g), "hopper", promote=promote(g))
             got = emulator.mx_matmul(a, b, name)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (k, name)
+        # whole rows (6 blocks at K = 192: spans of 4 and 2), spans of 4 blocks chained
+        want = folded_matmul(fold(a, None), fold(b, None), "hopper", promote=128)
+        got = emulator.mx_matmul(a, b, "hopper_fp8_cublas_rowwise")
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k
     assert emulator.accumulate.MODELS["hopper_fp8_exact"] is HOPPER_FP8_EXACT
     assert gemm.FOLD_MODELS == {"fp8_exact": HOPPER_FP8_EXACT, "fp8": HOPPER_FP8_CHAINED,
-                                "fp8_cublas": HOPPER_FP8_CUBLAS}
+                                "fp8_cublas": HOPPER_FP8_CUBLAS,
+                                "fp8_cublas_rowwise": HOPPER_FP8_CUBLAS_ROWWISE}
+    rowwise = HOPPER_FP8_CUBLAS_ROWWISE
+    assert (rowwise.group_for(14336), rowwise.promote_for(14336), rowwise.promote_for(64)) == \
+        (448, 128, 64)
     with pytest.raises(ValueError, match="unknown dot"):
         FoldedModel(4, False, "tensor")
+    with pytest.raises(ValueError, match="chain"):
+        FoldedModel(None, False, "hopper", 4)  # a chain length needs a chained model
+    with pytest.raises(ValueError, match="multiple of 32"):
+        folded_matmul(fold(a, 4), fold(b, 4), "hopper", promote=48)
     with pytest.raises(ValueError, match="only FP4/FP6"):
         emulator.mx_matmul(emulator.quantize(w, "e4m3"), emulator.quantize(w, "e4m3"),
                            "hopper_fp8_chained")
@@ -792,23 +804,27 @@ def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     assert fit("dot_scaled", e2m1, e4m3, 1, 1, 32) == "dot_scaled"
 
 
-@pytest.mark.parametrize("recipe", ["mxfp4_all", "mxfp4_all_h16"])
-def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe, monkeypatch):
-    """MXLinear's three GEMMs through cuBLAS (``method="fp8_cublas"``, and ``"auto"`` on Hopper
-    with ``HOPPER_AUTO = "fp8_cublas"``)
+@pytest.mark.parametrize("recipe, method", [("mxfp4_all", "fp8_cublas"),
+                                            ("mxfp4_all_h16", "fp8_cublas"),
+                                            ("mxfp4_all_h16", "fp8_cublas_rowwise"),
+                                            ("mxfp4_all_sr_wgrad", "fp8_cublas_rowwise")])
+def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe, method, monkeypatch):
+    """MXLinear's three GEMMs through cuBLAS (``method="fp8_cublas"`` or
+    ``"fp8_cublas_rowwise"``, and ``"auto"`` on Hopper with ``HOPPER_AUTO`` that method)
     give the bits of the same layer summed under the emulator's ``hopper_fp8_cublas`` model
-    (``accumulation=``): output, input gradient and weight gradient."""
+    (``hopper_fp8_cublas_rowwise``; ``accumulation=``, on the GPU the Triton folded GEMM):
+    output, input gradient and weight gradient."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs an sm_90 GPU (cuBLAS's blockwise FP8 GEMM and Hopper's dot)")
     from ocpmx import native
-    monkeypatch.setattr(native.gemm, "HOPPER_AUTO", "fp8_cublas")  # "auto" picks it
+    monkeypatch.setattr(native.gemm, "HOPPER_AUTO", method)  # "auto" picks it
     torch.manual_seed(0)
     x = torch.randn(2, 128, 256, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(2, 128, 384, dtype=torch.bfloat16, device="cuda")
     outs, weights = {}, None
-    for name, kw in (("fp8_cublas", dict(method="fp8_cublas")), ("auto", {}),
-                     ("model", dict(accumulation="hopper_fp8_cublas"))):
+    for name, kw in ((method, dict(method=method)), ("auto", {}),
+                     ("model", dict(accumulation=f"hopper_{method}"))):
         lin = native.MXLinear(256, 384, recipe=recipe, layer_id=1, seed=5, device="cuda", **kw)
         if weights is None:
             weights = {k: v.clone() for k, v in lin.state_dict().items()}
@@ -817,7 +833,7 @@ def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe, monkeypatch)
         y = lin(xi)
         y.backward(gy)
         outs[name] = (y, xi.grad, lin.weight.grad)
-    for name in ("fp8_cublas", "auto"):
+    for name in (method, "auto"):
         for what, got, want in zip(("y", "dgrad", "wgrad"), outs[name], outs["model"]):
             assert torch.equal(got.view(torch.int16 if got.dtype == torch.bfloat16 else
                                         torch.int32),
@@ -1187,3 +1203,169 @@ def test_fold_along_tokens_in_the_axis0_kernel(device, name, rotation, group, dt
     launched.clear()
     native_fold.quantize_folded(xt, name, 8, axis=0, tuning=fast)  # (a group of 8 blocks)
     assert launch.kernels.transpose.transpose_kernel in launched
+
+
+def test_hopper_fp8_cublas_rowwise_reproduces_an_h200():
+    """``HOPPER_FP8_CUBLAS_ROWWISE`` (each 128 of K chained in the tensor core, the spans added
+    in float32, the row and column scales once at the end) against cuBLAS's rowwise FP8 GEMM on
+    an H200 (torch 2.11 + CUDA 13.0, ``benchmarks/cublas_rowwise_probe.py``): corners of
+    outputs of GEMMs up to 8192 x 4096 x 14336, E4M3 operands of every finite code or E2M1
+    values shifted per block, rows scaled by 2^-20..2^20; float32 and bf16 outputs bit for bit.
+    The other chain lengths (every K = 32 promoted, 64, 256 of K, the whole row) miss."""
+    data = np.load(Path(__file__).parent / "data" / "h200_cublas_rowwise.npz")
+    tags = sorted({k.rsplit("_", 1)[0] for k in data if k.endswith("_shape")})
+    assert len(tags) == 8
+    import torch
+    misses = {1: 0, 2: 0, 8: 0, None: 0}
+    for tag in tags:
+        a, b = data[f"{tag}_a"], data[f"{tag}_b"]
+        k = a.shape[1]
+        assert k == data[f"{tag}_shape"][2]
+
+        def folded(codes, r):
+            return Folded(codes, np.zeros((codes.shape[0], k // 32), np.uint8),
+                          r.reshape(-1, 1), k // 32, FORMATS["e2m1"], 0)
+        fa, fb = folded(a, data[f"{tag}_ra"]), folded(b, data[f"{tag}_rb"])
+        want = folded_matmul(fa, fb, "hopper", promote=128)
+        got32 = data[f"{tag}_out_f32"]
+        assert np.array_equal(got32.view(np.uint32), want.view(np.uint32)), tag
+        want16 = torch.from_numpy(want).bfloat16().float().numpy()
+        assert np.array_equal(data[f"{tag}_out_bf16"].view(np.uint32), want16.view(np.uint32))
+        for chain in misses:
+            other = folded_matmul(fa, fb, "hopper", promote=32 * (chain or k // 32))
+            misses[chain] += int((other.view(np.uint32) != got32.view(np.uint32)).sum())
+    assert all(v > 0 for v in misses.values()), misses
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name, nblk, axis, rotation, rounding, dtype", [
+    ("e2m1", 7, -1, None, "rne", "float32"),                 # one chunk, partly masked
+    ("e2m1", 130, -1, "hadamard16", "rne", "bfloat16"),      # three chunks of 64, the last short
+    ("e3m2", 96, 0, None, "stochastic", "float32"),          # along axis 0 (Wgrad's operands)
+    ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16")])  # the group kernel's tile
+def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rounding, dtype):
+    """``quantize_folded(x, fmt, None)`` and ``fold(mx, None)``: one exponent per whole row, any
+    number of blocks (``fold_rows_kernel``: two passes over a row in chunks of 64 blocks; 64
+    blocks, a power of two, by the group kernel), bit for bit ``emulator.fold.fold(mx, None)``:
+    codes, exponents (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of
+    blocks more than the fold range below their row's largest, the wide flag, 2^R as cuBLAS's
+    rowwise scale; the MX codes come back (``unfold``) from every row the fold kept exact."""
+    import torch
+    from ocpmx import native
+    from ocpmx.emulator import MXArray
+    from ocpmx.emulator.fold import unfold
+    from ocpmx.native import fold as native_fold
+    rows, k = 6, nblk * 32
+    rng = np.random.default_rng(nblk)
+    x = rng.standard_normal((rows, k)) * np.exp2(rng.integers(-4, 5, (rows, nblk))).repeat(32, 1)
+    x[1, -32:] *= 2.0**-30  # a far block: rounded
+    x[0, 32:64] = 0         # a zero block does not set R
+    x[3] = 0                # a row of zeros: R = 0
+    x[2, 40] = np.nan       # a NaN block: the row's R is NAN_EXPONENT
+    xt = torch.from_numpy(x.astype(np.float32)).to(getattr(torch, dtype)).to(device)
+    if axis == 0:
+        xt = xt.t().contiguous()
+    kw = dict(axis=axis, rotation=rotation, rounding=rounding, seed=5)
+    got = native_fold.quantize_folded(xt, name, None, pow2=True, **kw)
+    mx = native.quantize(xt, name, **kw)
+    ref = native_fold.fold(mx, None)
+    e = mx.to_emulator()
+    want = emulator.fold.fold(MXArray(np.moveaxis(e.codes, axis, -1),
+                                      np.moveaxis(e.scales, axis, -1), FORMATS[name], 1), None)
+    for f in (got, ref):
+        assert f.group == nblk and f.exponents.shape == (rows, 1)
+        assert np.array_equal(f.codes.cpu().numpy(), want.codes)
+        assert np.array_equal(f.exponents.cpu().numpy(), want.exponents)
+        assert int(f.inexact.item()) == want.inexact > 0
+        assert int(f.wide.item()) == 1  # the NaN row
+    assert want.exponents[3, 0] == 0 and want.exponents[2, 0] == NAN_EXPONENT
+    assert torch.equal(got.pow2.view(torch.int32),
+                       native_fold.group_scales(got).t().contiguous().view(torch.int32))
+    sa, sb = native_fold.rowwise_scales(got, ref)
+    assert sa.shape == (rows, 1) and sb.shape == (1, rows)
+    back = unfold(Folded(got.codes.cpu().numpy(), got.scales.cpu().numpy(),
+                         got.exponents.cpu().numpy(), nblk, FORMATS[name], 0))
+    keep = [0, 3, 4, 5]  # not the rounded or the NaN row
+    assert np.array_equal(back.codes[keep], np.moveaxis(e.codes, axis, -1)[keep])
+    with pytest.raises(ValueError, match="whole rows"):
+        native_fold.rowwise_scales(native_fold.fold(mx, 1), ref)
+    if nblk % 3 == 0:  # a group neither a power of two nor the whole row
+        with pytest.raises(ValueError, match="power of two dividing"):
+            native_fold.quantize_folded(xt, name, 3, **kw)
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+def test_method_fp8_cublas_rowwise(device):
+    """``mx_matmul(method="fp8_cublas_rowwise")``: cuBLAS's rowwise FP8 GEMM of operands folded
+    whole rows, bit for bit ``emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE`` (fitted to an H200's
+    outputs) on random, outlier-heavy (block scales 2^+-40 apart: rounded folds, part of the
+    model), exactly summable and E3M2 operands, K = 1024 and K = 160 (spans of 4 and 1 blocks);
+    a NaN block's row NaN. On a CPU, and for M or N not multiples of 16, a ValueError."""
+    import torch
+    from ocpmx import native
+    from ocpmx.conformance.backends import TritonBackend
+    from ocpmx.conformance.strategies import exactly_summable_operand
+    from ocpmx.emulator.fold import HOPPER_FP8_CUBLAS_ROWWISE
+    rng = np.random.default_rng(16)
+    x = torch.from_numpy(rng.standard_normal((48, 1024)).astype(np.float32)).to(device)
+    w = torch.from_numpy(rng.standard_normal((32, 1024)).astype(np.float32)).to(device)
+    qa, qb = native.quantize(x, "e2m1"), native.quantize(w, "e2m1")
+    if device == "cpu":
+        with pytest.raises(ValueError, match="CUDA"):
+            native.mx_matmul(qa, qb, method="fp8_cublas_rowwise", backend="triton")
+        return
+    if torch.cuda.get_device_capability(device)[0] != 9:
+        pytest.skip("the rowwise FP8 _scaled_mm's model was measured on sm_90")
+    spread = torch.exp2(torch.from_numpy(rng.integers(-40, 41, (48, 32))).float()).to(device)
+    outl = x * spread.repeat_interleave(32, 1)
+    (ec, es), (fc, fs) = (exactly_summable_operand(rng, r, 1024, "e2m1") for r in (48, 32))
+    mx = TritonBackend(device)._mx
+    cases = [(qa, qb), (native.quantize(outl, "e2m1"), qb),
+             (native.quantize(outl, "e3m2"), native.quantize(w, "e3m2")),
+             (mx(ec, es, "e2m1", 1, 32), mx(fc, fs, "e2m1", 1, 32)),
+             (native.quantize(outl[:, :160], "e2m1"), native.quantize(w[:, :160], "e2m1"))]
+    for a, b in cases:
+        for out_dtype in (torch.float32, torch.bfloat16):
+            got = native.mx_matmul(a, b, method="fp8_cublas_rowwise", out_dtype=out_dtype)
+            want = emulator.mx_matmul(a.to_emulator(), b.to_emulator(), HOPPER_FP8_CUBLAS_ROWWISE)
+            want = torch.from_numpy(want).to(out_dtype)
+            assert torch.equal(got.cpu().view(torch.int16 if out_dtype == torch.bfloat16 else
+                                              torch.int32),
+                               want.view(torch.int16 if out_dtype == torch.bfloat16 else
+                                         torch.int32)), (a.fmt.name, a.shape, out_dtype)
+    xn = x.clone()
+    xn[3, 500] = float("nan")
+    got = native.mx_matmul(native.quantize(xn, "e2m1"), qb, method="fp8_cublas_rowwise")
+    got = got.cpu().numpy()
+    assert np.isnan(got[3]).all() and not np.isnan(np.delete(got, 3, 0)).any()
+    with pytest.raises(ValueError, match="multiples of 16"):
+        native.mx_matmul(native.quantize(x[:40], "e2m1"), qb, method="fp8_cublas_rowwise")
+
+
+@pytest.mark.parametrize("m, n, k", [(8192, 14336, 4096), (8192, 4096, 14336),
+                                     (4096, 14336, 8192)])
+def test_method_fp8_cublas_rowwise_at_llama_shapes(m, n, k):
+    """At Llama-8B shapes ``fp8_cublas_rowwise`` gives the bits of the Triton folded GEMM on
+    whole rows chained over spans of 4 blocks (``folded_matmul(span=4)``: Hopper's chained
+    dot, the model's sums): random operands with block scales spread over 2^+-8; float32 and
+    bf16 outputs."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU (cuBLAS's rowwise FP8 GEMM and Hopper's dot)")
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+
+    def operand(rows):
+        v = torch.randn(rows, k, device="cuda", generator=g)
+        s = torch.randint(-8, 9, (rows, k // 32), device="cuda", generator=g).float()
+        return native.quantize(v * torch.exp2(s).repeat_interleave(32, 1), "e2m1")
+    qa, qb = operand(m), operand(n)
+    want = native_fold.folded_matmul(native_fold.fold(qa, None), native_fold.fold(qb, None),
+                                     promote=False, span=4)
+    got = native.mx_matmul(qa, qb, method="fp8_cublas_rowwise")
+    diff = (got.view(torch.int32) != want.view(torch.int32)).sum().item()
+    assert diff == 0, f"{diff} of {m * n} outputs differ"
+    got16 = native.mx_matmul(qa, qb, method="fp8_cublas_rowwise", out_dtype=torch.bfloat16)
+    diff = (got16.view(torch.int16) != want.bfloat16().view(torch.int16)).sum().item()
+    assert diff == 0, f"bf16 output: {diff} of {m * n} differ"

@@ -149,6 +149,22 @@ def store_group_exponents(r, q, valid, exp_ptr, pow2_ptr, stats_ptr, total_ptr, 
 
 
 @triton.jit
+def store_row_exponent(r, row, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_changed,
+                       POW2: tl.constexpr):
+    """``store_group_exponents`` for one group that is a whole row (``fold_rows_kernel``): its
+    exponent R (scalar), 2^R at pow2_ptr[row] with POW2 (cuBLAS's rowwise scale), the flags
+    and counts."""
+    tl.store(exp_ptr + row, r)
+    if POW2:
+        tl.store(pow2_ptr + row, _pow2_any(r))
+    if (r < -RANK1_EXP) | (r > RANK1_EXP):
+        tl.atomic_or(stats_ptr, 1)
+    if n_changed > 0:
+        tl.atomic_add(stats_ptr + 1, n_changed)
+        tl.atomic_add(total_ptr, n_changed)
+
+
+@triton.jit
 def _pow2_any(e):
     """2^e as float32 for any int32 e: normal, subnormal (from 2^-149), 0 below, Inf above;
     NaN for NAN_EXP (``native.fold.group_scales``' values)."""
@@ -186,7 +202,7 @@ def _group_scale(ea, eb):
 @triton.jit
 def _k_loop(a_rows, b_cols, ea_rows, eb_rows, row_ok, col_ok, n_groups,
             GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KT: tl.constexpr,
-            PROMOTE: tl.constexpr, RANK1: tl.constexpr):
+            PROMOTE: tl.constexpr, RANK1: tl.constexpr, SPAN: tl.constexpr):
     """The folded GEMM's K loop over one tile (``folded_gemm_kernel``): per group, T = the
     group's dot, then acc += T * 2^(R_a + R_b), as (T * 2^ea) * 2^eb where RANK1 (every
     exponent of both operands within RANK1_EXP) or through ``_group_scale``."""
@@ -203,6 +219,16 @@ def _k_loop(a_rows, b_cols, ea_rows, eb_rows, row_ok, col_ok, n_groups,
                            max_num_imprecise_acc=32)
             else:  # chained in the tensor core
                 t = tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+        elif SPAN < GROUP:  # chained over spans of SPAN blocks (the last one shorter where
+            t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # they do not divide the group),
+            for s in range((GROUP + SPAN - 1) // SPAN):         # the spans added in float32
+                c = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for j in range(0, tl.minimum(SPAN, GROUP - s * SPAN) * 32 // KT):
+                    kj = k0 + s * (SPAN * 32) + j * KT
+                    a = tl.load(a_rows + kj, mask=m_ok, other=0.0)
+                    b = tl.load(b_cols + kj, mask=n_ok, other=0.0)
+                    c = tl.dot(a, b, c)
+                t += c
         else:
             t = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for j in range(GROUP * 32 // KT):  # a loop, not unrolled (unrolled, 16 blocks
@@ -227,7 +253,8 @@ def _k_loop(a_rows, b_cols, ea_rows, eb_rows, row_ok, col_ok, n_groups,
 def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr, c_ptr, M, N, K,
                        GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        KT: tl.constexpr, OUT_BF16: tl.constexpr, RANK1: tl.constexpr,
-                       PROMOTE: tl.constexpr = True, GROUP_M: tl.constexpr = 8):
+                       PROMOTE: tl.constexpr = True, GROUP_M: tl.constexpr = 8,
+                       SPAN: tl.constexpr = 0):
     """C[M, N] = A Bᵀ for folded operands: A (M, K), B (N, K) E4M3 codes, group exponents
     ea (M, K / (32 GROUP)), eb (N, K / (32 GROUP)) (module doc for the order of additions).
 
@@ -242,7 +269,9 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr, c_p
     PROMOTE=False: no ``max_num_imprecise_acc``, so the tensor core accumulates a whole group
     (its dots chained, each adding into the last's output) and only the group sum leaves it:
     one float32 epilogue per group instead of one per 32 of K (``emulator.fold.folded_matmul``
-    with promote = 32 GROUP).
+    with promote = 32 GROUP). SPAN (with PROMOTE=False; 0: the whole group): the dots chained
+    over spans of SPAN blocks only, each span's sum added to the group's in float32
+    (promote = 32 SPAN: cuBLAS's rowwise GEMM, ``HOPPER_FP8_CUBLAS_ROWWISE``).
 
     Registers decide the speed on Hopper: with PROMOTE the KT / 32 partial sums of one dot are
     live at once beside the accumulator, so a 64 x 128 warpgroup tile (64 registers per sum)
@@ -279,7 +308,7 @@ def folded_gemm_kernel(a_ptr, b_ptr, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr, c_p
         mine = wide != 0
     if mine:
         acc = _k_loop(a_rows, b_cols, ea_rows, eb_rows, rm < M, rn < N, n_groups, GROUP,
-                      BLOCK_M, BLOCK_N, KT, PROMOTE, RANK1)
+                      BLOCK_M, BLOCK_N, KT, PROMOTE, RANK1, GROUP if SPAN == 0 else SPAN)
         cmask = (rm < M)[:, None] & (rn < N)[None, :]
         c_tile = c_ptr + m0.to(tl.int64) * N + n0 + (lm[:, None] * N + ln[None, :])
         if OUT_BF16:  # c_ptr is the bf16 output viewed as int16

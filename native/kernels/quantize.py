@@ -32,7 +32,7 @@ from .common import (FLOOR, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_va
                      encode, f32_to_bf16_bits, load_key, pow2_scale,
                      quarter_bits, rotation_signs, round_on_grid, stochastic_bits)
 from .fold import (NAN_EXP, code_units, fold_values, group_exponents,
-                   store_group_exponents)
+                   store_group_exponents, store_row_exponent)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
@@ -503,6 +503,86 @@ def fold_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, tota
                   n_groups * GROUP, rows, SIGN=SIGN, BITS=BITS, MBITS=MBITS, BIAS=BIAS,
                   SUBQ=SUBQ, GROUP=GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT, NB=NB,
                   EVEN=False, FROM_CODES=True)
+
+
+@triton.jit
+def block_nonzero(data_ptr, blk, valid, SIGN: tl.constexpr, NB: tl.constexpr,
+                  PACK: tl.constexpr):
+    """[NB]: the stored 32-blocks ``blk`` hold a nonzero code (a magnitude bit set)."""
+    m = tl.maximum(tl.max(load_quarter(data_ptr, blk, 0, valid, NB=NB, PACK=PACK)
+                          & (SIGN - 1), axis=1),
+                   tl.max(load_quarter(data_ptr, blk, 1, valid, NB=NB, PACK=PACK)
+                          & (SIGN - 1), axis=1))
+    m = tl.maximum(m, tl.max(load_quarter(data_ptr, blk, 2, valid, NB=NB, PACK=PACK)
+                             & (SIGN - 1), axis=1))
+    m = tl.maximum(m, tl.max(load_quarter(data_ptr, blk, 3, valid, NB=NB, PACK=PACK)
+                             & (SIGN - 1), axis=1))
+    return m > 0
+
+
+@triton.jit
+def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+                     n_blocks_row,
+                     # the MX element format (the source)
+                     IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
+                     EBITS: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                     EMAX: tl.constexpr, MAXC: tl.constexpr, NANC: tl.constexpr,
+                     INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
+                     RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
+                     ENVELOPE: tl.constexpr, PACK: tl.constexpr,
+                     # the fold: the largest exact shift; blocks per chunk; 2^R per row; the
+                     # conversion (``fold_kernel``'s)
+                     D_MAX: tl.constexpr, NB: tl.constexpr, POW2: tl.constexpr,
+                     HW_CVT: tl.constexpr):
+    """The fold of stored MX codes with one exponent per whole row (``native.fold.fold_kmajor``
+    with group = K / 32, any number of blocks: ``emulator.fold.fold(mx, None)``): one program
+    per row, two passes over its blocks in chunks of NB. The first finds R (the largest scale
+    exponent among the row's blocks holding a nonzero code, minus D_MAX; 0 for a row of zeros;
+    NAN_EXP with a NaN block); the second folds each chunk under it with ``fold_values``, as
+    ``fold_quarters`` does a group (the same bits), and it reads the row's codes again from L2.
+    R (and with POW2 2^R at pow2_ptr[row], cuBLAS's rowwise scale) and the stats as
+    ``fold_kernel`` writes them."""
+    row = tl.program_id(0).to(tl.int64)
+    first = row * n_blocks_row
+    n_chunks = tl.cdiv(n_blocks_row, NB)
+    big = tl.full((), -1000, tl.int32)
+    nan = tl.full((), 0, tl.int32)
+    for c in range(0, n_chunks):
+        j = c * NB + tl.arange(0, NB)
+        valid = j < n_blocks_row
+        blk = first + j
+        sc = tl.load(scale_ptr + blk, mask=valid, other=0).to(tl.int32)
+        nz = block_nonzero(data_ptr, blk, valid, SIGN=SIGN, NB=NB, PACK=PACK)
+        big = tl.maximum(big, tl.max(tl.where(nz & (sc != 255), sc - 127, -1000), axis=0))
+        nan = tl.maximum(nan, tl.max((sc == 255).to(tl.int32), axis=0))
+    r = tl.where(big == -1000, 0, big - D_MAX)
+    n_changed = tl.zeros((), tl.int64)
+    for c in range(0, n_chunks):
+        j = c * NB + tl.arange(0, NB)
+        valid = j < n_blocks_row
+        blk = first + j
+        sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
+        c0 = load_quarter(data_ptr, blk, 0, valid, NB=NB, PACK=PACK)
+        c1 = load_quarter(data_ptr, blk, 1, valid, NB=NB, PACK=PACK)
+        c2 = load_quarter(data_ptr, blk, 2, valid, NB=NB, PACK=PACK)
+        c3 = load_quarter(data_ptr, blk, 3, valid, NB=NB, PACK=PACK)
+        nz = (tl.max(c0 & (SIGN - 1), axis=1) | tl.max(c1 & (SIGN - 1), axis=1)
+              | tl.max(c2 & (SIGN - 1), axis=1) | tl.max(c3 & (SIGN - 1), axis=1)) > 0
+        m = valid[:, None] & (tl.arange(0, 8)[None, :] >= 0)
+        f0, f1, f2, f3, n = fold_values(
+            code_units(c0, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+            code_units(c1, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+            code_units(c2, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+            code_units(c3, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+            (sc - 127 - r)[:, None], (sc == 255)[:, None], nz[:, None], m, SUBQ=SUBQ,
+            HW_CVT=HW_CVT)
+        store_codes(out_ptr, blk, f0, 0, valid, NB=NB, PACK=1, EVEN=False)
+        store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=False)
+        store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=False)
+        store_codes(out_ptr, blk, f3, 3, valid, NB=NB, PACK=1, EVEN=False)
+        n_changed += n
+    store_row_exponent(tl.where(nan > 0, NAN_EXP, r), row, exp_ptr, pow2_ptr, stats_ptr,
+                       total_ptr, n_changed, POW2=POW2)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])

@@ -1,0 +1,90 @@
+"""The whole-row fold's tile (``native.fold.FOLD_ROW_CHUNK`` blocks per step,
+``FOLD_ROW_WARPS``) on a GPU at Llama-8B operand shapes: ms, GB/s of the bytes it moves (packed
+codes and scales in, E4M3 codes out) against a device copy, and the bits against the default
+tile; beside it the group-4 fold (the blockwise method's) and the two passes MXLinear's
+rowwise method runs per operand (quantize, then the whole-row fold) against the fused
+quantize + group-4 fold.
+
+    python benchmarks/fold_rows_sweep.py --out DIR   (writes DIR.md and DIR.json)
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+from triton.testing import do_bench
+
+from ocpmx import native
+from ocpmx.native import fold
+
+SHAPES = ((8192, 4096), (14336, 4096), (8192, 14336), (4096, 14336), (14336, 8192))
+
+
+def bench(fn):
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[32, 64, 128, 256])
+    ap.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
+    args = ap.parse_args()
+    rows = []
+    default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)
+    for m, k in SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        src = torch.empty(m * k * 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        t_copy = bench(lambda: dst.copy_(src))
+        copy_gbs = 2 * src.numel() / t_copy / 1e6
+        qa = native.quantize(x, "e2m1", rotation="hadamard16")
+        moved = qa.data.numel() + qa.scales_kmajor.numel() + m * k  # in + out, bytes
+        want = fold.fold(qa, None)
+        for chunk, warps in itertools.product(args.chunks, args.warps):
+            fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS = chunk, warps
+            try:
+                got = fold.fold(qa, None)
+                same = torch.equal(got.codes, want.codes) and torch.equal(got.exponents,
+                                                                          want.exponents)
+                t = bench(lambda: fold.fold(qa, None))
+                row = dict(shape=[m, k], case=f"fold whole rows chunk {chunk} warps {warps}",
+                           ms=t, gbs=moved / t / 1e6, of_copy=moved / t / 1e6 / copy_gbs,
+                           same_bits=same)
+            except Exception as e:  # noqa: BLE001 - a tile that does not compile is a result
+                row = dict(shape=[m, k], case=f"fold whole rows chunk {chunk} warps {warps}",
+                           error=f"{type(e).__name__}: {str(e)[:160]}")
+            print(row, flush=True)
+            rows.append(row)
+        fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS = default
+        t4 = bench(lambda: fold.fold(qa, 4))
+        rows.append(dict(shape=[m, k], case="fold group 4 (blockwise)", ms=t4,
+                         gbs=moved / t4 / 1e6, of_copy=moved / t4 / 1e6 / copy_gbs))
+        kw = dict(rotation="hadamard16", pow2=True)
+        t_q = bench(lambda: native.quantize(x, "e2m1", rotation="hadamard16"))
+        t_two = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
+        t_fused = bench(lambda: fold.quantize_folded(x, "e2m1", 4, **kw))
+        for case, t in (("quantize H16 (packed)", t_q),
+                        ("quantize_folded whole rows H16 (quantize + fold)", t_two),
+                        ("quantize_folded group 4 H16 (one pass)", t_fused)):
+            rows.append(dict(shape=[m, k], case=case, ms=t,
+                             of_copy=(2 * m * k) * 2 / t / 1e6 / copy_gbs))
+        rows.append(dict(shape=[m, k], case="torch copy bf16", ms=t_copy, gbs=copy_gbs))
+        for r in rows[-5:]:
+            print(r, flush=True)
+    head = dict(device=torch.cuda.get_device_name(), torch=torch.__version__)
+    with open(args.out + ".json", "w") as f:
+        json.dump(dict(head=head, rows=rows), f, indent=1)
+    with open(args.out + ".md", "w") as f:
+        f.write(f"# Whole-row fold tiles: {head}\n\n| M x K | case | ms | GB/s | of copy | bits |\n"
+                "|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['shape'][0]}x{r['shape'][1]} | {r['case']} | {r.get('ms', '')} | "
+                    f"{r.get('gbs', '')} | {r.get('of_copy', '')} | "
+                    f"{r.get('same_bits', r.get('error', ''))} |\n")
+
+
+if __name__ == "__main__":
+    main()
