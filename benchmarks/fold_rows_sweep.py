@@ -66,7 +66,21 @@ def main():
         t_q = bench(lambda: native.quantize(x, "e2m1", rotation="hadamard16"))
         t_two = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
         t_fused = bench(lambda: fold.quantize_folded(x, "e2m1", 4, **kw))
-        for case, t in (("quantize H16 (packed)", t_q),
+        cases = []
+        if k // 32 <= 128:  # a whole row a power of two: fused in the quantize pass, too
+            two = fold.quantize_folded(x, "e2m1", None, **kw)
+            limit = fold.FUSED_FOLD_MAX_GROUP
+            fold.FUSED_FOLD_MAX_GROUP = k // 32
+            try:
+                fused = fold.quantize_folded(x, "e2m1", None, **kw)
+                same = torch.equal(fused.codes, two.codes)
+                cases.append((f"quantize_folded whole rows H16 fused (group {k // 32}), "
+                              f"bits equal: {same}",
+                              bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))))
+            except Exception as e:  # noqa: BLE001 - a group the fused kernel cannot hold
+                print("fused whole rows:", type(e).__name__, str(e)[:160], flush=True)
+            fold.FUSED_FOLD_MAX_GROUP = limit
+        for case, t in (*cases, ("quantize H16 (packed)", t_q),
                         ("quantize_folded whole rows H16 (quantize + fold)", t_two),
                         ("quantize_folded group 4 H16 (one pass)", t_fused)):
             rows.append(dict(shape=[m, k], case=case, ms=t,

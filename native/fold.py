@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..emulator.fold import FOLD_FORMATS, NAN_EXPONENT, shift_range
+from ..emulator.decode import decode_table
+from ..emulator.fold import FOLD_FORMATS, NAN_EXPONENT, TARGET, shift_range
 from ..spec import BLOCK_SIZE, ElementFormat, lower
 from . import launch
 from .launch import cdiv
@@ -245,6 +246,17 @@ FOLD_ROW_CHUNK = 64
 FOLD_ROW_WARPS = 4
 
 
+def integer_fold_shift(fmt: ElementFormat) -> int:
+    """The smallest shift d from which ``fold_rows_kernel`` folds a block in integer arithmetic
+    (``kernels.quantize.fold_chunk_e2m1``): E2M1 only (its one subnormal, 0.5, is the single
+    special case), d where its smallest value 0.5 * 2^d is still an E4M3 normal (2^-6: d = -5);
+    1000 (never) for other formats."""
+    if fmt.name != "e2m1":
+        return 1000
+    smallest = float(min(v for v in decode_table(fmt)[:fmt.num_codes] if v > 0))
+    return int(1 - lower(TARGET).bias - math.log2(smallest))
+
+
 def fits_one_program(group: int) -> bool:
     """Whether a fold group of ``group`` blocks is one program's tile of the fold kernel (a
     power of two up to FOLD_BLOCKS); a larger or odd group must be a whole row, which
@@ -273,7 +285,8 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
         # whole rows of any length: a program per row, two passes over it
         launch.run(kernels.quantize.fold_rows_kernel, (rows,), data, scales, codes, exps, p2,
                    stats, inexact_total(data.device), nblk, **lower(fmt).constexprs(),
-                   PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
+                   PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1],
+                   D_INT=integer_fold_shift(fmt), NB=FOLD_ROW_CHUNK,
                    POW2=pow2, HW_CVT=_e4m3_cvt(data.device), num_warps=FOLD_ROW_WARPS)
     elif n_groups:
         ng = max(1, FOLD_BLOCKS // group)  # groups per program: a block per thread

@@ -1369,3 +1369,42 @@ def test_method_fp8_cublas_rowwise_at_llama_shapes(m, n, k):
     got16 = native.mx_matmul(qa, qb, method="fp8_cublas_rowwise", out_dtype=torch.bfloat16)
     diff = (got16.view(torch.int16) != want.bfloat16().view(torch.int16)).sum().item()
     assert diff == 0, f"bf16 output: {diff} of {m * n} differ"
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("name", ["e2m1", "e3m2"])
+def test_whole_row_fold_every_code_under_every_shift(device, name):
+    """``fold(mx, None)`` (``fold_rows_kernel``) on stored codes and scales made by hand: every
+    code of the format under every shift of its fold range (a row of shifts D_MAX down to
+    -5 folds in integer arithmetic for E2M1, a row reaching D_MIN and below through the float
+    conversion), and rows whose largest scale's blocks hold only zero codes (R from the codes:
+    the row folded again), bit for bit the emulator's fold."""
+    import torch
+    from ocpmx.conformance.backends import TritonBackend
+    from ocpmx.emulator.fold import shift_range
+    from ocpmx.native import fold as native_fold
+    fmt = FORMATS[name]
+    d_min, d_max = shift_range(fmt)
+    codes = np.arange(fmt.num_codes, dtype=np.uint8)
+    nblk = 24
+    block = np.resize(codes, 32)
+    rows = []
+    for low in (-5, d_min, d_min - 3):  # shifts d_max .. low, then repeated
+        shifts = np.resize(np.arange(d_max, low - 1, -1), nblk)
+        rows.append((np.tile(block, nblk), 140 + shifts - d_max))
+    # the largest scale's blocks all zeros (R from the codes), or one of them nonzero
+    zero_top = np.tile(block, nblk)
+    zero_top[:64] = 0
+    rows.append((zero_top, np.r_[[200, 200], np.full(nblk - 2, 130)]))
+    one_top = np.tile(block, nblk)
+    one_top[:32] = 0
+    rows.append((one_top, np.r_[[200, 200], np.full(nblk - 2, 130)]))
+    c = np.stack([r[0] for r in rows]).astype(np.uint8)
+    s = np.stack([r[1] for r in rows]).astype(np.uint8)
+    mx = TritonBackend(device)._mx(c, s, name, 1, 32)
+    got = native_fold.fold(mx, None)
+    want = emulator.fold.fold(emulator.MXArray(c, s, fmt, 1), None)
+    assert np.array_equal(got.codes.cpu().numpy(), want.codes)
+    assert np.array_equal(got.exponents.cpu().numpy(), want.exponents)
+    assert int(got.inexact.item()) == want.inexact > 0
+    assert want.exponents[3, 0] == 130 - 127 - d_max and want.exponents[4, 0] == 200 - 127 - d_max

@@ -521,6 +521,91 @@ def block_nonzero(data_ptr, blk, valid, SIGN: tl.constexpr, NB: tl.constexpr,
 
 
 @triton.jit
+def fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS: tl.constexpr,
+                      SIGN: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr,
+                      SUBQ: tl.constexpr, PACK: tl.constexpr, NB: tl.constexpr,
+                      HW_CVT: tl.constexpr):
+    """``fold_row_chunks``' float path for blocks ``blk`` (scale codes ``sc``, shifts ``d``):
+    ``fold_values`` on the codes' values, as ``fold_quarters`` folds a group (the same bits).
+    (the rounded elements, int64; whether a block of scale code ``big`` holds a nonzero code)."""
+    c0 = load_quarter(data_ptr, blk, 0, valid, NB=NB, PACK=PACK)
+    c1 = load_quarter(data_ptr, blk, 1, valid, NB=NB, PACK=PACK)
+    c2 = load_quarter(data_ptr, blk, 2, valid, NB=NB, PACK=PACK)
+    c3 = load_quarter(data_ptr, blk, 3, valid, NB=NB, PACK=PACK)
+    nz = (tl.max(c0 & (SIGN - 1), axis=1) | tl.max(c1 & (SIGN - 1), axis=1)
+          | tl.max(c2 & (SIGN - 1), axis=1) | tl.max(c3 & (SIGN - 1), axis=1)) > 0
+    m = valid[:, None] & (tl.arange(0, 8)[None, :] >= 0)
+    f0, f1, f2, f3, n = fold_values(
+        code_units(c0, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+        code_units(c1, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+        code_units(c2, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+        code_units(c3, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
+        d[:, None], (sc == 255)[:, None], nz[:, None], m, SUBQ=SUBQ, HW_CVT=HW_CVT)
+    store_codes(out_ptr, blk, f0, 0, valid, NB=NB, PACK=1, EVEN=False)
+    store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=False)
+    store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=False)
+    store_codes(out_ptr, blk, f3, 3, valid, NB=NB, PACK=1, EVEN=False)
+    return n, tl.max((nz & (sc == big)).to(tl.int32), axis=0)
+
+
+@triton.jit
+def fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d, big, NB: tl.constexpr):
+    """``fold_row_chunks``' integer path for E2M1 blocks ``blk`` whose every shift d lies in
+    [-5, 6]: value 2^(e-1) (1 + m/2) times 2^d is the E4M3 normal of exponent field e + 6 + d and
+    mantissa m << 2, so its code is the E2M1 magnitude bits (e, m) shifted left by two plus
+    (6 + d) << 3, the one subnormal 0.5 = 2^-1 less 4, and the sign moved to bit 7: exact, the
+    conversion's codes. A block a row, its 16 bytes, its 32 codes in order. (whether a block of
+    scale code ``big`` holds a nonzero code)."""
+    bo = blk[:, None] * 16 + tl.arange(0, 16)[None, :]
+    byte = tl.load(data_ptr + bo, mask=valid[:, None] & (bo >= 0), other=0).to(tl.int32)
+    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (NB, 32))
+    mag = code & 7
+    e4 = (mag << 2) + ((6 + d) << 3)[:, None] - tl.where(mag == 1, 4, 0)
+    e4 = tl.where(mag == 0, 0, e4) | ((code & 8) << 4)
+    oo = blk[:, None] * 32 + tl.arange(0, 32)[None, :]
+    tl.store(out_ptr + oo, e4.to(tl.uint8), mask=valid[:, None] & (oo >= 0))
+    return tl.max(((tl.max(mag, axis=1) > 0) & (sc == big)).to(tl.int32), axis=0)
+
+
+@triton.jit
+def fold_row_chunks(data_ptr, scale_ptr, out_ptr, first, n_blocks_row, r, big,
+                    BITS: tl.constexpr, SIGN: tl.constexpr, MBITS: tl.constexpr,
+                    BIAS: tl.constexpr, SUBQ: tl.constexpr, PACK: tl.constexpr,
+                    NB: tl.constexpr, HW_CVT: tl.constexpr, D_INT: tl.constexpr):
+    """Fold one row's blocks under exponent ``r`` in chunks of NB (``fold_rows_kernel``):
+    (the rounded elements, int64; whether a block with scale code ``big`` holds a nonzero code).
+    With D_INT < 1000 (E2M1) a chunk whose every block shifts by at least D_INT, none NaN,
+    folds in integer arithmetic (``fold_chunk_e2m1``), the others by ``fold_chunk_values``."""
+    n_changed = tl.zeros((), tl.int64)
+    seen = tl.zeros((), tl.int32)
+    for c in range(0, tl.cdiv(n_blocks_row, NB)):
+        j = c * NB + tl.arange(0, NB)
+        valid = j < n_blocks_row
+        blk = first + j
+        sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
+        d = sc - 127 - r
+        if D_INT < 1000:
+            fast = (tl.min(tl.where(valid, d, 1000), axis=0) >= D_INT) & \
+                (tl.max(((sc == 255) & valid).to(tl.int32), axis=0) == 0)
+            if fast:
+                seen = tl.maximum(seen, fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d,
+                                                        big, NB=NB))
+            else:
+                n, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS=BITS,
+                                         SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ,
+                                         PACK=PACK, NB=NB, HW_CVT=HW_CVT)
+                n_changed += n
+                seen = tl.maximum(seen, s)
+        else:
+            n, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS=BITS,
+                                     SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, PACK=PACK,
+                                     NB=NB, HW_CVT=HW_CVT)
+            n_changed += n
+            seen = tl.maximum(seen, s)
+    return n_changed, seen
+
+
+@triton.jit
 def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
                      n_blocks_row,
                      # the MX element format (the source)
@@ -530,57 +615,49 @@ def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
                      INFC: tl.constexpr, NEGMAX: tl.constexpr, RNUM: tl.constexpr,
                      RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
                      ENVELOPE: tl.constexpr, PACK: tl.constexpr,
-                     # the fold: the largest exact shift; blocks per chunk; 2^R per row; the
-                     # conversion (``fold_kernel``'s)
-                     D_MAX: tl.constexpr, NB: tl.constexpr, POW2: tl.constexpr,
-                     HW_CVT: tl.constexpr):
+                     # the fold: the largest exact shift; the smallest shift the integer path
+                     # takes (1000: none); blocks per chunk; 2^R per row; the conversion
+                     D_MAX: tl.constexpr, D_INT: tl.constexpr, NB: tl.constexpr,
+                     POW2: tl.constexpr, HW_CVT: tl.constexpr):
     """The fold of stored MX codes with one exponent per whole row (``native.fold.fold_kmajor``
     with group = K / 32, any number of blocks: ``emulator.fold.fold(mx, None)``): one program
-    per row, two passes over its blocks in chunks of NB. The first finds R (the largest scale
-    exponent among the row's blocks holding a nonzero code, minus D_MAX; 0 for a row of zeros;
-    NAN_EXP with a NaN block); the second folds each chunk under it with ``fold_values``, as
-    ``fold_quarters`` does a group (the same bits), and it reads the row's codes again from L2.
-    R (and with POW2 2^R at pow2_ptr[row], cuBLAS's rowwise scale) and the stats as
-    ``fold_kernel`` writes them."""
+    per row, two passes over its blocks in chunks of NB (``fold_row_chunks`` folds them).
+
+    R is the largest scale exponent among the row's blocks holding a nonzero code, minus D_MAX
+    (0 for a row of zeros; NAN_EXP with a NaN block). The first pass reads the scales alone and
+    takes their largest non-NaN code ``big``: a quantizer gives the block of the largest scale a
+    nonzero code, so that is R, and the second pass folds under it while it checks that a block
+    of scale ``big`` does hold one. Where none does (codes and scales made otherwise) the row
+    is done again: R from the codes, every chunk folded anew. R (and with POW2 2^R at
+    pow2_ptr[row], cuBLAS's rowwise scale) and the stats as ``fold_kernel`` writes them."""
     row = tl.program_id(0).to(tl.int64)
     first = row * n_blocks_row
-    n_chunks = tl.cdiv(n_blocks_row, NB)
-    big = tl.full((), -1000, tl.int32)
+    big = tl.full((), -1, tl.int32)
     nan = tl.full((), 0, tl.int32)
-    for c in range(0, n_chunks):
+    for c in range(0, tl.cdiv(n_blocks_row, NB)):
         j = c * NB + tl.arange(0, NB)
         valid = j < n_blocks_row
-        blk = first + j
-        sc = tl.load(scale_ptr + blk, mask=valid, other=0).to(tl.int32)
-        nz = block_nonzero(data_ptr, blk, valid, SIGN=SIGN, NB=NB, PACK=PACK)
-        big = tl.maximum(big, tl.max(tl.where(nz & (sc != 255), sc - 127, -1000), axis=0))
-        nan = tl.maximum(nan, tl.max((sc == 255).to(tl.int32), axis=0))
-    r = tl.where(big == -1000, 0, big - D_MAX)
-    n_changed = tl.zeros((), tl.int64)
-    for c in range(0, n_chunks):
-        j = c * NB + tl.arange(0, NB)
-        valid = j < n_blocks_row
-        blk = first + j
-        sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
-        c0 = load_quarter(data_ptr, blk, 0, valid, NB=NB, PACK=PACK)
-        c1 = load_quarter(data_ptr, blk, 1, valid, NB=NB, PACK=PACK)
-        c2 = load_quarter(data_ptr, blk, 2, valid, NB=NB, PACK=PACK)
-        c3 = load_quarter(data_ptr, blk, 3, valid, NB=NB, PACK=PACK)
-        nz = (tl.max(c0 & (SIGN - 1), axis=1) | tl.max(c1 & (SIGN - 1), axis=1)
-              | tl.max(c2 & (SIGN - 1), axis=1) | tl.max(c3 & (SIGN - 1), axis=1)) > 0
-        m = valid[:, None] & (tl.arange(0, 8)[None, :] >= 0)
-        f0, f1, f2, f3, n = fold_values(
-            code_units(c0, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
-            code_units(c1, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
-            code_units(c2, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
-            code_units(c3, BITS=BITS, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ),
-            (sc - 127 - r)[:, None], (sc == 255)[:, None], nz[:, None], m, SUBQ=SUBQ,
-            HW_CVT=HW_CVT)
-        store_codes(out_ptr, blk, f0, 0, valid, NB=NB, PACK=1, EVEN=False)
-        store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=False)
-        store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=False)
-        store_codes(out_ptr, blk, f3, 3, valid, NB=NB, PACK=1, EVEN=False)
-        n_changed += n
+        sc = tl.load(scale_ptr + first + j, mask=valid, other=0).to(tl.int32)
+        big = tl.maximum(big, tl.max(tl.where(valid & (sc != 255), sc, -1), axis=0))
+        nan = tl.maximum(nan, tl.max(((sc == 255) & valid).to(tl.int32), axis=0))
+    r = tl.where(big < 0, 0, big - 127 - D_MAX)
+    n_changed, seen = fold_row_chunks(data_ptr, scale_ptr, out_ptr, first, n_blocks_row, r,
+                                      big, BITS=BITS, SIGN=SIGN, MBITS=MBITS, BIAS=BIAS,
+                                      SUBQ=SUBQ, PACK=PACK, NB=NB, HW_CVT=HW_CVT, D_INT=D_INT)
+    if (seen == 0) & (big >= 0):  # the largest scale's blocks are all zeros: R from the codes
+        top = tl.full((), -1000, tl.int32)
+        for c in range(0, tl.cdiv(n_blocks_row, NB)):
+            j = c * NB + tl.arange(0, NB)
+            valid = j < n_blocks_row
+            blk = first + j
+            sc = tl.load(scale_ptr + blk, mask=valid, other=0).to(tl.int32)
+            nz = block_nonzero(data_ptr, blk, valid, SIGN=SIGN, NB=NB, PACK=PACK)
+            top = tl.maximum(top, tl.max(tl.where(nz & (sc != 255), sc - 127, -1000), axis=0))
+        r = tl.where(top == -1000, 0, top - D_MAX)
+        n_changed, seen = fold_row_chunks(data_ptr, scale_ptr, out_ptr, first, n_blocks_row,
+                                          r, -1, BITS=BITS, SIGN=SIGN, MBITS=MBITS, BIAS=BIAS,
+                                          SUBQ=SUBQ, PACK=PACK, NB=NB, HW_CVT=HW_CVT,
+                                          D_INT=D_INT)
     store_row_exponent(tl.where(nan > 0, NAN_EXP, r), row, exp_ptr, pow2_ptr, stats_ptr,
                        total_ptr, n_changed, POW2=POW2)
 
