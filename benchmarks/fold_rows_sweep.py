@@ -1,4 +1,4 @@
-"""The whole-row fold's tile (``native.fold.FOLD_ROW_CHUNK`` blocks per step,
+"""The whole-row fold's tile (``native.fold.FOLD_ROW_CHUNK`` blocks per program,
 ``FOLD_ROW_WARPS``) on a GPU at Llama-8B operand shapes: ms, GB/s of the bytes it moves (packed
 codes and scales in, E4M3 codes out) against a device copy, and the bits against the default
 tile; beside it the group-4 fold (the blockwise method's) and the two passes MXLinear's
@@ -30,7 +30,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--chunks", type=int, nargs="+", default=[32, 64, 128, 256])
-    ap.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4])
     args = ap.parse_args()
     rows = []
     default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)

@@ -241,9 +241,9 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
 FUSED_FOLD_MAX_GROUP = 32
 FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
 FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per thread)
-# the whole-row fold's tile (``kernels.quantize.fold_rows_kernel``): blocks per step, warps
+# the whole-row fold's tile (``kernels.quantize.fold_rows_kernel``): blocks per program, warps
 FOLD_ROW_CHUNK = 64
-FOLD_ROW_WARPS = 4
+FOLD_ROW_WARPS = 2
 
 
 def integer_fold_shift(fmt: ElementFormat) -> int:
@@ -255,13 +255,6 @@ def integer_fold_shift(fmt: ElementFormat) -> int:
         return 1000
     smallest = float(min(v for v in decode_table(fmt)[:fmt.num_codes] if v > 0))
     return int(1 - lower(TARGET).bias - math.log2(smallest))
-
-
-def fits_one_program(group: int) -> bool:
-    """Whether a fold group of ``group`` blocks is one program's tile of the fold kernel (a
-    power of two up to FOLD_BLOCKS); a larger or odd group must be a whole row, which
-    ``fold_rows_kernel`` folds in two passes."""
-    return group & (group - 1) == 0 and group <= FOLD_BLOCKS
 
 
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
@@ -281,13 +274,18 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     p2 = (torch.empty(nblk // group, rows, dtype=torch.float32, device=data.device) if pow2
           else exps)  # (the kernel does not touch it without POW2)
     n_groups = rows * nblk // group
-    if n_groups and group == nblk and not fits_one_program(group):
-        # whole rows of any length: a program per row, two passes over it
-        launch.run(kernels.quantize.fold_rows_kernel, (rows,), data, scales, codes, exps, p2,
-                   stats, inexact_total(data.device), nblk, **lower(fmt).constexprs(),
-                   PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1],
-                   D_INT=integer_fold_shift(fmt), NB=FOLD_ROW_CHUNK,
-                   POW2=pow2, HW_CVT=_e4m3_cvt(data.device), num_warps=FOLD_ROW_WARPS)
+    if n_groups and group == nblk:  # whole rows, any length: a program per chunk of a row
+        consts = lower(fmt).constexprs()
+        common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
+                      NBR=1 << (nblk - 1).bit_length(), POW2=pow2, HW_CVT=_e4m3_cvt(data.device),
+                      num_warps=FOLD_ROW_WARPS)
+        per_row = torch.zeros(rows, 2, dtype=torch.int64, device=data.device)
+        launch.run(kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, FOLD_ROW_CHUNK)), data,
+                   scales, codes, exps, p2, stats, per_row, nblk, **consts,
+                   D_INT=integer_fold_shift(fmt), **common)
+        launch.run(kernels.quantize.fold_rows_finish_kernel, (rows,), data, scales, codes, exps,
+                   p2, stats, inexact_total(data.device), per_row, nblk,
+                   **{c: consts[c] for c in ("BITS", "SIGN", "MBITS", "BIAS", "SUBQ")}, **common)
     elif n_groups:
         ng = max(1, FOLD_BLOCKS // group)  # groups per program: a block per thread
         launch.run(kernels.quantize.fold_kernel, (cdiv(n_groups, ng),), data, scales, codes,

@@ -149,14 +149,20 @@ def store_group_exponents(r, q, valid, exp_ptr, pow2_ptr, stats_ptr, total_ptr, 
 
 
 @triton.jit
+def store_row_scale(r, row, exp_ptr, pow2_ptr, POW2: tl.constexpr):
+    """A whole row's fold exponent R at exp_ptr[row], and with POW2 2^R at pow2_ptr[row]."""
+    tl.store(exp_ptr + row, r)
+    if POW2:
+        tl.store(pow2_ptr + row, _pow2_any(r))
+
+
+@triton.jit
 def store_row_exponent(r, row, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_changed,
                        POW2: tl.constexpr):
     """``store_group_exponents`` for one group that is a whole row (``fold_rows_kernel``): its
     exponent R (scalar), 2^R at pow2_ptr[row] with POW2 (cuBLAS's rowwise scale), the flags
     and counts."""
-    tl.store(exp_ptr + row, r)
-    if POW2:
-        tl.store(pow2_ptr + row, _pow2_any(r))
+    store_row_scale(r, row, exp_ptr, pow2_ptr, POW2=POW2)
     if (r < -RANK1_EXP) | (r > RANK1_EXP):
         tl.atomic_or(stats_ptr, 1)
     if n_changed > 0:

@@ -32,7 +32,7 @@ from .common import (FLOOR, STOCHASTIC, bf16_bits_to_f32, block_scale, decode_va
                      encode, f32_to_bf16_bits, load_key, pow2_scale,
                      quarter_bits, rotation_signs, round_on_grid, stochastic_bits)
 from .fold import (NAN_EXP, code_units, fold_values, group_exponents,
-                   store_group_exponents, store_row_exponent)
+                   store_group_exponents, store_row_exponent, store_row_scale)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
@@ -568,45 +568,43 @@ def fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d, big, NB: tl.constexpr)
 
 
 @triton.jit
-def fold_row_chunks(data_ptr, scale_ptr, out_ptr, first, n_blocks_row, r, big,
-                    BITS: tl.constexpr, SIGN: tl.constexpr, MBITS: tl.constexpr,
-                    BIAS: tl.constexpr, SUBQ: tl.constexpr, PACK: tl.constexpr,
-                    NB: tl.constexpr, HW_CVT: tl.constexpr, D_INT: tl.constexpr):
-    """Fold one row's blocks under exponent ``r`` in chunks of NB (``fold_rows_kernel``):
-    (the rounded elements, int64; whether a block with scale code ``big`` holds a nonzero code).
-    With D_INT < 1000 (E2M1) a chunk whose every block shifts by at least D_INT, none NaN,
-    folds in integer arithmetic (``fold_chunk_e2m1``), the others by ``fold_chunk_values``."""
-    n_changed = tl.zeros((), tl.int64)
-    seen = tl.zeros((), tl.int32)
-    for c in range(0, tl.cdiv(n_blocks_row, NB)):
-        j = c * NB + tl.arange(0, NB)
-        valid = j < n_blocks_row
-        blk = first + j
-        sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
-        d = sc - 127 - r
-        if D_INT < 1000:
-            fast = (tl.min(tl.where(valid, d, 1000), axis=0) >= D_INT) & \
-                (tl.max(((sc == 255) & valid).to(tl.int32), axis=0) == 0)
-            if fast:
-                seen = tl.maximum(seen, fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d,
-                                                        big, NB=NB))
-            else:
-                n, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS=BITS,
-                                         SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ,
-                                         PACK=PACK, NB=NB, HW_CVT=HW_CVT)
-                n_changed += n
-                seen = tl.maximum(seen, s)
+def fold_chunk(data_ptr, out_ptr, blk, valid, sc, d, big, BITS: tl.constexpr,
+               SIGN: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr, SUBQ: tl.constexpr,
+               PACK: tl.constexpr, NB: tl.constexpr, HW_CVT: tl.constexpr,
+               D_INT: tl.constexpr):
+    """Fold blocks ``blk`` of a row (scale codes ``sc``, shifts ``d``): with D_INT < 1000 (E2M1)
+    in integer arithmetic where every block shifts by at least D_INT and none is NaN
+    (``fold_chunk_e2m1``), else by ``fold_chunk_values``. (the rounded elements, int64;
+    whether a block of scale code ``big`` holds a nonzero code)."""
+    if D_INT < 1000:
+        fast = (tl.min(tl.where(valid, d, 1000), axis=0) >= D_INT) & \
+            (tl.max(((sc == 255) & valid).to(tl.int32), axis=0) == 0)
+        if fast:
+            n = tl.zeros((), tl.int64)
+            s = fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d, big, NB=NB)
         else:
             n, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS=BITS,
                                      SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, PACK=PACK,
                                      NB=NB, HW_CVT=HW_CVT)
-            n_changed += n
-            seen = tl.maximum(seen, s)
-    return n_changed, seen
+    else:
+        n, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS=BITS,
+                                 SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, PACK=PACK, NB=NB,
+                                 HW_CVT=HW_CVT)
+    return n, s
 
 
 @triton.jit
-def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
+def row_scale_max(scale_ptr, first, n_blocks_row, NBR: tl.constexpr):
+    """(the largest non-NaN scale code of a row's blocks, -1 if none; 1 where one is NaN)."""
+    j = tl.arange(0, NBR)
+    ok = j < n_blocks_row
+    sc = tl.load(scale_ptr + first + j, mask=ok, other=0).to(tl.int32)
+    big = tl.max(tl.where(ok & (sc != 255), sc, -1), axis=0)
+    return big, tl.max(((sc == 255) & ok).to(tl.int32), axis=0)
+
+
+@triton.jit
+def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr, row_ptr,
                      n_blocks_row,
                      # the MX element format (the source)
                      IS_INT: tl.constexpr, BITS: tl.constexpr, SIGN: tl.constexpr,
@@ -616,50 +614,82 @@ def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
                      RSHIFT: tl.constexpr, SUBQ: tl.constexpr, MAXV: tl.constexpr,
                      ENVELOPE: tl.constexpr, PACK: tl.constexpr,
                      # the fold: the largest exact shift; the smallest shift the integer path
-                     # takes (1000: none); blocks per chunk; 2^R per row; the conversion
+                     # takes (1000: none); blocks per program, and a power of two holding a
+                     # row's; 2^R per row; the conversion
                      D_MAX: tl.constexpr, D_INT: tl.constexpr, NB: tl.constexpr,
-                     POW2: tl.constexpr, HW_CVT: tl.constexpr):
+                     NBR: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr):
     """The fold of stored MX codes with one exponent per whole row (``native.fold.fold_kmajor``
-    with group = K / 32, any number of blocks: ``emulator.fold.fold(mx, None)``): one program
-    per row, two passes over its blocks in chunks of NB (``fold_row_chunks`` folds them).
+    with group = K / 32, any number of blocks: ``emulator.fold.fold(mx, None)``), the first of
+    two launches: a program per (row, NB blocks of it), ``fold_rows_finish_kernel`` after it.
 
     R is the largest scale exponent among the row's blocks holding a nonzero code, minus D_MAX
-    (0 for a row of zeros; NAN_EXP with a NaN block). The first pass reads the scales alone and
+    (0 for a row of zeros; NAN_EXP with a NaN block). Each program reads the row's scales and
     takes their largest non-NaN code ``big``: a quantizer gives the block of the largest scale a
-    nonzero code, so that is R, and the second pass folds under it while it checks that a block
-    of scale ``big`` does hold one. Where none does (codes and scales made otherwise) the row
-    is done again: R from the codes, every chunk folded anew. R (and with POW2 2^R at
-    pow2_ptr[row], cuBLAS's rowwise scale) and the stats as ``fold_kernel`` writes them."""
+    nonzero code, so R is ``big`` - 127 - D_MAX, and the program folds its blocks under it
+    (``fold_chunk``), noting in row_ptr[row, 0] whether one of its blocks of scale ``big``
+    holds a nonzero code and adding its rounded elements to row_ptr[row, 1] (int64). The
+    row's first program stores R (and with POW2 2^R at pow2_ptr[row], cuBLAS's rowwise
+    scale)."""
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1)
+    first = row * n_blocks_row
+    big, nan = row_scale_max(scale_ptr, first, n_blocks_row, NBR=NBR)
+    r = tl.where(big < 0, 0, big - 127 - D_MAX)
+    j = c * NB + tl.arange(0, NB)
+    valid = j < n_blocks_row
+    blk = first + j
+    sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
+    n, seen = fold_chunk(data_ptr, out_ptr, blk, valid, sc, sc - 127 - r, big, BITS=BITS,
+                         SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, PACK=PACK, NB=NB,
+                         HW_CVT=HW_CVT, D_INT=D_INT)
+    if seen > 0:
+        tl.atomic_or(row_ptr + 2 * row, 1)
+    if n > 0:
+        tl.atomic_add(row_ptr + 2 * row + 1, n)
+    if c == 0:
+        store_row_scale(tl.where(nan > 0, NAN_EXP, r), row, exp_ptr, pow2_ptr, POW2=POW2)
+
+
+@triton.jit
+def fold_rows_finish_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
+                            total_ptr, row_ptr, n_blocks_row,
+                            BITS: tl.constexpr, SIGN: tl.constexpr, MBITS: tl.constexpr,
+                            BIAS: tl.constexpr, SUBQ: tl.constexpr, PACK: tl.constexpr,
+                            D_MAX: tl.constexpr, NB: tl.constexpr, NBR: tl.constexpr,
+                            POW2: tl.constexpr, HW_CVT: tl.constexpr):
+    """The whole-row fold's second launch, a program per row: the row's rounded elements
+    (row_ptr[row, 1]) added to stats_ptr[1] and the device's total, an R past the GEMM's rank-1
+    epilogue flagged in stats_ptr[0]; where no block of the row's largest scale held a nonzero
+    code (row_ptr[row, 0] = 0, codes and scales made otherwise than by a quantizer) R comes
+    from the codes instead and the row is folded again (``fold_chunk_values``, chunk by chunk),
+    its count recounted."""
     row = tl.program_id(0).to(tl.int64)
     first = row * n_blocks_row
-    big = tl.full((), -1, tl.int32)
-    nan = tl.full((), 0, tl.int32)
-    for c in range(0, tl.cdiv(n_blocks_row, NB)):
-        j = c * NB + tl.arange(0, NB)
-        valid = j < n_blocks_row
-        sc = tl.load(scale_ptr + first + j, mask=valid, other=0).to(tl.int32)
-        big = tl.maximum(big, tl.max(tl.where(valid & (sc != 255), sc, -1), axis=0))
-        nan = tl.maximum(nan, tl.max(((sc == 255) & valid).to(tl.int32), axis=0))
-    r = tl.where(big < 0, 0, big - 127 - D_MAX)
-    n_changed, seen = fold_row_chunks(data_ptr, scale_ptr, out_ptr, first, n_blocks_row, r,
-                                      big, BITS=BITS, SIGN=SIGN, MBITS=MBITS, BIAS=BIAS,
-                                      SUBQ=SUBQ, PACK=PACK, NB=NB, HW_CVT=HW_CVT, D_INT=D_INT)
-    if (seen == 0) & (big >= 0):  # the largest scale's blocks are all zeros: R from the codes
+    big, nan = row_scale_max(scale_ptr, first, n_blocks_row, NBR=NBR)
+    n = tl.load(row_ptr + 2 * row + 1)
+    rr = tl.load(exp_ptr + row)
+    if (tl.load(row_ptr + 2 * row) == 0) & (big >= 0):
         top = tl.full((), -1000, tl.int32)
         for c in range(0, tl.cdiv(n_blocks_row, NB)):
             j = c * NB + tl.arange(0, NB)
             valid = j < n_blocks_row
-            blk = first + j
-            sc = tl.load(scale_ptr + blk, mask=valid, other=0).to(tl.int32)
-            nz = block_nonzero(data_ptr, blk, valid, SIGN=SIGN, NB=NB, PACK=PACK)
+            sc = tl.load(scale_ptr + first + j, mask=valid, other=0).to(tl.int32)
+            nz = block_nonzero(data_ptr, first + j, valid, SIGN=SIGN, NB=NB, PACK=PACK)
             top = tl.maximum(top, tl.max(tl.where(nz & (sc != 255), sc - 127, -1000), axis=0))
         r = tl.where(top == -1000, 0, top - D_MAX)
-        n_changed, seen = fold_row_chunks(data_ptr, scale_ptr, out_ptr, first, n_blocks_row,
-                                          r, -1, BITS=BITS, SIGN=SIGN, MBITS=MBITS, BIAS=BIAS,
-                                          SUBQ=SUBQ, PACK=PACK, NB=NB, HW_CVT=HW_CVT,
-                                          D_INT=D_INT)
-    store_row_exponent(tl.where(nan > 0, NAN_EXP, r), row, exp_ptr, pow2_ptr, stats_ptr,
-                       total_ptr, n_changed, POW2=POW2)
+        n = tl.zeros((), tl.int64)
+        for c in range(0, tl.cdiv(n_blocks_row, NB)):
+            j = c * NB + tl.arange(0, NB)
+            valid = j < n_blocks_row
+            blk = first + j
+            sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
+            nc, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, sc - 127 - r, -1,
+                                      BITS=BITS, SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ,
+                                      PACK=PACK, NB=NB, HW_CVT=HW_CVT)
+            n += nc
+        rr = tl.where(nan > 0, NAN_EXP, r)
+        store_row_scale(rr, row, exp_ptr, pow2_ptr, POW2=POW2)
+    store_row_exponent(rr, row, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n, POW2=False)
 
 
 @triton.jit(do_not_specialize=["seed", "sign_mask"])
