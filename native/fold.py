@@ -18,6 +18,7 @@ under torch.compile through the custom op ``ocpmx::quantize_folded``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -246,6 +247,7 @@ FOLD_ROW_CHUNK = 64
 FOLD_ROW_WARPS = 2
 
 
+@functools.lru_cache(maxsize=None)
 def integer_fold_shift(fmt: ElementFormat) -> int:
     """The smallest shift d from which ``fold_rows_kernel`` folds a block in integer arithmetic
     (``kernels.quantize.fold_chunk_e2m1``): E2M1 only (its one subnormal, 0.5, is the single

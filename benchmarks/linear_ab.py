@@ -1,0 +1,116 @@
+"""MXLinear forward + backward against ``nn.Linear`` bf16 at Llama-8B shapes (8192 tokens,
+4096 -> 14336), timed in interleaved rounds (every module once per round, ROUNDS rounds, the
+median ratio reported with its spread), eager and replayed from a CUDA graph (GPU time
+without the host's), on one GPU: what ``gpu_bench.py --sections linear`` measures once.
+
+    python benchmarks/linear_ab.py --out DIR [--cases RECIPE:METHOD ...]   (DIR.md, DIR.json)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from triton.testing import do_bench
+
+from ocpmx import native
+
+TOKENS, D_IN, D_OUT = 8192, 4096, 14336
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cases", nargs="+", default=[
+        "mxfp4_all_h16:fp8_cublas_rowwise", "mxfp4_all:fp8_cublas_rowwise",
+        "mxfp4_all_h16:fp8_cublas"])
+    args = ap.parse_args()
+    x = torch.randn(TOKENS, D_IN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    gy = torch.randn(TOKENS, D_OUT, device="cuda", dtype=torch.bfloat16)
+    mods = {"nn.Linear bf16": torch.nn.Linear(D_IN, D_OUT, bias=False, device="cuda",
+                                              dtype=torch.bfloat16)}
+    for c in args.cases:
+        recipe, _, method = c.partition(":")
+        mods[f"{recipe} method={method}"] = native.MXLinear(D_IN, D_OUT, bias=False,
+                                                            recipe=recipe, device="cuda",
+                                                            method=method)
+
+    def step(mod):
+        x.grad = None
+        for p in mod.parameters():
+            p.grad = None
+        mod(x).backward(gy)
+
+    graphs, errors = {}, {}
+    for name, mod in mods.items():
+        for _ in range(3):
+            step(mod)
+        torch.cuda.synchronize()
+        try:  # the step captured once, replayed
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                step(mod)
+            torch.cuda.current_stream().wait_stream(s)
+            x.grad = None
+            for p in mod.parameters():
+                p.grad = None
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                mod(x).backward(gy)
+            graphs[name] = g
+        except Exception as e:  # noqa: BLE001 - a step that cannot be captured is a result
+            errors[name] = f"{type(e).__name__}: {str(e)[:200]}"
+    eager = {n: [] for n in mods}
+    graphed = {n: [] for n in graphs}
+    host = {n: [] for n in mods}
+    for _ in range(args.rounds):
+        for name, mod in mods.items():
+            eager[name].append(do_bench(lambda: step(mod), warmup=10, rep=50,
+                                        return_mode="median"))
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(5):
+                step(mod)
+            host[name].append((time.perf_counter() - t0) / 5 * 1e3)  # ms a step of host time
+            torch.cuda.synchronize()
+            if name in graphs:
+                graphed[name].append(do_bench(graphs[name].replay, warmup=10, rep=50,
+                                              return_mode="median"))
+    ref = "nn.Linear bf16"
+    rows = []
+    for name in mods:
+        row = dict(case=name, eager_ms=eager[name], host_ms=host[name])
+        row["eager_ratio"] = [a / b for a, b in zip(eager[ref], eager[name])]
+        if name in graphed and ref in graphed:
+            row["graphed_ms"] = graphed[name]
+            row["graphed_ratio"] = [a / b for a, b in zip(graphed[ref], graphed[name])]
+        if name in errors:
+            row["graph_error"] = errors[name]
+        rows.append(row)
+        print(row, flush=True)
+    head = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                rounds=args.rounds, shape=[TOKENS, D_IN, D_OUT])
+    with open(args.out + ".json", "w") as f:
+        json.dump(dict(head=head, rows=rows), f, indent=1)
+
+    def med(v):
+        return f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" if v else ""
+    with open(args.out + ".md", "w") as f:
+        f.write(f"# MXLinear fwd+bwd vs nn.Linear, interleaved rounds: {head}\n\n"
+                "median (min-max) over rounds; ratio = nn.Linear's ms / the case's, per round\n\n"
+                "| case | eager ms | x nn.Linear eager | CUDA graph ms | x nn.Linear graphed "
+                "| host ms a step |\n|---|---|---|---|---|---|\n")
+        for r in rows:
+            f.write(f"| {r['case']} | {med(r['eager_ms'])} | {med(r['eager_ratio'])} | "
+                    f"{med(r.get('graphed_ms', []))} | {med(r.get('graphed_ratio', []))} | "
+                    f"{med(r['host_ms'])} |\n")
+        for n, e in errors.items():
+            f.write(f"\n- {n}: not captured: {e}\n")
+
+
+if __name__ == "__main__":
+    main()
