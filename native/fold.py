@@ -137,19 +137,17 @@ def fold(mx: MXTensor, group: int | None = 4) -> FoldedTensor:
 
 
 def quantize_folded(x: torch.Tensor, fmt, group: int | None = 4, *, axis: int = -1,
-                    pow2: bool = False,
-                    scale_rule="floor", rounding="rne", seed: int = 0, rotation=None,
-                    keys: torch.Tensor | None = None, backend: str | None = None,
-                    tuning=None) -> FoldedTensor:
+                    pow2: bool = False, scale_rule="floor", rounding="rne", seed: int = 0,
+                    rotation=None, keys: torch.Tensor | None = None,
+                    backend: str | None = None, tuning=None) -> FoldedTensor:
     """``fold(quantize(x, fmt, axis=axis, ...), group)`` in one pass: the 32-block quantize
     kernel writes the E4M3 codes of the folded operand (one byte per element), each group's
     exponent (and with ``pow2`` its 2^R for cuBLAS) and the MX scales, instead of packed codes;
     the bits of the two passes, the rounded-element count and the wide flag included. A group
     (``check_group``; None: the whole row) larger than ``FUSED_FOLD_MAX_GROUP`` blocks or not
     a power of two (a whole row: one exponent per row, cuBLAS's rowwise scales) is those two
-    passes: ``quantize`` (any
-    axis, rotation and rounding) and the whole-row fold (``fold_kmajor``). Along
-    another axis than the last (Wgrad's operands) the column kernel folds in its one pass
+    passes: ``quantize`` (any axis, rotation and rounding) and the fold of the stored codes
+    (``fold_kmajor``; whole rows by ``kernels.quantize.fold_rows_kernel``). Along another axis than the last (Wgrad's operands) the column kernel folds in its one pass
     where ``tuning.column_path('fold')`` says 'kernel' (``columns_fold``, or ``columns`` where
     that is None); under ``columns_fold='both_axes'`` the axis-0 fold kernel
     (``kernels.both_axes.columns_fold_kernel``: one fold group of each column per program;
