@@ -89,8 +89,9 @@ KERNEL_CATEGORIES = (
     ("communication", ("nccl",)),
     ("dequantize", ("dequantize_kernel",)),
     ("quantize", ("quantize_kernel", "quantize_rows32_kernel", "quantize_cols32_kernel",
-                  "quantize_gfx950_kernel", "fold_kernel", "transpose_kernel",
-                  "qdq_both_axes_kernel", "columns_kernel")),
+                  "quantize_gfx950_kernel", "fold_kernel", "fold_rows_kernel",
+                  "fold_rows_finish_kernel", "transpose_kernel", "qdq_both_axes_kernel",
+                  "columns_kernel")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul")),
     ("attention", ("flash", "fmha", "attention", "attn")),
 )

@@ -169,7 +169,8 @@ def test_every_native_kernel_has_a_category():
     assert {"quantize_cols32_kernel", "quantize_rows32_kernel", "mx_gemm_kernel"} <= names
     want = {"dequantize_kernel": "dequantize", "transpose_kernel": "quantize",
             "fold_kernel": "quantize", "qdq_both_axes_kernel": "quantize",
-            "columns_kernel": "quantize", "columns_fold_kernel": "quantize"}
+            "columns_kernel": "quantize", "columns_fold_kernel": "quantize",
+            "fold_rows_kernel": "quantize", "fold_rows_finish_kernel": "quantize"}
     for n in names:
         expected = want.get(n, "quantize" if n.startswith("quantize") else "gemm")
         assert P.kernel_category(n) == expected, n
