@@ -3,7 +3,8 @@
 codes and scales in, E4M3 codes out) against a device copy, and the bits against the default
 tile; beside it the group-4 fold (the blockwise method's) and the two passes MXLinear's
 rowwise method runs per operand (quantize, then the whole-row fold) against the fused
-quantize + group-4 fold.
+quantize + group-4 fold. Each time is the device's, from a CUDA graph of ten calls (the
+first run, results/native_gpu/fold_rows_h200.md, timed eager calls: host-bound).
 
     python benchmarks/fold_rows_sweep.py --out DIR   (writes DIR.md and DIR.json)
 """
@@ -22,8 +23,22 @@ from ocpmx.native import fold
 SHAPES = ((8192, 4096), (14336, 4096), (8192, 14336), (4096, 14336), (14336, 8192))
 
 
-def bench(fn):
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+def bench(fn, calls: int = 10):
+    """ms a call of ``fn`` on the device: ``calls`` calls captured in a CUDA graph, replayed (the
+    host's time per call, two launches and the outputs' allocation, would otherwise set it at
+    these sizes)."""
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return do_bench(g.replay, warmup=10, rep=50, return_mode="median") / calls
 
 
 def main():
