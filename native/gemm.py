@@ -195,8 +195,8 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     1.30-1.49x cuBLAS bf16 for the GEMM alone on an H100
                     (results/native_gpu/cublas_blockwise.md);
       'fp8_cublas_rowwise'  whole rows folded (one exponent per row: a block more than the
-                    format's fold range, 14 octaves for E2M1, below its row's largest is
-                    rounded, counted in ``FoldedTensor.inexact``), then cuBLAS's FP8 GEMM
+                    format's fold range (14 octaves for E2M1, 11 for E2M3, 9 for E3M2)
+                    below its row's largest is rounded, counted in ``FoldedTensor.inexact``), then cuBLAS's FP8 GEMM
                     with rowwise scales (CUDA sm_90+, M and N multiples of 16): each 128 of K
                     chained in the tensor core, promoted in float32, scaled once at the end
                     (``emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE``, bit for bit on an H200);

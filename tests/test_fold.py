@@ -1246,11 +1246,11 @@ def test_hopper_fp8_cublas_rowwise_reproduces_an_h200():
     ("e2m1", 7, -1, None, "rne", "float32"),                 # one chunk, partly masked
     ("e2m1", 130, -1, "hadamard16", "rne", "bfloat16"),      # three chunks of 64, the last short
     ("e3m2", 70, 0, None, "rne", "float32"),                 # along axis 0 (Wgrad's operands)
-    ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16")])  # the group kernel's tile
+    ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16")])  # a power-of-two row
 def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rounding, dtype):
     """``quantize_folded(x, fmt, None)`` and ``fold(mx, None)``: one exponent per whole row, any
-    number of blocks (``fold_rows_kernel``: two passes over a row in chunks of 64 blocks; 64
-    blocks, a power of two, by the group kernel), bit for bit ``emulator.fold.fold(mx, None)``:
+    number of blocks (quantize, then ``fold_rows_kernel``: a program per 64 blocks of a row and
+    a finishing launch per row), bit for bit ``emulator.fold.fold(mx, None)``:
     codes, exponents (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of
     blocks more than the fold range below their row's largest, the wide flag, 2^R as cuBLAS's
     rowwise scale; the MX codes come back (``unfold``) from every row the fold kept exact."""
@@ -1384,7 +1384,6 @@ def test_whole_row_fold_every_code_under_every_shift(device, name):
     -5 folds in integer arithmetic for E2M1, a row reaching D_MIN and below through the float
     conversion), and rows whose largest scale's blocks hold only zero codes (R from the codes:
     the row folded again), bit for bit the emulator's fold."""
-    import torch
     from ocpmx.conformance.backends import TritonBackend
     from ocpmx.emulator.fold import shift_range
     from ocpmx.native import fold as native_fold
