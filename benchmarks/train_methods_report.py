@@ -8,23 +8,12 @@ read.
 """
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import sys
 from pathlib import Path
 
-
-def load(d: Path):
-    train, val, inexact = {}, {}, None
-    for line in (d / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if "loss" in r:
-            train[r["step"]] = r
-            inexact = r.get("fold_inexact", inexact)
-        elif "val_loss" in r:
-            val[r["step"]] = r["val_loss"]
-    return train, val, inexact
+from train_accumulation_report import load  # (train rows by step, val_loss by step)
 
 
 def main(out: Path):
@@ -37,12 +26,13 @@ def main(out: Path):
              "loss\\| | final val_loss, bf16 | method | fold elements rounded |",
              "|" + "---|" * 10]
     finals = {}
-    for (recipe, method, seed), (t1, v1, inexact) in sorted(runs.items()):
+    for (recipe, method, seed), (t1, v1) in sorted(runs.items()):
         finals.setdefault((recipe, method), []).append(t1[max(t1)]["loss"])
         base = runs.get((recipe, "bf16", seed))
         if method == "bf16" or base is None:
             continue
-        t0, v0, _ = base
+        t0, v0 = base
+        inexact = t1[max(t1)].get("fold_inexact")  # the running count, at the last step
         steps = sorted(set(t0) & set(t1))
         if not steps:
             continue
