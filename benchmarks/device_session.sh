@@ -10,7 +10,7 @@
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
-# conform_fold speed speed_both speed_cols foldrows rowwise linear_ab methods.
+# conform_fold speed speed_both speed_cols foldrows rowwise linear_ab methods foldhost.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -174,6 +174,10 @@ for s in "$@"; do
     foldrows)
       # the whole-row fold's tiles and the rowwise method's passes (issue 17)
       python3 benchmarks/fold_rows_sweep.py --out $RUN/fold_rows > $RUN/fold_rows.log 2>&1
+      done_ $s $? ;;
+    foldhost)
+      # host time of the fold paths per call and per MXLinear step, and where it goes (cProfile)
+      python3 benchmarks/fold_host.py --out $RUN/fold_host > $RUN/fold_host.log 2>&1
       done_ $s $? ;;
     methods)
       # one recipe trained under GEMM methods against method bf16, several seeds (issue 17)

@@ -241,8 +241,10 @@ FUSED_FOLD_MAX_GROUP = 32
 FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
 FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per thread)
 # the whole-row fold's tile (``kernels.quantize.fold_rows_kernel``): blocks per program, warps
-FOLD_ROW_CHUNK = 64
-FOLD_ROW_WARPS = 2
+# (H200, fold_rows_sweep.py: 32 blocks on one warp 0.33-0.39 of copy at Llama-8B operand
+# shapes, 64 on two 0.30-0.34, larger chunks and more warps slower; results/native_gpu)
+FOLD_ROW_CHUNK = 32
+FOLD_ROW_WARPS = 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -268,25 +270,15 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
     group = nblk if group is None else group
     check_group(group, nblk)
     rows = math.prod(data.shape[:-1])
+    if rows and group == nblk:  # whole rows, any length: a program per chunk of a row
+        return _fold_rows(data, scales, k, fmt, rows, pow2)
     codes = torch.empty(rows, k, dtype=torch.uint8, device=data.device)
     exps = torch.empty(rows, nblk // group, dtype=torch.int32, device=data.device)
     stats = torch.zeros(2, dtype=torch.int64, device=data.device)
     p2 = (torch.empty(nblk // group, rows, dtype=torch.float32, device=data.device) if pow2
           else exps)  # (the kernel does not touch it without POW2)
     n_groups = rows * nblk // group
-    if n_groups and group == nblk:  # whole rows, any length: a program per chunk of a row
-        consts = lower(fmt).constexprs()
-        common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
-                      NBR=1 << (nblk - 1).bit_length(), POW2=pow2, HW_CVT=_e4m3_cvt(data.device),
-                      num_warps=FOLD_ROW_WARPS)
-        per_row = torch.zeros(rows, 2, dtype=torch.int64, device=data.device)
-        launch.run(kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, FOLD_ROW_CHUNK)), data,
-                   scales, codes, exps, p2, stats, per_row, nblk, **consts,
-                   D_INT=integer_fold_shift(fmt), **common)
-        launch.run(kernels.quantize.fold_rows_finish_kernel, (rows,), data, scales, codes, exps,
-                   p2, stats, inexact_total(data.device), per_row, nblk,
-                   **{c: consts[c] for c in ("BITS", "SIGN", "MBITS", "BIAS", "SUBQ")}, **common)
-    elif n_groups:
+    if n_groups:
         ng = max(1, FOLD_BLOCKS // group)  # groups per program: a block per thread
         launch.run(kernels.quantize.fold_kernel, (cdiv(n_groups, ng),), data, scales, codes,
                    exps, p2, stats, inexact_total(data.device), n_groups, rows,
@@ -295,6 +287,42 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
                    HW_CVT=_e4m3_cvt(data.device),
                    num_warps=max(1, min(FOLD_WARPS, ng * group // 32)))
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), group, fmt, stats,
+                        p2 if pow2 else None)
+
+
+def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat, rows: int,
+               pow2: bool) -> FoldedTensor:
+    """``fold_kmajor`` of whole rows: ``kernels.quantize.fold_rows_kernel`` on (rows, chunks of
+    ``FOLD_ROW_CHUNK`` blocks), then ``fold_rows_finish_kernel`` a program per row. One zeroed
+    buffer holds the stats and the per-row (seen, rounded) counts the first launch adds to.
+    A repeated call of the same shape and options takes the two launches its first call left
+    (``plans.RowFoldPlan``: no argument binding, no constexprs built)."""
+    from . import plans
+    nblk = k // BLOCK_SIZE
+    codes = data.new_empty((rows, k), dtype=torch.uint8)
+    exps = data.new_empty((rows, 1), dtype=torch.int32)
+    counts = data.new_zeros(2 + 2 * rows, dtype=torch.int64)  # stats, then (rows, 2)
+    stats, per_row = counts[:2], counts[2:].view(rows, 2)
+    p2 = data.new_empty((1, rows), dtype=torch.float32) if pow2 else exps  # (untouched then)
+    first = (data, scales, codes, exps, p2, stats, per_row, nblk)
+    second = (data, scales, codes, exps, p2, stats, inexact_total(data.device), per_row, nblk)
+    pk = plans.key("fold_rows", data, (fmt, pow2, tuple(scales.shape), FOLD_ROW_CHUNK,
+                                       FOLD_ROW_WARPS), None)
+    if not plans.run_row_fold(plans.find(pk), first, second):
+        consts = lower(fmt).constexprs()
+        common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
+                      NBR=1 << (nblk - 1).bit_length(), POW2=pow2,
+                      HW_CVT=_e4m3_cvt(data.device), num_warps=FOLD_ROW_WARPS)
+        launches = []
+        for kernel, grid, args, kw in (
+                (kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, FOLD_ROW_CHUNK)), first,
+                 dict(consts, D_INT=integer_fold_shift(fmt), **common)),
+                (kernels.quantize.fold_rows_finish_kernel, (rows,), second,
+                 dict({c: consts[c] for c in ("BITS", "SIGN", "MBITS", "BIAS", "SUBQ")},
+                      **common))):
+            launches.append((kernel, grid, args, kw, launch.run(kernel, grid, *args, **kw)))
+        plans.make_row_fold(pk, launches)
+    return FoldedTensor(codes, exps, scales.reshape(rows, nblk), nblk, fmt, stats,
                         p2 if pow2 else None)
 
 

@@ -21,7 +21,10 @@ place and calls the compiled kernel. ``quantize_dequantize_both_axes`` (and its 
 leaves a ``BothAxesPlan`` the same way where its call was the one-pass kernel's launch, and
 ``quantize_folded`` (and its custom op) a ``FoldPlan``, whose outputs are the folded
 operand's (codes, MX scales, group exponents, 2^R, the zeroed stats) and whose kernel adds to
-the device's running count of rounded elements.
+the device's running count of rounded elements. The whole-row fold of stored codes
+(``fold.fold_kmajor`` with one group a row: the second pass of ``quantize_folded`` for the
+rowwise GEMM method) leaves a ``RowFoldPlan``: its two launches, its caller allocating the
+outputs.
 
 Only a contiguous ``torch.Tensor`` on a device of ``DEVICE_TYPES`` (CUDA/ROCm), with
 ``fastlaunch`` on and outside ``torch.compile``, takes a plan. A call of another kind (the
@@ -304,6 +307,66 @@ def run_fold(plan: FoldPlan, x: torch.Tensor, seed: int, keys):
         fastlaunch.call(kernel, plan.grid, (*args, *plan.tail), current_stream(device))
         STATS.hits += 1
     return plan.result(codes, exps, scales, stats, p2)
+
+
+class RowFoldPlan:
+    """A repeated whole-row fold's two launches (``fold._fold_rows``: ``fold_rows_kernel``, then
+    ``fold_rows_finish_kernel``): each one's grid and bound constexprs (``tail``), and for each
+    specialization of the per-call arguments (every tensor's alignment, the current device)
+    both compiled kernels and whether each takes addresses."""
+
+    __slots__ = ("grids", "tails", "compiled")
+
+    def __init__(self, grids: tuple, tails: tuple):
+        self.grids, self.tails = tuple(map(_grid3, grids)), tails
+        self.compiled = {}
+
+
+def _row_fold_dyn(args: tuple, device: int) -> tuple:
+    return tuple(a.data_ptr() & 15 for a in args if type(a) is torch.Tensor), device
+
+
+def _as_addresses(args: tuple) -> tuple:
+    return tuple(a.data_ptr() if type(a) is torch.Tensor else a for a in args)
+
+
+def run_row_fold(plan: RowFoldPlan | None, first: tuple, second: tuple) -> bool:
+    """The two launches of a whole-row fold through ``plan`` on the positional arguments
+    ``first`` and ``second`` (``fold._fold_rows``'s); False, launching nothing, where there is
+    no plan or it has no compiled kernels for these arguments' specialization."""
+    if plan is None:
+        return False
+    device = current_device()
+    entry = plan.compiled.get(_row_fold_dyn(first + second, device))
+    if entry is None:
+        return False
+    stream = current_stream(device)
+    for (kernel, addresses), grid, args, tail in zip(entry, plan.grids, (first, second),
+                                                     plan.tails):
+        fastlaunch.call(kernel, grid, (*(_as_addresses(args) if addresses else args), *tail),
+                        stream)
+    STATS.hits += 1
+    return True
+
+
+def make_row_fold(k: tuple | None, launches: list) -> None:
+    """After a whole-row fold's whole way: keep its launches for combination ``k`` where both
+    returned a compiled kernel (``launches``: (kernel, grid, positional arguments,
+    constexprs, what ``launch.run`` returned) for each, in order); a new specialization of a
+    combination already planned joins its plan."""
+    if k is None or not all(fastlaunch.compiled(done) for *_, done in launches):
+        return
+    plan = find(k)
+    if plan is None:
+        tails = tuple(fastlaunch.cached_tail(kernel, args, kw) for kernel, _, args, kw, _ in
+                      launches)
+        if None in tails:
+            return
+        plan = RowFoldPlan(tuple(grid for _, grid, *_ in launches), tails)
+        _keep(k, plan)
+    args = tuple(arg for _, _, call_args, _, _ in launches for arg in call_args)
+    plan.compiled[_row_fold_dyn(args, current_device())] = tuple(
+        (done, fastlaunch.takes_addresses(done)) for *_, done in launches)
 
 
 class BothAxesPlan:

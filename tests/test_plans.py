@@ -362,6 +362,60 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
         assert plan.k32.kernel is launch.kernels.both_axes.columns_fold_kernel
 
 
+@pytest.mark.parametrize("fmt,shape,kw", [
+    ("e2m1", (16, 96), dict(pow2=True)),                          # 3 blocks a row, one chunk
+    ("e2m1", (4, 34 * 32), dict(rotation="hadamard16")),          # 34 blocks: two chunks
+    ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic"))])  # along axis 0
+def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
+    """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group (more than
+    ``FUSED_FOLD_MAX_GROUP`` blocks, or not a power of two): quantize, then the two launches of
+    the whole-row fold. The first call leaves a ``RowFoldPlan``; later calls (new data and
+    seeds) take it and give the emulator's codes, exponents, scales, stats and 2^R, adding
+    their rounded elements to the device's total; ``fold(mx, None)`` on stored codes takes it
+    too. Another chunk size (``FOLD_ROW_CHUNK``, what the tile sweep changes) is another
+    plan."""
+    from ocpmx.native import fold
+    g = torch.Generator().manual_seed(3)
+    axis = kw.get("axis", -1) % len(shape)
+    k = shape[axis]
+    assert k // 32 > fold.FUSED_FOLD_MAX_GROUP or (k // 32) & (k // 32 - 1)
+    rounded = expected = 0
+    for i, seed in enumerate((0, 5, 6, 9)):
+        moved = shape[:axis] + shape[axis + 1:] + (k,)
+        spread = torch.exp2(torch.randint(-14, 4, moved[:-1] + (k // 32,), generator=g)
+                            ).repeat_interleave(32, -1)
+        x = (torch.randn(moved, generator=g) * spread).movedim(-1, axis).bfloat16().contiguous()
+        before = int(fold.inexact_total("cpu"))
+        got = fold.quantize_folded(x, fmt, None, seed=seed, **kw)
+        rounded += int(fold.inexact_total("cpu")) - before
+        want = fold.quantize_folded(x, fmt, None, seed=seed, backend="emulator", **kw)
+        _same_fold(got, want)
+        expected += int(want.stats[1])
+    assert expected > 0 and rounded == expected
+    row_plans = [p for p in plans.PLANS.values() if isinstance(p, plans.RowFoldPlan)]
+    assert len(row_plans) == 1 and len(row_plans[0].compiled) == 1
+    q = launch.kernels.quantize
+    fold_kernels = (q.fold_rows_kernel, q.fold_rows_finish_kernel)
+
+    def planned_fold_launches():  # (a whole-way launch runs outside its stand-in's count)
+        return sum(s.launches for s in cpu_plans if s.kernel in fold_kernels)
+    assert planned_fold_launches() == 3 * 2  # the repeated calls: both launches, planned
+    mx = native.quantize(x, fmt, **{n: v for n, v in kw.items() if n != "pow2"}, seed=9)
+    for _ in range(2):  # stored codes: the same combination of the fold unless 2^R was asked
+        f = fold.fold(mx, None)
+    assert planned_fold_launches() == (4 if kw.get("pow2") else 5) * 2
+    for name in ("codes", "exponents", "scales", "stats"):
+        assert torch.equal(getattr(f, name), getattr(want, name)), name
+    made = plans.STATS.made
+    chunk = fold.FOLD_ROW_CHUNK
+    try:
+        fold.FOLD_ROW_CHUNK = 16
+        _same_fold(fold.quantize_folded(x, fmt, None, seed=9, **kw), want)
+    finally:
+        fold.FOLD_ROW_CHUNK = chunk
+    assert plans.STATS.made == made + 1
+
+
 def test_fold_plans_are_keyed_on_every_argument(cpu_plans):
     """Another group, 2^R or not, format, axis, rotation or shape is another combination:
     each goes the whole way first, and none takes another's launch."""
@@ -593,3 +647,39 @@ def test_both_axes_plans_same_bits_gpu(monkeypatch):
         assert plans.STATS.hits == hits + len(inputs) * len(options)
         for r, g in zip(ref, got, strict=True):
             assert torch.equal(r, g)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU: plans keep compiled kernels")
+def test_row_fold_plans_same_bits_gpu(monkeypatch):
+    """On the GPU: repeated whole-row ``quantize_folded`` calls (the rowwise GEMM method's
+    operands: 40 blocks a row, two chunks; with 2^R and H16; along axis 0) through their
+    ``RowFoldPlan`` give the bits and rounded-element counts of calls that take no plan."""
+    from ocpmx.native import fold
+    spread = torch.exp2(torch.randint(-16, 4, (256, 40), device="cuda")).repeat_interleave(32, 1)
+    base = torch.randn(256, 1280, device="cuda")
+    options = [dict(pow2=True, rotation="hadamard16"), dict(axis=0, pow2=True)]
+
+    def run_all(scale):
+        out = []
+        for kw in options:
+            x = (base * spread * scale).bfloat16()
+            x = x.t().contiguous() if kw.get("axis") == 0 else x
+            before = fold.inexact_total("cuda").clone()
+            f = fold.quantize_folded(x, "e2m1", None, **kw)
+            out += [f.codes.clone(), f.exponents.clone(), f.stats.clone(),
+                    f.pow2.view(torch.int32).clone(), fold.inexact_total("cuda") - before]
+        torch.cuda.synchronize()
+        return out
+    plans.clear()
+    run_all(1.0)
+    for scale in (2.0, 0.5, 3.0):
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ())
+        ref = run_all(scale)
+        monkeypatch.setattr(plans, "DEVICE_TYPES", ("cuda",))
+        hits = plans.STATS.hits
+        got = run_all(scale)
+        assert plans.STATS.hits >= hits + len(options)
+        for r, g in zip(ref, got, strict=True):
+            assert torch.equal(r, g)
+        assert int(ref[2][1]) + int(ref[7][1]) > 0  # (folds rounded, and were counted)
+    assert sum(isinstance(p, plans.RowFoldPlan) for p in plans.PLANS.values()) == len(options)
