@@ -682,4 +682,5 @@ def test_row_fold_plans_same_bits_gpu(monkeypatch):
         for r, g in zip(ref, got, strict=True):
             assert torch.equal(r, g)
         assert int(ref[2][1]) + int(ref[7][1]) > 0  # (folds rounded, and were counted)
-    assert sum(isinstance(p, plans.RowFoldPlan) for p in plans.PLANS.values()) == len(options)
+    # (both options fold K-major codes of (256, 1280): one combination of the row fold)
+    assert sum(isinstance(p, plans.RowFoldPlan) for p in plans.PLANS.values()) == 1
