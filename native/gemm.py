@@ -443,8 +443,13 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 # 0.75-0.97x, H100, results/native_gpu/bench_gemm_h100.md), but a training step pays ~1 ms of
 # host time per MX GEMM on that path (two quantize and two fold launches, the scaled GEMM):
 # 30m/125m compiled ran at 0.16-0.26x bf16 (results/train_speed/fp8_cublas_auto/train_speed.md,
-# results/native_gpu/mxlinear_host_h100.md). 'bf16' stays the default until the fold is part
-# of the quantize pass and launches are cheap (issue 18); ``fit_method`` is ready for the switch.
+# results/native_gpu/mxlinear_host_h100.md). 'fp8_cublas_rowwise' (its sums fitted bit for bit
+# on an H200) runs an 8B-shaped MXLinear at 1.30x nn.Linear eager, 1.40x from a CUDA graph, and
+# trains a 30m model within the seed noise of 'bf16' (results/native_gpu/linear_ab_h200.md,
+# results/train_methods_h200/), but the small models the experiments train are host-bound on
+# it: 30m eager at 0.54-0.63x the tokens/s of 'bf16' in those runs (a quantize and two fold
+# launches per operand). 'bf16' stays the default until the launches are cheap (issue 18);
+# ``fit_method`` is ready for the switch.
 HOPPER_AUTO = "bf16"
 # torch._scaled_mm's blockwise 1 x 128 scaling as fp8_cublas calls it: measured with torch 2.11
 _BLOCKWISE_SCALED_MM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11)
