@@ -6,7 +6,8 @@
 #       ["SEEDS"] [PRESET]
 # DETERMINISTIC=1 trains with --deterministic (two runs of one seed bit-identical: a seed's delta
 # is then the method's alone; results/determinism_h200/). A run whose folder already holds its
-# final evaluation is kept, not run again (a second call after a cut hold resumes).
+# final evaluation under the same preset, sequence length and DETERMINISTIC is kept, not run
+# again (a second call after a cut hold resumes).
 OUT=${1:-/tmp/methods}; RECIPE=${2:-mxfp4_all_h16}; METHODS=${3:-"fp8_cublas_rowwise fp8_cublas"}
 STEPS=${4:-300}; SEEDS=${5:-"0 1 2"}; PRESET=${6:-30m}; SEQ=${SEQ:-512}
 DATA=${DATA:-/tmp/ocpmx_data/c4-mini}
@@ -16,7 +17,10 @@ mkdir -p $OUT
 for seed in $SEEDS; do
   for method in bf16 $METHODS; do
     d=$OUT/$RECIPE-$method-seed$seed
-    if grep -q "\"step\": $((STEPS - 1)), .*\"val_loss\"" $d/metrics.jsonl 2>/dev/null; then
+    if grep -q "\"step\": $((STEPS - 1)), .*\"val_loss\"" $d/metrics.jsonl 2>/dev/null && \
+        python3 -c "import json, sys; c = json.load(open('$d/config.json')); sys.exit(
+          (c['preset'], c['seq_len'], c['deterministic']) != ('$PRESET', $SEQ, bool('${DETERMINISTIC:-}')))"
+    then
       echo "$(date +%T) $RECIPE $method seed $seed: complete, kept"; continue
     fi
     rm -rf $d

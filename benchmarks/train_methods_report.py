@@ -26,12 +26,16 @@ from train_accumulation_report import load  # (train rows by step, val_loss by s
 def folded_per_step(config: dict) -> int | None:
     """Elements a step folds: both operands of every MX GEMM of every converted linear (the
     layers ``keep_bf16`` leaves alone excluded), counted on the model built on the meta
-    device. None for a recipe without MX GEMMs."""
+    device. None for a recipe without MX GEMMs, and where a step folds more than that or
+    evaluations fold between the logged steps (gradient accumulation folds each weight once
+    a micro-batch, activation checkpointing runs Fprop twice, an evaluation before the last
+    step adds its forward's folds to the running count): not counted here."""
     from ocpmx.llama_train.model import Llama, ModelConfig
     from ocpmx.native.recipes import GEMMS, get_recipe
     recipe = get_recipe(config["recipe"])
     mx = [g for g in GEMMS if recipe.gemm(g).is_mx]
-    if not mx:
+    if not mx or config["grad_accum"] != 1 or config["activation_checkpointing"] or \
+            config["eval_every"] < config["max_steps"]:
         return None
     with torch.device("meta"):
         model = Llama(ModelConfig(**{k: tuple(v) if isinstance(v, list) else v
@@ -70,6 +74,8 @@ def main(out: Path):
         if method == "bf16" or base is None:
             continue
         t0, v0 = base
+        base_cfg = configs[(recipe, "bf16", seed)]
+        complete = complete and max(t0) + 1 >= base_cfg["max_steps"] and v0
         steps = sorted(set(t0) & set(t1))
         if not steps:
             continue

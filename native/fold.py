@@ -306,8 +306,8 @@ def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFor
     p2 = data.new_empty((1, rows), dtype=torch.float32) if pow2 else exps  # (untouched then)
     first = (data, scales, codes, exps, p2, stats, per_row, nblk)
     second = (data, scales, codes, exps, p2, stats, inexact_total(data.device), per_row, nblk)
-    pk = plans.key("fold_rows", data, (fmt, pow2, tuple(scales.shape), FOLD_ROW_CHUNK,
-                                       FOLD_ROW_WARPS), None)
+    pk = plans.key("fold_rows", data, (fmt, pow2, tuple(scales.shape), scales.dtype,
+                                       FOLD_ROW_CHUNK, FOLD_ROW_WARPS), None)
     if not plans.run_row_fold(plans.find(pk), first, second):
         consts = lower(fmt).constexprs()
         common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,

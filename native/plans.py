@@ -323,11 +323,11 @@ class RowFoldPlan:
 
 
 def _row_fold_dyn(args: tuple, device: int) -> tuple:
-    return tuple(a.data_ptr() & 15 for a in args if type(a) is torch.Tensor), device
+    return tuple(a.data_ptr() & 15 for a in args if isinstance(a, torch.Tensor)), device
 
 
 def _as_addresses(args: tuple) -> tuple:
-    return tuple(a.data_ptr() if type(a) is torch.Tensor else a for a in args)
+    return tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
 
 
 def run_row_fold(plan: RowFoldPlan | None, first: tuple, second: tuple) -> bool:
