@@ -31,7 +31,7 @@ def folded_per_step(config: dict) -> int | None:
     a micro-batch, activation checkpointing runs Fprop twice, an evaluation before the last
     step adds its forward's folds to the running count): not counted here."""
     from ocpmx.llama_train.model import Llama, ModelConfig
-    from ocpmx.native.recipes import GEMMS, get_recipe
+    from ocpmx.native.recipes import GEMMS, OPERANDS, get_recipe
     recipe = get_recipe(config["recipe"])
     mx = [g for g in GEMMS if recipe.gemm(g).is_mx]
     if not mx or config["grad_accum"] != 1 or config["activation_checkpointing"] or \
@@ -48,8 +48,7 @@ def folded_per_step(config: dict) -> int | None:
             continue
         n, k = mod.weight.shape
         size = {"x": tokens * k, "w": n * k, "dy": tokens * n}
-        operands = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
-        total += sum(size[o] for g in mx for o in operands[g])
+        total += sum(size[o] for g in mx for o in OPERANDS[g])
     return total
 
 

@@ -322,8 +322,10 @@ class RowFoldPlan:
         self.compiled = {}
 
 
-def _row_fold_dyn(args: tuple, device: int) -> tuple:
-    return tuple(a.data_ptr() & 15 for a in args if isinstance(a, torch.Tensor)), device
+def _row_fold_dyn(second: tuple, device: int) -> tuple:
+    """A whole-row fold's specialization: the alignment of every tensor its second launch
+    takes (a superset of the first's), and the current device."""
+    return tuple(a.data_ptr() & 15 for a in second if isinstance(a, torch.Tensor)), device
 
 
 def _as_addresses(args: tuple) -> tuple:
@@ -337,7 +339,7 @@ def run_row_fold(plan: RowFoldPlan | None, first: tuple, second: tuple) -> bool:
     if plan is None:
         return False
     device = current_device()
-    entry = plan.compiled.get(_row_fold_dyn(first + second, device))
+    entry = plan.compiled.get(_row_fold_dyn(second, device))
     if entry is None:
         return False
     stream = current_stream(device)
@@ -364,8 +366,7 @@ def make_row_fold(k: tuple | None, launches: list) -> None:
             return
         plan = RowFoldPlan(tuple(grid for _, grid, *_ in launches), tails)
         _keep(k, plan)
-    args = tuple(arg for _, _, call_args, _, _ in launches for arg in call_args)
-    plan.compiled[_row_fold_dyn(args, current_device())] = tuple(
+    plan.compiled[_row_fold_dyn(launches[-1][2], current_device())] = tuple(
         (done, fastlaunch.takes_addresses(done)) for *_, done in launches)
 
 

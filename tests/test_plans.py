@@ -380,7 +380,7 @@ def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     k = shape[axis]
     assert k // 32 > fold.FUSED_FOLD_MAX_GROUP or (k // 32) & (k // 32 - 1)
     rounded = expected = 0
-    for i, seed in enumerate((0, 5, 6, 9)):
+    for seed in (0, 5, 6, 9):
         moved = shape[:axis] + shape[axis + 1:] + (k,)
         spread = torch.exp2(torch.randint(-14, 4, moved[:-1] + (k // 32,), generator=g)
                             ).repeat_interleave(32, -1)
