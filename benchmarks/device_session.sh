@@ -10,7 +10,8 @@
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
-# conform_fold speed speed_both speed_cols foldrows rowwise linear_ab methods foldhost.
+# conform_fold speed speed_both speed_cols foldrows (FOLDROWS_ARGS: its arguments) rowwise linear_ab
+# methods foldhost.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -173,7 +174,7 @@ for s in "$@"; do
       done_ $s $? ;;
     foldrows)
       # the whole-row fold's tiles and the rowwise method's passes (issue 17)
-      python3 benchmarks/fold_rows_sweep.py --out $RUN/fold_rows > $RUN/fold_rows.log 2>&1
+      python3 benchmarks/fold_rows_sweep.py --out $RUN/fold_rows ${FOLDROWS_ARGS:-} > $RUN/fold_rows.log 2>&1
       done_ $s $? ;;
     foldhost)
       # host time of the fold paths per call and per MXLinear step, and where it goes (cProfile)

@@ -3,14 +3,17 @@
 codes and scales in, E4M3 codes out) against a device copy, and the bits against the default
 tile; beside it the group-4 fold (the blockwise method's) and the two passes MXLinear's
 rowwise method runs per operand (quantize, then the whole-row fold) against the fused
-quantize + group-4 fold. Each time is the device's, from a CUDA graph of ten calls (the
-first run, results/native_gpu/fold_rows_h200.md, timed eager calls: host-bound).
+quantize + group-4 fold and the whole-row fold in the row kernel's pass
+(``fold.fused_in_quantize``: rows of a power of two of at most ``FUSED_ROW_FOLD_MAX_GROUP``
+blocks) on ``--fused-warps`` warps. Each time is the device's, from a CUDA graph of ten
+calls (the first run, in results/native_gpu/archive/, timed eager calls: host-bound).
 
     python benchmarks/fold_rows_sweep.py --out DIR   (writes DIR.md and DIR.json)
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 
@@ -19,6 +22,7 @@ from triton.testing import do_bench
 
 from ocpmx import native
 from ocpmx.native import fold
+from ocpmx.native.tuning import RowTile
 
 SHAPES = ((8192, 4096), (14336, 4096), (8192, 14336), (4096, 14336), (14336, 8192))
 
@@ -46,6 +50,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--chunks", type=int, nargs="+", default=[32, 64, 128, 256])
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--fused-warps", type=int, nargs="+", default=[1, 2, 4, 8],
+                    help="warps of the row kernel folding whole rows in its pass")
     args = ap.parse_args()
     rows = []
     default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)
@@ -79,29 +85,34 @@ def main():
                          gbs=moved / t4 / 1e6, of_copy=moved / t4 / 1e6 / copy_gbs))
         kw = dict(rotation="hadamard16", pow2=True)
         t_q = bench(lambda: native.quantize(x, "e2m1", rotation="hadamard16"))
+        limit = fold.FUSED_ROW_FOLD_MAX_GROUP
+        fold.FUSED_ROW_FOLD_MAX_GROUP = fold.FUSED_FOLD_MAX_GROUP  # whole rows: two passes
+        two = fold.quantize_folded(x, "e2m1", None, **kw)
         t_two = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
+        fold.FUSED_ROW_FOLD_MAX_GROUP = limit
         t_fused = bench(lambda: fold.quantize_folded(x, "e2m1", 4, **kw))
         cases = []
-        if k // 32 <= 128:  # a whole row a power of two: fused in the quantize pass, too
-            two = fold.quantize_folded(x, "e2m1", None, **kw)
-            limit = fold.FUSED_FOLD_MAX_GROUP
-            fold.FUSED_FOLD_MAX_GROUP = k // 32
-            try:
-                fused = fold.quantize_folded(x, "e2m1", None, **kw)
-                same = torch.equal(fused.codes, two.codes)
-                cases.append((f"quantize_folded whole rows H16 fused (group {k // 32}), "
-                              f"bits equal: {same}",
-                              bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))))
-            except Exception as e:  # noqa: BLE001 - a group the fused kernel cannot hold
-                print("fused whole rows:", type(e).__name__, str(e)[:160], flush=True)
-            fold.FUSED_FOLD_MAX_GROUP = limit
+        if k // 32 <= limit:  # a whole row a power of two: fused in the row kernel's pass, on
+            base = native.default_tuning(x.device)  # its tile's warps or more (nb = k / 32)
+            for warps in args.fused_warps:
+                tuning = dataclasses.replace(base, rows32=RowTile(base.rows32.blocks, warps))
+                try:
+                    fused = fold.quantize_folded(x, "e2m1", None, tuning=tuning, **kw)
+                    same = all(torch.equal(getattr(fused, n), getattr(two, n))
+                               for n in ("codes", "exponents", "scales", "stats", "pow2"))
+                    cases.append((f"quantize_folded whole rows H16 fused (group {k // 32}) "
+                                  f"warps {warps}, bits equal: {same}",
+                                  bench(lambda: fold.quantize_folded(x, "e2m1", None,
+                                                                     tuning=tuning, **kw))))
+                except Exception as e:  # noqa: BLE001 - a tile that does not compile
+                    print("fused whole rows:", type(e).__name__, str(e)[:160], flush=True)
         for case, t in (*cases, ("quantize H16 (packed)", t_q),
                         ("quantize_folded whole rows H16 (quantize + fold)", t_two),
                         ("quantize_folded group 4 H16 (one pass)", t_fused)):
             rows.append(dict(shape=[m, k], case=case, ms=t,
                              of_copy=(2 * m * k) * 2 / t / 1e6 / copy_gbs))
         rows.append(dict(shape=[m, k], case="torch copy bf16", ms=t_copy, gbs=copy_gbs))
-        for r in rows[-5:]:
+        for r in rows[-(4 + len(cases)):]:
             print(r, flush=True)
     head = dict(device=torch.cuda.get_device_name(), torch=torch.__version__)
     with open(args.out + ".json", "w") as f:

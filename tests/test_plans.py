@@ -309,6 +309,9 @@ FOLD_CASES = [
     ("e2m3", torch.bfloat16, (128, 64), dict(group=4, axis=0, rotation="hadamard16",
                                              tuning=FOLD_COLUMNS)),
     ("e2m1", torch.float32, (256, 40), dict(group=2, axis=0, pow2=True, tuning=FOLD_AXIS0)),
+    # whole rows of 64 and 128 blocks: folded in the row kernel's pass (``fused_in_quantize``)
+    ("e2m1", torch.bfloat16, (8, 64 * 32), dict(group=64, pow2=True, rotation="hadamard16")),
+    ("e3m2", torch.float32, (128 * 32, 8), dict(group=128, axis=0, tuning=TRANSPOSE)),
 ]
 
 
@@ -365,11 +368,13 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
 @pytest.mark.parametrize("fmt,shape,kw", [
     ("e2m1", (16, 96), dict(pow2=True)),                          # 3 blocks a row, one chunk
     ("e2m1", (4, 34 * 32), dict(rotation="hadamard16")),          # 34 blocks: two chunks
-    ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic"))])  # along axis 0
+    ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic")),  # along axis 0
+    ("e2m1", (64 * 32, 8), dict(axis=0, tuning=FOLD_COLUMNS))])  # 64 blocks, column kernel
 def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
-    """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group (more than
-    ``FUSED_FOLD_MAX_GROUP`` blocks, or not a power of two): quantize, then the two launches of
-    the whole-row fold. The first call leaves a ``RowFoldPlan``; later calls (new data and
+    """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group
+    (``fold.fused_in_quantize``: not a power of two, more than ``FUSED_ROW_FOLD_MAX_GROUP``
+    blocks, or more than ``FUSED_FOLD_MAX_GROUP`` on the column kernel): quantize, then the
+    two launches of the whole-row fold. The first call leaves a ``RowFoldPlan``; later calls (new data and
     seeds) take it and give the emulator's codes, exponents, scales, stats and 2^R, adding
     their rounded elements to the device's total; ``fold(mx, None)`` on stored codes takes it
     too. Another chunk size (``FOLD_ROW_CHUNK``, what the tile sweep changes) is another
@@ -378,7 +383,8 @@ def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     g = torch.Generator().manual_seed(3)
     axis = kw.get("axis", -1) % len(shape)
     k = shape[axis]
-    assert k // 32 > fold.FUSED_FOLD_MAX_GROUP or (k // 32) & (k // 32 - 1)
+    assert not fold.fused_in_quantize(torch.empty(shape), axis, k // 32,
+                                      kw.get("tuning", native.default_tuning()))
     rounded = expected = 0
     for seed in (0, 5, 6, 9):
         moved = shape[:axis] + shape[axis + 1:] + (k,)
