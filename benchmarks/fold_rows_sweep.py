@@ -91,11 +91,12 @@ def main():
         t_two = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
         fold.FUSED_ROW_FOLD_MAX_GROUP = limit
         t_fused = bench(lambda: fold.quantize_folded(x, "e2m1", 4, **kw))
-        cases = []
-        if k // 32 <= limit:  # a whole row a power of two: fused in the row kernel's pass, on
-            base = native.default_tuning(x.device)  # its tile's warps or more (nb = k / 32)
-            for warps in args.fused_warps:
-                tuning = dataclasses.replace(base, rows32=RowTile(base.rows32.blocks, warps))
+        cases = [("quantize_folded whole rows H16, the default path",
+                  bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw)))]
+        if k // 32 <= limit:  # a whole row a power of two: fused in the row kernel's pass, a
+            base = native.default_tuning(x.device)  # program of k / 32 blocks on some warps
+            for warps in args.fused_warps:          # (the default: ``launch.fold_tile``)
+                tuning = dataclasses.replace(base, rows32=RowTile(k // 32, warps))
                 try:
                     fused = fold.quantize_folded(x, "e2m1", None, tuning=tuning, **kw)
                     same = all(torch.equal(getattr(fused, n), getattr(two, n))

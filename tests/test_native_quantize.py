@@ -974,6 +974,31 @@ def test_column_tile_register_cap_applies_on_hopper_only():
     assert consts["FOLD_GROUP"] == 4 and "maxnreg" not in consts
 
 
+def test_row_fold_of_a_large_group_keeps_the_tiles_blocks_per_warp(monkeypatch):
+    """A fold group larger than the row tile (whole rows of up to 128 blocks, folded in the
+    row kernel's pass) gets a program of one group on the tile's warps times group / blocks
+    (``launch.fold_tile``: measured 4 warps for 128 blocks against the 32-block tile's one),
+    no register cap; groups the tile holds keep the tile; quantize without a fold, the tile
+    and its cap."""
+    from ocpmx.native import launch, ops
+    n = ops.numerics("e2m1", "floor", "rne", "hadamard16")
+    t = torch.zeros(1, dtype=torch.int32)
+    tuning = dataclasses.replace(native.default_tuning(), rows32=native.RowTile(32, 1, 72))
+    for group, nb, warps in ((4, 32, 1), (32, 32, 1), (64, 64, 2), (128, 128, 4)):
+        fold = launch.FoldOutput(group=group, exponents=t, pow2=None, stats=t, total=t,
+                                 rows=1, d_max=14, hw_cvt=False)
+        consts, got = launch.rows32_constexprs(n, torch.bfloat16, 1 << 12, tuning, False,
+                                               torch.device("cpu"), fold)
+        assert (got, consts["NB"], consts["num_warps"]) == (nb, nb, warps), group
+        assert consts["FOLD_GROUP"] == group and "maxnreg" not in consts
+    wide = dataclasses.replace(tuning, rows32=native.RowTile(32, 2))
+    assert launch.fold_tile(wide.rows32, 128) == native.RowTile(128, 8)
+    monkeypatch.setattr(launch, "hopper", lambda device: True)
+    consts, nb = launch.rows32_constexprs(n, torch.bfloat16, 1 << 12, tuning, False,
+                                          torch.device("cpu"))
+    assert (nb, consts["num_warps"], consts["maxnreg"]) == (32, 1, 72)
+
+
 def test_column_launch_passes_the_register_cap(monkeypatch):
     """The launch wiring of the cap: a quantize along axis 0 through a capped column tile
     launches the column kernel with ``maxnreg`` where ``launch.hopper`` says Hopper (patched
