@@ -4,9 +4,10 @@ codes and scales in, E4M3 codes out) against a device copy, and the bits against
 tile; beside it the group-4 fold (the blockwise method's) and the two passes MXLinear's
 rowwise method runs per operand (quantize, then the whole-row fold) against the fused
 quantize + group-4 fold and the whole-row fold in the row kernel's pass
-(``fold.fused_in_quantize``: rows of a power of two of at most ``FUSED_ROW_FOLD_MAX_GROUP``
-blocks) on ``--fused-warps`` warps. Each time is the device's, from a CUDA graph of ten
-calls (the first run, in results/native_gpu/archive/, timed eager calls: host-bound).
+(``fold.fused_in_quantize``: rows of at most ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a
+power of two; ``--row-limit``: longer ones too) on the default tile and on ``--fused-warps``
+warps. Each time is the device's, from a CUDA graph of ten calls (the first run, in
+results/native_gpu/archive/, timed eager calls: host-bound).
 
     python benchmarks/fold_rows_sweep.py --out DIR   (writes DIR.md and DIR.json)
 """
@@ -24,7 +25,8 @@ from ocpmx import native
 from ocpmx.native import fold
 from ocpmx.native.tuning import RowTile
 
-SHAPES = ((8192, 4096), (14336, 4096), (8192, 14336), (4096, 14336), (14336, 8192))
+SHAPES = ((8192, 4096), (14336, 4096), (8192, 14336), (4096, 14336), (14336, 8192),
+          (32768, 768))
 
 
 def bench(fn, calls: int = 10):
@@ -50,12 +52,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--chunks", type=int, nargs="+", default=[32, 64, 128, 256])
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--fused-warps", type=int, nargs="+", default=[1, 2, 4, 8],
+    ap.add_argument("--fused-warps", type=int, nargs="*", default=[1, 2, 4, 8],
                     help="warps of the row kernel folding whole rows in its pass")
+    ap.add_argument("--row-limit", type=int, default=0,
+                    help="time the fused whole-row fold up to this many blocks (padded) too")
+    ap.add_argument("--shapes", nargs="*", help="M x K shapes, e.g. 8192x4096 (default: "
+                    "Llama-8B's operands and a 125m one)")
     args = ap.parse_args()
     rows = []
     default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)
-    for m, k in SHAPES:
+    shapes = [tuple(map(int, v.split("x"))) for v in args.shapes] if args.shapes else SHAPES
+    for m, k in shapes:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         src = torch.empty(m * k * 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
@@ -86,27 +93,33 @@ def main():
         kw = dict(rotation="hadamard16", pow2=True)
         t_q = bench(lambda: native.quantize(x, "e2m1", rotation="hadamard16"))
         limit = fold.FUSED_ROW_FOLD_MAX_GROUP
-        fold.FUSED_ROW_FOLD_MAX_GROUP = fold.FUSED_FOLD_MAX_GROUP  # whole rows: two passes
+        fold.FUSED_ROW_FOLD_MAX_GROUP = 0  # every whole row: quantize, then fold
         two = fold.quantize_folded(x, "e2m1", None, **kw)
         t_two = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
         fold.FUSED_ROW_FOLD_MAX_GROUP = limit
         t_fused = bench(lambda: fold.quantize_folded(x, "e2m1", 4, **kw))
         cases = [("quantize_folded whole rows H16, the default path",
                   bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw)))]
-        if k // 32 <= limit:  # a whole row a power of two: fused in the row kernel's pass, a
-            base = native.default_tuning(x.device)  # program of k / 32 blocks on some warps
-            for warps in args.fused_warps:          # (the default: ``launch.fold_tile``)
-                tuning = dataclasses.replace(base, rows32=RowTile(k // 32, warps))
+        nblk = k // 32
+        padded = 1 << (nblk - 1).bit_length()
+        if padded <= max(limit, args.row_limit):  # fused in the row kernel's pass: a program
+            fold.FUSED_ROW_FOLD_MAX_GROUP = max(limit, args.row_limit)  # per row, padded, on
+            base = native.default_tuning(x.device)  # the default warps and on fixed ones
+            for warps in [None] + args.fused_warps:
+                tuning = base if warps is None else dataclasses.replace(
+                    base, rows32=RowTile(padded, warps))
+                name = "the default tile" if warps is None else f"warps {warps}"
                 try:
                     fused = fold.quantize_folded(x, "e2m1", None, tuning=tuning, **kw)
                     same = all(torch.equal(getattr(fused, n), getattr(two, n))
                                for n in ("codes", "exponents", "scales", "stats", "pow2"))
-                    cases.append((f"quantize_folded whole rows H16 fused (group {k // 32}) "
-                                  f"warps {warps}, bits equal: {same}",
+                    cases.append((f"quantize_folded whole rows H16 fused ({nblk} blocks in "
+                                  f"{padded}) {name}, bits equal: {same}",
                                   bench(lambda: fold.quantize_folded(x, "e2m1", None,
                                                                      tuning=tuning, **kw))))
                 except Exception as e:  # noqa: BLE001 - a tile that does not compile
                     print("fused whole rows:", type(e).__name__, str(e)[:160], flush=True)
+            fold.FUSED_ROW_FOLD_MAX_GROUP = limit
         for case, t in (*cases, ("quantize H16 (packed)", t_q),
                         ("quantize_folded whole rows H16 (quantize + fold)", t_two),
                         ("quantize_folded group 4 H16 (one pass)", t_fused)):

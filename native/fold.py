@@ -145,9 +145,9 @@ def quantize_folded(x: torch.Tensor, fmt, group: int | None = 4, *, axis: int = 
     exponent (and with ``pow2`` its 2^R for cuBLAS) and the MX scales, instead of packed codes;
     the bits of the two passes, the rounded-element count and the wide flag included. A group
     (``check_group``; None: the whole row: one exponent per row, cuBLAS's rowwise scales) the
-    kernels do not hold (``fused_in_quantize``: not a power of two, larger than
-    ``FUSED_ROW_FOLD_MAX_GROUP`` blocks, or than ``FUSED_FOLD_MAX_GROUP`` on a column kernel)
-    is those two passes: ``quantize`` (any axis, rotation and rounding) and the fold of the
+    kernels do not hold (``fused_in_quantize``: more than ``FUSED_ROW_FOLD_MAX_GROUP`` blocks
+    padded to a power of two, or on a column kernel more than ``FUSED_FOLD_MAX_GROUP`` or not
+    a power of two) is those two passes: ``quantize`` (any axis, rotation and rounding) and the fold of the
     stored codes
     (``fold_kmajor``; whole rows by ``kernels.quantize.fold_rows_kernel``). Along another axis than the last (Wgrad's operands) the column kernel folds in its one pass
     where ``tuning.column_path('fold')`` says 'kernel' (``columns_fold``, or ``columns`` where
@@ -240,23 +240,25 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
 # the largest fold group every 32-block quantize kernel folds in its own pass (a program holds
 # whole groups: the column kernel lcm(its tile's blocks along K, the group) blocks along K)
 FUSED_FOLD_MAX_GROUP = 32
-# the row kernel's (a program of max(its tile's blocks, the group) blocks): whole rows of K =
-# 4096, Llama-8B's hidden size, for the rowwise method. H200 (results/native_gpu/
-# fold_rows_h200.md, bf16 8192 x 4096 and 14336 x 4096, H16, pow2): one pass 0.52-0.54 of copy
-# against quantize then fold's 0.48-0.49, the same bits; larger groups were not measured
+# the row kernel's, padded to a power of two (``launch.fold_tile``: a program of one group,
+# the tile's blocks per warp; a whole row of another length padded to the next power of two):
+# whole rows of K = 4096, Llama-8B's hidden size, for the rowwise method. H200
+# (results/native_gpu/fold_rows_h200.md, bf16 8192 x 4096 and 14336 x 4096, H16, 2^R): one
+# pass on 4 warps 0.78-0.81 of copy against quantize then fold's 0.52-0.54, the same bits
 FUSED_ROW_FOLD_MAX_GROUP = 128
 
 
 def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:
     """Whether ``quantize_folded`` folds ``group``-block groups of ``x`` along ``axis`` (a
-    checked one) in its quantize pass: a power of two of at most ``FUSED_FOLD_MAX_GROUP``
-    blocks on any path, or of at most ``FUSED_ROW_FOLD_MAX_GROUP`` where the row kernel runs
-    (along the last axis, or along another where ``tuning.column_path('fold')`` is the
-    transpose); else (whole rows of any other length, larger groups, the column kernels)
+    checked one, a checked group: not a power of two only as a whole row) in its quantize
+    pass: a power of two of at most ``FUSED_FOLD_MAX_GROUP`` blocks on any path; up to
+    ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a power of two (a whole row of any length)
+    where the row kernel runs (along the last axis, or along another where
+    ``tuning.column_path('fold')`` is the transpose); else (longer rows, the column kernels)
     quantize, then fold the stored codes: the same bits."""
-    if group & (group - 1) or group > FUSED_ROW_FOLD_MAX_GROUP:
+    if 1 << (group - 1).bit_length() > FUSED_ROW_FOLD_MAX_GROUP:
         return False
-    if group <= FUSED_FOLD_MAX_GROUP:
+    if group <= FUSED_FOLD_MAX_GROUP and not group & (group - 1):
         return True
     along_rows = math.prod(x.shape[axis % x.dim() + 1:]) == 1
     return along_rows or tuning.column_path("fold")[0] == "transpose"

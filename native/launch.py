@@ -137,35 +137,41 @@ def fold_constexprs(key: tuple) -> dict:
 def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning: Tuning,
                       qdq: bool, device: torch.device,
                       fold: FoldOutput | None = None) -> tuple[dict, int]:
-    """(constexprs and launch options, blocks per program) of the 32-block row kernel (a fold
-    takes at least one whole group per program: a group larger than the tile, on as many more
-    warps, ``fold_tile``)."""
+    """(constexprs and launch options, blocks a program advances) of the 32-block row kernel.
+    A fold takes at least one whole group per program: a group larger than the tile on as many
+    more warps (``fold_tile``); a group that is not a power of two (a whole row) in a program
+    per row, its tile the next power of two, the rest masked (the kernel's ROW_NB)."""
     tile = tuning.rows32_qdq if qdq else tuning.rows32
-    if fold and fold.group > tile.blocks:
+    padded = fold is not None and fold.group & (fold.group - 1) != 0
+    if fold and (fold.group > tile.blocks or padded):
         tile = fold_tile(tile, fold.group)
     nb = max(tile.blocks, fold.group) if fold else tile.blocks
+    row_nb = fold.group if padded else 0
     return _rows32_constexprs(n, in_dtype, tile, qdq, hopper(device),
                               fold.key if fold else NO_FOLD_KEY, nb,
-                              n_blocks * 32 >= BIG_NUMEL, n_blocks % nb == 0), nb
+                              n_blocks * 32 >= BIG_NUMEL, n_blocks % nb == 0 and not padded,
+                              row_nb), row_nb or nb
 
 
 def fold_tile(tile, group: int):
-    """The row tile of a fold whose ``group`` (a power of two) is larger than ``tile.blocks``:
-    a program of one group, the tile's blocks per warp kept (its warps times group / blocks),
-    no register cap. H200 (results/native_gpu/fold_rows_h200.md, whole rows of 128 blocks, H16,
-    the 32-block tile on one warp): 4 warps 0.78-0.80 of copy, 2 warps 0.72-0.75, 1 warp (a
+    """The row tile of a fold whose ``group`` is larger than ``tile.blocks`` or not a power of
+    two (a whole row): a program of one group, padded to the next power of two, the tile's
+    blocks per warp kept (its warps times that over its blocks, at least one), no register cap.
+    H200 (results/native_gpu/fold_rows_fused_warps_h200.md, whole rows of 128 blocks, H16, the
+    32-block tile on one warp): 4 warps 0.78-0.80 of copy, 2 warps 0.72-0.75, 1 warp (a
     program of 128 blocks on the tile's warps) 0.52-0.54, 8 warps 0.25; quantize then fold
     0.52-0.54. Warps do not change bits."""
-    return replace(tile, blocks=group, warps=max(1, tile.warps * group // tile.blocks),
+    blocks = 1 << (group - 1).bit_length()
+    return replace(tile, blocks=blocks, warps=max(1, tile.warps * blocks // tile.blocks),
                    maxnreg=None)
 
 
 @functools.lru_cache(maxsize=1024)
 def _rows32_constexprs(n: Numerics, in_dtype: torch.dtype, tile, qdq: bool, on_hopper: bool,
-                       fold_key: tuple, nb: int, big: bool, even: bool) -> dict:
+                       fold_key: tuple, nb: int, big: bool, even: bool, row_nb: int) -> dict:
     return dict(**n.constexprs(in_dtype), QDQ=qdq,
                 QUARTER_IN_SCALE=n.quarter_in_scale(in_dtype), **fold_constexprs(fold_key),
-                NB=nb, BIG=big, EVEN=even, num_warps=tile.warps,
+                NB=nb, BIG=big, EVEN=even, ROW_NB=row_nb, num_warps=tile.warps,
                 **register_cap(tile, on_hopper, fold_key))
 
 

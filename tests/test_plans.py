@@ -309,9 +309,13 @@ FOLD_CASES = [
     ("e2m3", torch.bfloat16, (128, 64), dict(group=4, axis=0, rotation="hadamard16",
                                              tuning=FOLD_COLUMNS)),
     ("e2m1", torch.float32, (256, 40), dict(group=2, axis=0, pow2=True, tuning=FOLD_AXIS0)),
-    # whole rows of 64 and 128 blocks: folded in the row kernel's pass (``fused_in_quantize``)
+    # whole rows of 64 and 128 blocks: folded in the row kernel's pass (``fused_in_quantize``);
+    # of 24, 7 and 48 blocks: a program per row, padded to a power of two (its ROW_NB)
     ("e2m1", torch.bfloat16, (8, 64 * 32), dict(group=64, pow2=True, rotation="hadamard16")),
     ("e3m2", torch.float32, (128 * 32, 8), dict(group=128, axis=0, tuning=TRANSPOSE)),
+    ("e2m1", torch.bfloat16, (6, 24 * 32), dict(group=24, pow2=True, rotation="hadamard16")),
+    ("e3m2", torch.float32, (2, 3, 7 * 32), dict(group=7, rounding="stochastic", keys=True)),
+    ("e2m3", torch.bfloat16, (48 * 32, 4), dict(group=48, axis=0, pow2=True, tuning=TRANSPOSE)),
 ]
 
 
@@ -366,9 +370,10 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
 
 
 @pytest.mark.parametrize("fmt,shape,kw", [
-    ("e2m1", (16, 96), dict(pow2=True)),                          # 3 blocks a row, one chunk
-    ("e2m1", (4, 34 * 32), dict(rotation="hadamard16")),          # 34 blocks: two chunks
-    ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic")),  # along axis 0
+    ("e2m1", (3, 136 * 32), dict(pow2=True)),                     # 136 blocks: five chunks
+    ("e2m1", (2, 160 * 32), dict(rotation="hadamard16")),         # 160 blocks
+    ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic",  # along axis 0, the
+                           tuning=FOLD_COLUMNS)),                       # column kernel
     ("e2m1", (64 * 32, 8), dict(axis=0, tuning=FOLD_COLUMNS))])  # 64 blocks, column kernel
 def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group

@@ -414,13 +414,16 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
                   MBITS: tl.constexpr, BIAS: tl.constexpr, SUBQ: tl.constexpr,
                   GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
                   HW_CVT: tl.constexpr, NB: tl.constexpr, EVEN: tl.constexpr,
-                  FROM_CODES: tl.constexpr):
+                  FROM_CODES: tl.constexpr, ROW: tl.constexpr = 0):
     """NB blocks' elements (quarters c0..c3 [NB, 8]: MX codes, or with FROM_CODES False their
     values in units of the block scale, signed float32: ``fold_values``) and E8M0 scales [NB],
     whole groups of GROUP consecutive blocks (a row's K / 32 blocks divide into them; the GROUP
     consecutive entries of ``blk`` from a multiple of GROUP on are one group, in order), folded
     into E4M3 (``fold_kernel`` folds stored codes with it: the same bits). ``n_blocks``: the
-    tensor's blocks (rows x K / 32)."""
+    tensor's blocks (rows x K / 32). ``ROW`` > 0 (GROUP = NB): the program's blocks are one row
+    of ROW blocks from its first on, the rest masked (``valid``: all-zero blocks, which R does
+    not count), its group the row."""
+    tl.static_assert(ROW == 0 or GROUP == NB, "a padded row is the program's one group")
     tl.static_assert(NB % GROUP == 0, "a program holds whole fold groups")
     NGP: tl.constexpr = NB // GROUP
     sc = scale.to(tl.int32)
@@ -446,12 +449,16 @@ def fold_quarters(c0, c1, c2, c3, scale, blk, valid, out_ptr, exp_ptr, pow2_ptr,
     store_codes(out_ptr, blk, f1, 1, valid, NB=NB, PACK=1, EVEN=EVEN)
     store_codes(out_ptr, blk, f2, 2, valid, NB=NB, PACK=1, EVEN=EVEN)
     store_codes(out_ptr, blk, f3, 3, valid, NB=NB, PACK=1, EVEN=EVEN)
-    q = tl.max(tl.reshape(blk, (NGP, GROUP)), axis=1) // GROUP  # the groups' indices
+    if ROW > 0:  # (the masked blocks' indices run on into the next row)
+        q = tl.min(tl.reshape(blk, (NGP, GROUP)), axis=1) // ROW
+    else:
+        q = tl.max(tl.reshape(blk, (NGP, GROUP)), axis=1) // GROUP  # the groups' indices
     # the groups that exist: a group's blocks exist together. (Not q < n_groups: in the column
     # kernel a masked column's indices run on into the next outer position's rows.)
     exists = tl.max(tl.reshape(valid.to(tl.int32), (NGP, GROUP)), axis=1) > 0
     store_group_exponents(tl.where(nan, NAN_EXP, r), q, exists, exp_ptr, pow2_ptr, stats_ptr,
-                          total_ptr, n_blocks // GROUP, n_rows, n_changed, POW2=POW2)
+                          total_ptr, n_blocks // (ROW if ROW > 0 else GROUP), n_rows,
+                          n_changed, POW2=POW2)
 
 
 @triton.jit
@@ -712,7 +719,9 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                            FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr, POW2: tl.constexpr,
                            HW_CVT: tl.constexpr,
                            # the tile, and what the shape implies
-                           NB: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr):
+                           NB: tl.constexpr, BIG: tl.constexpr, EVEN: tl.constexpr,
+                           # a program per whole row of ROW_NB blocks (0: NB blocks a program)
+                           ROW_NB: tl.constexpr):
     """Blocks of 32 along the last axis of a contiguous tensor: block b is elements
     [32 b, 32 b + 32) of the flat input, so the tensor is one sequence of blocks. Each block is
     held as four quarters of 8 (one 16-byte load each), which keeps the whole butterfly in
@@ -739,16 +748,29 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     fold's flags and rounded-element counts), the bits of ``native.fold.fold(quantize(x))``,
     the MX scales stored as always. NB must be a multiple of FOLD_GROUP.
 
+    ROW_NB > 0 (a fold of whole rows of ROW_NB blocks, FOLD_GROUP = ROW_NB, any number up to
+    NB, a power of two): program i holds row i, blocks [i ROW_NB, (i + 1) ROW_NB), in a tile of
+    NB blocks whose last NB - ROW_NB are masked (loaded as zeros: all-zero blocks, which no
+    group's exponent counts). EVEN is then False.
+
     ``seed`` and ``sign_mask``: integers or pointers (``common.load_key``)."""
+    tl.static_assert(ROW_NB == 0 or (ROW_NB == FOLD_GROUP and ROW_NB <= NB and not EVEN),
+                     "a program per whole row folds the row as one group, masked")
     if ROUNDING == STOCHASTIC:
         seed = load_key(seed)
     if SIGNS:
         sign_mask = load_key(sign_mask)
     pid = tl.program_id(0)
-    blk = pid * NB + tl.arange(0, NB)
-    if BIG:
-        blk = blk.to(tl.int64)
-    valid = blk < n_blocks
+    if ROW_NB > 0:
+        blk = pid * ROW_NB + tl.arange(0, NB)
+        if BIG:
+            blk = blk.to(tl.int64)
+        valid = tl.arange(0, NB) < ROW_NB
+    else:
+        blk = pid * NB + tl.arange(0, NB)
+        if BIG:
+            blk = blk.to(tl.int64)
+        valid = blk < n_blocks
     q0 = load_f32(x_ptr, blk, 0, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q1 = load_f32(x_ptr, blk, 1, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q2 = load_f32(x_ptr, blk, 2, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
@@ -761,8 +783,8 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
                       PACK=PACK, QDQ=QDQ, QUARTER_IN_SCALE=QUARTER_IN_SCALE, NB=NB, EVEN=EVEN,
                       exp_ptr=exp_ptr, pow2_ptr=pow2_ptr, stats_ptr=stats_ptr,
                       total_ptr=total_ptr, n_blocks=n_blocks, n_rows=n_rows,
-                      FOLD_GROUP=FOLD_GROUP, D_MAX=D_MAX, POW2=POW2, HW_CVT=HW_CVT,
-                      SR_SIGN_WORDS=True)
+                      FOLD_GROUP=NB if ROW_NB > 0 else FOLD_GROUP, D_MAX=D_MAX, POW2=POW2,
+                      HW_CVT=HW_CVT, SR_SIGN_WORDS=True, ROW=ROW_NB)
 
 
 @triton.jit
@@ -779,7 +801,7 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       EVEN: tl.constexpr, exp_ptr, pow2_ptr, stats_ptr, total_ptr, n_blocks,
                       n_rows, FOLD_GROUP: tl.constexpr, D_MAX: tl.constexpr,
                       POW2: tl.constexpr, HW_CVT: tl.constexpr, DEFER: tl.constexpr = False,
-                      SR_SIGN_WORDS: tl.constexpr = False):
+                      SR_SIGN_WORDS: tl.constexpr = False, ROW: tl.constexpr = 0):
     """Everything after the load, for NB 32-blocks held as quarters q0..q3 [NB, 8] (elements
     8p .. 8p + 7 of each block in quarter p): stochastic rounding's bits (two quarters are one
     group of 16, one Philox call each, counted at K-major block indices, so every kernel draws
@@ -792,7 +814,8 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
     against the per-element merge in the same runs (``bench_sr_h100.md``): the row kernel with
     H16 0.700 -> 0.722 of copy, without a rotation level (0.71); the column kernel's SR tile
     0.547 -> 0.521 with H16 and 0.527 -> 0.479 without (more registers), so only the row kernel
-    sets it."""
+    sets it. ``ROW`` > 0: the NB blocks are one row of ROW blocks and masked padding, folded
+    as one group (``fold_quarters``' ROW)."""
     tl.static_assert(not DEFER or (PACK == 2 and not QDQ and FOLD_GROUP == 0),
                      "DEFER returns the code words of 4-bit codes")
     if ROUNDING == STOCHASTIC:
@@ -847,7 +870,8 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
                       scale, blk, valid, data_ptr, exp_ptr, pow2_ptr, stats_ptr, total_ptr,
                       n_blocks, n_rows, SIGN=SIGN, BITS=BITS, MBITS=MBITS, BIAS=BIAS,
                       SUBQ=SUBQ, GROUP=FOLD_GROUP, D_MAX=D_MAX,
-                      POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=EVEN, FROM_CODES=False)
+                      POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=EVEN, FROM_CODES=False,
+                      ROW=ROW)
         store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
     elif QDQ and ROUNDING != STOCHASTIC:  # RNE values straight from the rounded magnitudes
         ex = BIAS + MBITS <= 7
@@ -900,7 +924,8 @@ def quantize_quarters(q0, q1, q2, q3, seed, blk, valid, data_ptr, scale_ptr, sig
             fold_quarters(c0, c1, c2, c3, scale, blk, valid, data_ptr, exp_ptr, pow2_ptr,
                           stats_ptr, total_ptr, n_blocks, n_rows, SIGN=SIGN, BITS=BITS,
                           MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, GROUP=FOLD_GROUP, D_MAX=D_MAX,
-                          POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=EVEN, FROM_CODES=True)
+                          POW2=POW2, HW_CVT=HW_CVT, NB=NB, EVEN=EVEN, FROM_CODES=True,
+                          ROW=ROW)
             store_scales(scale_ptr, blk, scale, valid, EVEN=EVEN)
         elif QDQ:
             store_qdq(data_ptr, blk, c0, scale, 0, valid, NB=NB, EVEN=EVEN, BITS=BITS,
