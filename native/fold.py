@@ -241,11 +241,12 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
 # whole groups: the column kernel lcm(its tile's blocks along K, the group) blocks along K)
 FUSED_FOLD_MAX_GROUP = 32
 # the row kernel's, padded to a power of two (``launch.fold_tile``: a program of one group,
-# the tile's blocks per warp; a whole row of another length padded to the next power of two):
-# whole rows of K = 4096, Llama-8B's hidden size, for the rowwise method. H200
-# (results/native_gpu/fold_rows_h200.md, bf16 8192 x 4096 and 14336 x 4096, H16, 2^R): one
-# pass on 4 warps 0.78-0.81 of copy against quantize then fold's 0.52-0.54, the same bits
-FUSED_ROW_FOLD_MAX_GROUP = 128
+# the tile's blocks per warp; a whole row of another length padded to the next power of two).
+# H200 (results/native_gpu/fold_rows_h200.md, bf16, H16, 2^R, whole rows), one pass against
+# quantize then fold: 24 blocks (125m's K = 768) in 32 on one warp 0.66 of copy against 0.36;
+# 128 blocks (K = 4096) on 4 warps 0.78-0.80 against 0.52-0.54; 256 (K = 8192) on 8 warps 0.72
+# against 0.58; 448 (K = 14336) in 512 on 16 warps 0.58-0.59 against 0.55-0.57; the same bits
+FUSED_ROW_FOLD_MAX_GROUP = 512
 
 
 def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:

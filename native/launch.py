@@ -157,10 +157,12 @@ def fold_tile(tile, group: int):
     """The row tile of a fold whose ``group`` is larger than ``tile.blocks`` or not a power of
     two (a whole row): a program of one group, padded to the next power of two, the tile's
     blocks per warp kept (its warps times that over its blocks, at least one), no register cap.
-    H200 (results/native_gpu/fold_rows_fused_warps_h200.md, whole rows of 128 blocks, H16, the
-    32-block tile on one warp): 4 warps 0.78-0.80 of copy, 2 warps 0.72-0.75, 1 warp (a
-    program of 128 blocks on the tile's warps) 0.52-0.54, 8 warps 0.25; quantize then fold
-    0.52-0.54. Warps do not change bits."""
+    H200, the 32-block tile on one warp, H16 (results/native_gpu/fold_rows_fused_warps_h200.md
+    and fold_rows_h200.md), the fastest or within 1% of it at every row length timed: 128
+    blocks on 4 warps 0.78-0.80 of copy (2 warps 0.72-0.75, 1 warp 0.52-0.54, 8 warps 0.25);
+    256 blocks on 8 warps 0.72 (4 warps 0.68, 16 warps 0.22); 448 in 512 on 16 warps 0.58-0.59
+    (8 warps 0.54-0.55, 4 warps 0.48-0.49); 24 in 32 on one warp 0.66 (4 warps 0.20). Warps do
+    not change bits."""
     blocks = 1 << (group - 1).bit_length()
     return replace(tile, blocks=blocks, warps=max(1, tile.warps * blocks // tile.blocks),
                    maxnreg=None)

@@ -1244,18 +1244,18 @@ def test_hopper_fp8_cublas_rowwise_reproduces_an_h200():
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name, nblk, axis, rotation, rounding, dtype", [
     ("e2m1", 7, -1, None, "rne", "float32"),  # fused: padded to 8; fold: one chunk, masked
-    ("e2m1", 130, -1, "hadamard16", "rne", "bfloat16"),  # FOLD_ROW_CHUNK chunks, the last short
+    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16"),  # two passes: > 512 blocks; chunks of
+    #                                                      FOLD_ROW_CHUNK, the last short
     ("e3m2", 70, 0, None, "rne", "float32"),                 # along axis 0 (Wgrad's operands)
     ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16"),  # fused: a power of two
     ("e3m2", 24, -1, "hadamard16", "stochastic", "bfloat16")])  # fused, padded to 32 blocks
 def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rounding, dtype):
     """``quantize_folded(x, fmt, None)`` and ``fold(mx, None)``: one exponent per whole row, any
     number of blocks (quantize, then ``fold_rows_kernel``: a program per ``FOLD_ROW_CHUNK``
-    blocks of a row and a finishing launch per row; rows of at most 128 blocks along the last
-    axis the quantize kernel folds in its own pass, ``fused_in_quantize``, a program per row
-    padded to a power of two, and ``fold(mx, None)`` takes the two launches), bit for bit
-    ``emulator.fold.fold(mx, None)``:
-    codes, exponents (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of
+    blocks of a row and a finishing launch per row; rows of at most FUSED_ROW_FOLD_MAX_GROUP
+    (512) blocks along the last axis the quantize kernel folds in its own pass,
+    ``fused_in_quantize``, a program per row padded to a power of two, and ``fold(mx, None)``
+    takes the two launches), bit for bit ``emulator.fold.fold(mx, None)``: codes, exponents (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of
     blocks more than the fold range below their row's largest, the wide flag, 2^R as cuBLAS's
     rowwise scale; the MX codes come back (``unfold``) from every row the fold kept exact."""
     import torch

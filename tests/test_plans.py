@@ -370,8 +370,8 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
 
 
 @pytest.mark.parametrize("fmt,shape,kw", [
-    ("e2m1", (3, 136 * 32), dict(pow2=True)),                     # 136 blocks: five chunks
-    ("e2m1", (2, 160 * 32), dict(rotation="hadamard16")),         # 160 blocks
+    ("e2m1", (3, 520 * 32), dict(pow2=True)),                     # 520 blocks: 17 chunks
+    ("e2m1", (2, 544 * 32), dict(rotation="hadamard16")),         # 544 blocks
     ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic",  # along axis 0, the
                            tuning=FOLD_COLUMNS)),                       # column kernel
     ("e2m1", (64 * 32, 8), dict(axis=0, tuning=FOLD_COLUMNS))])  # 64 blocks, column kernel
@@ -663,11 +663,13 @@ def test_both_axes_plans_same_bits_gpu(monkeypatch):
 @pytest.mark.skipif(not GPU, reason="needs a GPU: plans keep compiled kernels")
 def test_row_fold_plans_same_bits_gpu(monkeypatch):
     """On the GPU: repeated whole-row ``quantize_folded`` calls (the rowwise GEMM method's
-    operands: 40 blocks a row, two chunks; with 2^R and H16; along axis 0) through their
-    ``RowFoldPlan`` give the bits and rounded-element counts of calls that take no plan."""
+    operands where a row is longer than ``FUSED_ROW_FOLD_MAX_GROUP``: 520 blocks a row, 17
+    chunks; with 2^R and H16; along axis 0) through their ``RowFoldPlan`` give the bits and
+    rounded-element counts of calls that take no plan."""
     from ocpmx.native import fold
-    spread = torch.exp2(torch.randint(-16, 4, (256, 40), device="cuda")).repeat_interleave(32, 1)
-    base = torch.randn(256, 1280, device="cuda")
+    assert 520 > fold.FUSED_ROW_FOLD_MAX_GROUP
+    spread = torch.exp2(torch.randint(-16, 4, (64, 520), device="cuda")).repeat_interleave(32, 1)
+    base = torch.randn(64, 520 * 32, device="cuda")
     options = [dict(pow2=True, rotation="hadamard16"), dict(axis=0, pow2=True)]
 
     def run_all(scale):
@@ -696,5 +698,5 @@ def test_row_fold_plans_same_bits_gpu(monkeypatch):
         for r, g in zip(ref, got, strict=True):
             assert torch.equal(r, g)
         assert int(ref[2][1]) + int(ref[7][1]) > 0  # (folds rounded, and were counted)
-    # (both options fold K-major codes of (256, 1280): one combination of the row fold)
+    # (both options fold K-major codes of (64, 16640): one combination of the row fold)
     assert sum(isinstance(p, plans.RowFoldPlan) for p in plans.PLANS.values()) == 1
