@@ -22,7 +22,7 @@ import torch
 from triton.testing import do_bench
 
 from ocpmx import native
-from ocpmx.native import fold
+from ocpmx.native import fold, plans
 from ocpmx.native.tuning import RowTile
 
 SHAPES = ((8192, 4096), (14336, 4096), (8192, 14336), (4096, 14336), (14336, 8192),
@@ -94,9 +94,11 @@ def main():
         t_q = bench(lambda: native.quantize(x, "e2m1", rotation="hadamard16"))
         limit = fold.FUSED_ROW_FOLD_MAX_GROUP
         fold.FUSED_ROW_FOLD_MAX_GROUP = 0  # every whole row: quantize, then fold
+        plans.clear()  # (a plan made under one limit would run under another)
         two = fold.quantize_folded(x, "e2m1", None, **kw)
         t_two = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
         fold.FUSED_ROW_FOLD_MAX_GROUP = limit
+        plans.clear()
         t_fused = bench(lambda: fold.quantize_folded(x, "e2m1", 4, **kw))
         cases = [("quantize_folded whole rows H16, the default path",
                   bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw)))]
@@ -104,6 +106,7 @@ def main():
         padded = 1 << (nblk - 1).bit_length()
         if padded <= max(limit, args.row_limit):  # fused in the row kernel's pass: a program
             fold.FUSED_ROW_FOLD_MAX_GROUP = max(limit, args.row_limit)  # per row, padded, on
+            plans.clear()
             base = native.default_tuning(x.device)  # the default warps and on fixed ones
             for warps in [None] + args.fused_warps:
                 tuning = base if warps is None else dataclasses.replace(
@@ -120,6 +123,7 @@ def main():
                 except Exception as e:  # noqa: BLE001 - a tile that does not compile
                     print("fused whole rows:", type(e).__name__, str(e)[:160], flush=True)
             fold.FUSED_ROW_FOLD_MAX_GROUP = limit
+            plans.clear()
         for case, t in (*cases, ("quantize H16 (packed)", t_q),
                         ("quantize_folded whole rows H16 (quantize + fold)", t_two),
                         ("quantize_folded group 4 H16 (one pass)", t_fused)):

@@ -146,10 +146,11 @@ def quantize_folded(x: torch.Tensor, fmt, group: int | None = 4, *, axis: int = 
     the bits of the two passes, the rounded-element count and the wide flag included. A group
     (``check_group``; None: the whole row: one exponent per row, cuBLAS's rowwise scales) the
     kernels do not hold (``fused_in_quantize``: more than ``FUSED_ROW_FOLD_MAX_GROUP`` blocks
-    padded to a power of two, or on a column kernel more than ``FUSED_FOLD_MAX_GROUP`` or not
-    a power of two) is those two passes: ``quantize`` (any axis, rotation and rounding) and the fold of the
-    stored codes
-    (``fold_kmajor``; whole rows by ``kernels.quantize.fold_rows_kernel``). Along another axis than the last (Wgrad's operands) the column kernel folds in its one pass
+    padded to a power of two, a row that fills less than ``FUSED_ROW_MIN_FILL`` of its
+    padding, or off the row kernel more than ``FUSED_FOLD_MAX_GROUP`` or not a power of two)
+    is those two passes: ``quantize`` (any axis, rotation and rounding) and the fold of the
+    stored codes (``fold_kmajor``; whole rows by ``kernels.quantize.fold_rows_kernel``). Along
+    another axis than the last (Wgrad's operands) the column kernel folds in its one pass
     where ``tuning.column_path('fold')`` says 'kernel' (``columns_fold``, or ``columns`` where
     that is None); under ``columns_fold='both_axes'`` the axis-0 fold kernel
     (``kernels.both_axes.columns_fold_kernel``: one fold group of each column per program;
@@ -215,7 +216,7 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
             f.pow2 = group_scales(f).t().contiguous()
         return f
     tuning = tuning or default_tuning(x.device)
-    if not fused_in_quantize(x, axis, group, tuning):  # (whole rows): quantize, then fold
+    if not fused_in_quantize(x, axis, group, tuning):  # quantize, then fold the codes
         mx = ops.quantize(x, n.fmt, axis=axis, scale_rule=n.scale_rule, rounding=n.rounding,
                           seed=seed, rotation=n.rotation, keys=keys, backend=backend,
                           tuning=tuning)
@@ -247,19 +248,26 @@ FUSED_FOLD_MAX_GROUP = 32
 # 128 blocks (K = 4096) on 4 warps 0.78-0.80 against 0.52-0.54; 256 (K = 8192) on 8 warps 0.72
 # against 0.58; 448 (K = 14336) in 512 on 16 warps 0.58-0.59 against 0.55-0.57; the same bits
 FUSED_ROW_FOLD_MAX_GROUP = 512
+# the least share of its padded tile a whole row of another length must fill to fold in the
+# row kernel's pass (timed: 24 of 32 and 448 of 512 blocks; emptier tiles, e.g. 33 of 64,
+# idle more lanes and were not timed: quantize, then fold)
+FUSED_ROW_MIN_FILL = 0.75
 
 
 def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:
     """Whether ``quantize_folded`` folds ``group``-block groups of ``x`` along ``axis`` (a
     checked one, a checked group: not a power of two only as a whole row) in its quantize
     pass: a power of two of at most ``FUSED_FOLD_MAX_GROUP`` blocks on any path; up to
-    ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a power of two (a whole row of any length)
-    where the row kernel runs (along the last axis, or along another where
-    ``tuning.column_path('fold')`` is the transpose); else (longer rows, the column kernels)
-    quantize, then fold the stored codes: the same bits."""
-    if 1 << (group - 1).bit_length() > FUSED_ROW_FOLD_MAX_GROUP:
+    ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a power of two (a whole row of another
+    length filling at least ``FUSED_ROW_MIN_FILL`` of it) where the row kernel runs (along the
+    last axis, or along another where ``tuning.column_path('fold')`` is the transpose; under
+    'both_axes', whose fold kernel takes groups of at most 4 blocks and sends the rest through
+    the transpose, too, not taken here); else quantize, then fold the stored codes: the same
+    bits."""
+    padded = 1 << (group - 1).bit_length()
+    if padded > FUSED_ROW_FOLD_MAX_GROUP or group < FUSED_ROW_MIN_FILL * padded:
         return False
-    if group <= FUSED_FOLD_MAX_GROUP and not group & (group - 1):
+    if group <= FUSED_FOLD_MAX_GROUP and group == padded:
         return True
     along_rows = math.prod(x.shape[axis % x.dim() + 1:]) == 1
     return along_rows or tuning.column_path("fold")[0] == "transpose"

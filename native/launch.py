@@ -162,10 +162,16 @@ def fold_tile(tile, group: int):
     blocks on 4 warps 0.78-0.80 of copy (2 warps 0.72-0.75, 1 warp 0.52-0.54, 8 warps 0.25);
     256 blocks on 8 warps 0.72 (4 warps 0.68, 16 warps 0.22); 448 in 512 on 16 warps 0.58-0.59
     (8 warps 0.54-0.55, 4 warps 0.48-0.49); 24 in 32 on one warp 0.66 (4 warps 0.20). Warps do
-    not change bits."""
+    not change bits; at most ``FOLD_MAX_WARPS``."""
     blocks = 1 << (group - 1).bit_length()
-    return replace(tile, blocks=blocks, warps=max(1, tile.warps * blocks // tile.blocks),
-                   maxnreg=None)
+    warps = min(FOLD_MAX_WARPS, max(1, tile.warps * blocks // tile.blocks))
+    return replace(tile, blocks=blocks, warps=warps, maxnreg=None)
+
+
+# the most warps ``fold_tile`` gives a program (more blocks per warp beyond): 512 threads, what
+# a 512-block row on the 32-block, one-warp tile takes, within every GPU's limit (NVIDIA's
+# 1024 threads, AMD's 16 wave64s)
+FOLD_MAX_WARPS = 16
 
 
 @functools.lru_cache(maxsize=1024)

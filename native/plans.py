@@ -23,7 +23,8 @@ leaves a ``BothAxesPlan`` the same way where its call was the one-pass kernel's 
 operand's (codes, MX scales, group exponents, 2^R, the zeroed stats) and whose kernel adds to
 the device's running count of rounded elements. The whole-row fold of stored codes
 (``fold.fold_kmajor`` with one group a row: the second pass of ``quantize_folded`` for the
-rowwise GEMM method) leaves a ``RowFoldPlan``: its two launches, its caller allocating the
+rowwise GEMM method where its quantize pass cannot fold, ``fold.fused_in_quantize``) leaves a
+``RowFoldPlan``: its two launches, its caller allocating the
 outputs.
 
 Only a contiguous ``torch.Tensor`` on a device of ``DEVICE_TYPES`` (CUDA/ROCm), with

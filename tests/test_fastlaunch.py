@@ -60,7 +60,7 @@ def _jit(kernel):
 
 def test_bound_follows_the_signature():
     """The full argument list (positional, named constexprs, defaults) is Python's binding of
-    the kernel's signature, for the row kernel's 43 parameters."""
+    the kernel's signature, for the row kernel's 44 parameters."""
     jit = _jit(kernels.quantize.quantize_rows32_kernel)
     sig = fastlaunch._signature_of(jit)
     n = native.ops.numerics("e2m1", rotation="hadamard16")

@@ -1241,23 +1241,58 @@ def test_hopper_fp8_cublas_rowwise_reproduces_an_h200():
     assert all(v > 0 for v in misses.values()), misses
 
 
+def test_which_folds_the_quantize_pass_takes():
+    """``fused_in_quantize``: powers of two of at most ``FUSED_FOLD_MAX_GROUP`` blocks on any
+    path; on the row kernel (the last axis, or another through the transpose) groups and whole
+    rows up to ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a power of two, a row of another
+    length only where it fills ``FUSED_ROW_MIN_FILL`` of its padding; the column kernels
+    nothing larger or of another length. Decided from shapes alone, on every device."""
+    import dataclasses
+    import torch
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    base = native.default_tuning()
+    rows = base
+    transpose = dataclasses.replace(base, columns="transpose", columns_fold="transpose")
+    column = dataclasses.replace(base, columns="kernel", columns_fold="kernel")
+    both = dataclasses.replace(base, columns_fold="both_axes")
+    cases = [  # (shape, axis, group, tuning, fused)
+        ((4, 64 * 32), -1, 4, rows, True), ((4, 64 * 32), -1, 64, rows, True),
+        ((4, 24 * 32), -1, 24, rows, True), ((4, 448 * 32), -1, 448, rows, True),
+        ((4, 512 * 32), -1, 512, rows, True), ((4, 520 * 32), -1, 520, rows, False),
+        ((4, 1024 * 32), -1, 1024, rows, False), ((4, 33 * 32), -1, 33, rows, False),
+        ((4, 3 * 32), -1, 3, rows, True), ((4, 5 * 32), -1, 5, rows, False),
+        ((24 * 32, 1), 0, 24, column, True),  # (nothing after the axis: the row kernel)
+        ((64 * 32, 8), 0, 64, transpose, True), ((24 * 32, 8), 0, 24, transpose, True),
+        ((64 * 32, 8), 0, 4, column, True), ((64 * 32, 8), 0, 32, column, True),
+        ((64 * 32, 8), 0, 64, column, False), ((24 * 32, 8), 0, 24, column, False),
+        ((64 * 32, 8), 0, 4, both, True), ((64 * 32, 8), 0, 64, both, False)]
+    for shape, axis, group, tuning, fused in cases:
+        x = torch.empty(shape)
+        assert native_fold.fused_in_quantize(x, axis, group, tuning) == fused, (shape, group)
+    assert native_fold.FUSED_ROW_FOLD_MAX_GROUP == 512 and native_fold.FUSED_ROW_MIN_FILL == 0.75
+
+
 @pytest.mark.parametrize("device", __import__("native_util").devices())
-@pytest.mark.parametrize("name, nblk, axis, rotation, rounding, dtype", [
-    ("e2m1", 7, -1, None, "rne", "float32"),  # fused: padded to 8; fold: one chunk, masked
-    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16"),  # two passes: > 512 blocks; chunks of
-    #                                                      FOLD_ROW_CHUNK, the last short
-    ("e3m2", 70, 0, None, "rne", "float32"),                 # along axis 0 (Wgrad's operands)
-    ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16"),  # fused: a power of two
-    ("e3m2", 24, -1, "hadamard16", "stochastic", "bfloat16")])  # fused, padded to 32 blocks
-def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rounding, dtype):
+@pytest.mark.parametrize("name, nblk, axis, rotation, rounding, dtype, fused", [
+    ("e2m1", 7, -1, None, "rne", "float32", True),  # padded to 8; fold: one chunk, masked
+    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16", False),  # > 512 blocks; chunks of
+    #                                                             FOLD_ROW_CHUNK, the last short
+    ("e3m2", 70, 0, None, "rne", "float32", False),  # axis 0 (Wgrad's); 70 of 128: too empty
+    ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16", True),  # a power of two
+    ("e3m2", 24, -1, "hadamard16", "stochastic", "bfloat16", True)])  # padded to 32 blocks
+def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rounding, dtype,
+                                         fused):
     """``quantize_folded(x, fmt, None)`` and ``fold(mx, None)``: one exponent per whole row, any
     number of blocks (quantize, then ``fold_rows_kernel``: a program per ``FOLD_ROW_CHUNK``
     blocks of a row and a finishing launch per row; rows of at most FUSED_ROW_FOLD_MAX_GROUP
     (512) blocks along the last axis the quantize kernel folds in its own pass,
     ``fused_in_quantize``, a program per row padded to a power of two, and ``fold(mx, None)``
-    takes the two launches), bit for bit ``emulator.fold.fold(mx, None)``: codes, exponents (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of
-    blocks more than the fold range below their row's largest, the wide flag, 2^R as cuBLAS's
-    rowwise scale; the MX codes come back (``unfold``) from every row the fold kept exact."""
+    takes the two launches), bit for bit ``emulator.fold.fold(mx, None)``: codes, exponents
+    (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of blocks more than
+    the fold range below their row's largest, the wide flag, 2^R as cuBLAS's rowwise scale;
+    the MX codes come back (``unfold``) from every row the fold kept exact. ``fused``: whether
+    the case's quantize pass folds (``fused_in_quantize``, on every device)."""
     import torch
     from ocpmx import native
     from ocpmx.emulator import MXArray
@@ -1274,6 +1309,7 @@ def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rou
     if axis == 0:
         xt = xt.t().contiguous()
     kw = dict(axis=axis, rotation=rotation, rounding=rounding, seed=5)
+    assert native_fold.fused_in_quantize(xt, axis, nblk, native.default_tuning(xt.device)) == fused
     got = native_fold.quantize_folded(xt, name, None, pow2=True, **kw)
     mx = native.quantize(xt, name, **kw)
     ref = native_fold.fold(mx, None)

@@ -975,24 +975,29 @@ def test_column_tile_register_cap_applies_on_hopper_only():
 
 
 def test_row_fold_of_a_large_group_keeps_the_tiles_blocks_per_warp(monkeypatch):
-    """A fold group larger than the row tile (whole rows of up to 128 blocks, folded in the
+    """A fold group larger than the row tile (whole rows of up to 512 blocks, folded in the
     row kernel's pass) gets a program of one group on the tile's warps times group / blocks
     (``launch.fold_tile``: measured 4 warps for 128 blocks against the 32-block tile's one),
-    no register cap; groups the tile holds keep the tile; quantize without a fold, the tile
-    and its cap."""
+    no register cap, at most ``FOLD_MAX_WARPS``; a whole row of another length a program per
+    row padded to the next power of two (ROW_NB, never EVEN; the grid advances a row); groups
+    the tile holds keep the tile; quantize without a fold, the tile and its cap."""
     from ocpmx.native import launch, ops
     n = ops.numerics("e2m1", "floor", "rne", "hadamard16")
     t = torch.zeros(1, dtype=torch.int32)
     tuning = dataclasses.replace(native.default_tuning(), rows32=native.RowTile(32, 1, 72))
-    for group, nb, warps in ((4, 32, 1), (32, 32, 1), (64, 64, 2), (128, 128, 4)):
+    for group, nb, warps, row in ((4, 32, 1, 0), (32, 32, 1, 0), (64, 64, 2, 0),
+                                  (128, 128, 4, 0), (24, 32, 1, 24), (448, 512, 16, 448),
+                                  (7, 8, 1, 7)):
         fold = launch.FoldOutput(group=group, exponents=t, pow2=None, stats=t, total=t,
                                  rows=1, d_max=14, hw_cvt=False)
-        consts, got = launch.rows32_constexprs(n, torch.bfloat16, 1 << 12, tuning, False,
+        consts, got = launch.rows32_constexprs(n, torch.bfloat16, group << 10, tuning, False,
                                                torch.device("cpu"), fold)
-        assert (got, consts["NB"], consts["num_warps"]) == (nb, nb, warps), group
+        assert (got, consts["NB"], consts["num_warps"]) == (row or nb, nb, warps), group
+        assert consts["ROW_NB"] == row and consts["EVEN"] == (row == 0), group
         assert consts["FOLD_GROUP"] == group and "maxnreg" not in consts
     wide = dataclasses.replace(tuning, rows32=native.RowTile(32, 2))
     assert launch.fold_tile(wide.rows32, 128) == native.RowTile(128, 8)
+    assert launch.fold_tile(native.RowTile(8, 1), 512) == native.RowTile(512, 16)  # (the cap)
     monkeypatch.setattr(launch, "hopper", lambda device: True)
     consts, nb = launch.rows32_constexprs(n, torch.bfloat16, 1 << 12, tuning, False,
                                           torch.device("cpu"))

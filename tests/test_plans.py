@@ -377,10 +377,10 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
     ("e2m1", (64 * 32, 8), dict(axis=0, tuning=FOLD_COLUMNS))])  # 64 blocks, column kernel
 def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group
-    (``fold.fused_in_quantize``: not a power of two, more than ``FUSED_ROW_FOLD_MAX_GROUP``
-    blocks, or more than ``FUSED_FOLD_MAX_GROUP`` on the column kernel): quantize, then the
-    two launches of the whole-row fold. The first call leaves a ``RowFoldPlan``; later calls (new data and
-    seeds) take it and give the emulator's codes, exponents, scales, stats and 2^R, adding
+    (``fold.fused_in_quantize``: more than ``FUSED_ROW_FOLD_MAX_GROUP`` blocks, or on the
+    column kernel more than ``FUSED_FOLD_MAX_GROUP`` or not a power of two): quantize, then
+    the two launches of the whole-row fold. The first call leaves a ``RowFoldPlan``; later
+    calls (new data and seeds) take it and give the emulator's codes, exponents, scales, stats and 2^R, adding
     their rounded elements to the device's total; ``fold(mx, None)`` on stored codes takes it
     too. Another chunk size (``FOLD_ROW_CHUNK``, what the tile sweep changes) is another
     plan."""

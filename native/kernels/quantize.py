@@ -21,7 +21,7 @@ layout ``tl.dot_scaled`` takes for an operand packed along its contraction dimen
 Constexprs: the format block (``ocpmx.spec.KernelFormat.constexprs``), the numerics (RULE,
 ROUNDING, ROT and SIGNS, PACK, IN_BF16, CAST, QDQ, QUARTER_IN_SCALE), the fold (FOLD_GROUP,
 D_MAX, POW2, HW_CVT), the tile (NB, or ROWS and KB, or BN and KB: tuning, which changes speed
-and never bits) and what the shape implies (EVEN, BIG, INNER1, BS).
+and never bits) and what the shape implies (EVEN, BIG, INNER1, BS, ROW_NB).
 """
 from __future__ import annotations
 
@@ -746,7 +746,7 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
     E4M3 in groups of FOLD_GROUP blocks (data_ptr: one byte per element; exp_ptr: each group's
     R; with POW2 pow2_ptr: 2^R group-major over ``n_rows`` rows; stats_ptr and total_ptr: the
     fold's flags and rounded-element counts), the bits of ``native.fold.fold(quantize(x))``,
-    the MX scales stored as always. NB must be a multiple of FOLD_GROUP.
+    the MX scales stored as always. NB must be a multiple of FOLD_GROUP (unless ROW_NB).
 
     ROW_NB > 0 (a fold of whole rows of ROW_NB blocks, FOLD_GROUP = ROW_NB, any number up to
     NB, a power of two): program i holds row i, blocks [i ROW_NB, (i + 1) ROW_NB), in a tile of
