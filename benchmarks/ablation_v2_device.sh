@@ -45,10 +45,11 @@ if [ -n "$CODE_TAR" ]; then
     mkdir -p $code/ocpmx.tmp && tar xf "$CODE_TAR" -C $code/ocpmx.tmp && mv $code/ocpmx.tmp $code/ocpmx || exit 2
   fi
   export PYTHONPATH=$code
-else
-  mkdir -p /tmp/p
-  ln -sfn "$PWD" /tmp/p/ocpmx
-  export PYTHONPATH=/tmp/p
+else  # (PKG_LINK_DIR: where the link to this tree goes; the tests point it into their tmp)
+  pkg=${PKG_LINK_DIR:-/tmp/p}
+  mkdir -p $pkg
+  ln -sfn "$PWD" $pkg/ocpmx
+  export PYTHONPATH=$pkg
 fi
 export PYTHONUNBUFFERED=1
 echo "code: $PYTHONPATH/ocpmx${CODE_TAR:+ (from $CODE_TAR)}"

@@ -25,7 +25,8 @@ def _env(tmp_path, rc=0):
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # a GPU host's
     return dict(env, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
-                XL_DATA=str(tmp_path / "xl"), POLL_S="0.2")
+                XL_DATA=str(tmp_path / "xl"), POLL_S="0.2",
+                PKG_LINK_DIR=str(tmp_path / "pkg"))  # (not the developer's /tmp/p)
 
 
 def _script(mode, env, cwd):
@@ -253,7 +254,8 @@ def test_poll_prints_each_running_runs_wall_clock_eta(tmp_path):
     bin_.mkdir()
     (bin_ / "python3").symlink_to(sys.executable)  # the real one: poll reads the metrics
     env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", ABL_OUT=str(tmp_path / "abl"),
-               XL_DATA=str(tmp_path / "xl"), OUT=str(tmp_path / "out"))
+               XL_DATA=str(tmp_path / "xl"), OUT=str(tmp_path / "out"),
+               PKG_LINK_DIR=str(tmp_path / "pkg"))
     (tmp_path / "out").mkdir()
     for seed, done in ((0, False), (1, True)):
         d = tmp_path / "abl" / "bf16" / f"seed{seed}"
@@ -263,10 +265,12 @@ def test_poll_prints_each_running_runs_wall_clock_eta(tmp_path):
         (d / "log.txt").write_text("10:00:00 step 0/300  loss 9\n10:01:40 step 100/300  loss 3.5\n")
         if done:
             (d / "status.json").write_text('{"status": "done"}')
-    # from the repository's root, as on the device (the script links it as /tmp/p/ocpmx)
+    # from the repository's root, as on the device (the script links it as /tmp/p/ocpmx; here
+    # PKG_LINK_DIR/ocpmx)
     out = subprocess.run(["bash", str(SCRIPT), "poll", "0"], env=env, cwd=repo,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "pkg" / "ocpmx").resolve() == Path(repo).resolve()
     assert out.stdout.count("steps/s of wall time") == 1, out.stdout
     assert "1.00 steps/s of wall time" in out.stdout and "~200 s to its last step" in out.stdout
     assert (tmp_path / "out" / "abl.tgz").stat().st_size > 0
