@@ -373,8 +373,8 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
     ("e2m1", (3, 520 * 32), dict(pow2=True)),                     # 520 blocks: 17 chunks
     ("e2m1", (2, 544 * 32), dict(rotation="hadamard16")),         # 544 blocks
     ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic",  # along axis 0, the
-                           tuning=FOLD_COLUMNS)),                       # column kernel
-    ("e2m1", (64 * 32, 8), dict(axis=0, tuning=FOLD_COLUMNS))])  # 64 blocks, column kernel
+                           tuning=FOLD_COLUMNS))])  # column kernel (which groups it takes:
+#                                   test_fold.py::test_which_folds_the_quantize_pass_takes)
 def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group
     (``fold.fused_in_quantize``: more than ``FUSED_ROW_FOLD_MAX_GROUP`` blocks, or on the
