@@ -145,7 +145,7 @@ def rows32_constexprs(n: Numerics, in_dtype: torch.dtype, n_blocks: int, tuning:
     padded = fold is not None and fold.group & (fold.group - 1) != 0
     if fold and (fold.group > tile.blocks or padded):
         tile = fold_tile(tile, fold.group)
-    nb = max(tile.blocks, fold.group) if fold else tile.blocks
+    nb = tile.blocks  # (a power of two: whole groups, the group itself where fold_tile ran)
     row_nb = fold.group if padded else 0
     return _rows32_constexprs(n, in_dtype, tile, qdq, hopper(device),
                               fold.key if fold else NO_FOLD_KEY, nb,

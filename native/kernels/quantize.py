@@ -768,16 +768,13 @@ def quantize_rows32_kernel(x_ptr, data_ptr, scale_ptr, sign_mask, n_blocks, seed
         seed = load_key(seed)
     if SIGNS:
         sign_mask = load_key(sign_mask)
-    pid = tl.program_id(0)
-    if ROW_NB > 0:
-        blk = pid * ROW_NB + tl.arange(0, NB)
-        if BIG:
-            blk = blk.to(tl.int64)
+    STEP: tl.constexpr = ROW_NB if ROW_NB > 0 else NB  # blocks a program advances
+    blk = tl.program_id(0) * STEP + tl.arange(0, NB)
+    if BIG:
+        blk = blk.to(tl.int64)
+    if ROW_NB > 0:  # (the padding's indices run on into the next row)
         valid = tl.arange(0, NB) < ROW_NB
     else:
-        blk = pid * NB + tl.arange(0, NB)
-        if BIG:
-            blk = blk.to(tl.int64)
         valid = blk < n_blocks
     q0 = load_f32(x_ptr, blk, 0, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
     q1 = load_f32(x_ptr, blk, 1, valid, NB=NB, EVEN=EVEN, IN_BF16=IN_BF16)
