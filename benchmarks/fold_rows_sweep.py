@@ -6,7 +6,9 @@ rowwise method runs per operand (quantize, then the whole-row fold) against the 
 quantize + group-4 fold and the whole-row fold in the row kernel's pass
 (``fold.fused_in_quantize``: rows of at most ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a
 power of two; ``--row-limit``: longer ones too) on the default tile and on ``--fused-warps``
-warps. Each time is the device's, from a CUDA graph of ten calls (the first run, in
+warps. ``--axis0 KxM ...``: whole rows along axis 0 both ways (``FUSED_COLUMN_FOLD_MAX_GROUP``:
+the transpose and the fused fold, or the column kernel and the fold of its codes), alone
+without ``--shapes``. Each time is the device's, from a CUDA graph of ten calls (the first run, in
 results/native_gpu/archive/, timed eager calls: host-bound).
 
     python benchmarks/fold_rows_sweep.py --out DIR   (writes DIR.md and DIR.json)
@@ -47,6 +49,44 @@ def bench(fn, calls: int = 10):
     return do_bench(g.replay, warmup=10, rep=50, return_mode="median") / calls
 
 
+def axis0_routes(shapes) -> list[dict]:
+    """Whole rows along axis 0 of K x M bf16 inputs (H16, 2^R) both ways
+    ``fold.fused_in_quantize`` can send them where plain quantize runs the column kernel: the
+    transpose and the row kernel's fused fold, or the column kernel then the fold of the stored
+    codes; ms, of copy (bf16 in and out, as the row cases), the bits compared."""
+    rows = []
+    kw = dict(axis=0, rotation="hadamard16", pow2=True)
+    limit = fold.FUSED_COLUMN_FOLD_MAX_GROUP
+    for k, m in shapes:
+        x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
+        src = torch.empty(k * m * 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        t_copy = bench(lambda: dst.copy_(src))
+        out = {}
+        for name, value in (("transpose + fused fold", 1 << 20),
+                            ("column kernel + fold of the codes", 0)):
+            fold.FUSED_COLUMN_FOLD_MAX_GROUP = value
+            plans.clear()
+            fused = fold.fused_in_quantize(x, 0, k // 32, native.default_tuning(x.device))
+            out[name] = fold.quantize_folded(x, "e2m1", None, **kw)
+            t = bench(lambda: fold.quantize_folded(x, "e2m1", None, **kw))
+            rows.append(dict(shape=[k, m], case=f"axis 0 whole rows H16: {name} "
+                             f"(fused_in_quantize {fused})", ms=t, of_copy=t_copy / t))
+        fold.FUSED_COLUMN_FOLD_MAX_GROUP = limit
+        plans.clear()
+        a, b = out.values()
+        same = all(torch.equal(getattr(a, n), getattr(b, n))
+                   for n in ("codes", "exponents", "scales", "stats", "pow2"))
+        rows[-1]["same_bits"] = rows[-2]["same_bits"] = same
+        t_q = bench(lambda: native.quantize(x, "e2m1", axis=0, rotation="hadamard16"))
+        rows.append(dict(shape=[k, m], case="axis 0 quantize H16 (packed)", ms=t_q,
+                         of_copy=t_copy / t_q))
+        rows.append(dict(shape=[k, m], case="torch copy bf16", ms=t_copy))
+        for r in rows[-4:]:
+            print(r, flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -58,11 +98,15 @@ def main():
                     help="time the fused whole-row fold up to this many blocks (padded) too")
     ap.add_argument("--shapes", nargs="*", help="M x K shapes, e.g. 8192x4096 (default: "
                     "Llama-8B's operands and a 125m one)")
+    ap.add_argument("--axis0", nargs="*", default=[],
+                    help="K x M shapes quantized along axis 0 (Wgrad's operands, W in Dgrad): "
+                         "whole rows through the transpose and the fused fold against the "
+                         "column kernel then the fold of its codes (FUSED_COLUMN_FOLD_MAX_GROUP)")
     args = ap.parse_args()
-    rows = []
+    rows = axis0_routes([tuple(map(int, v.split("x"))) for v in args.axis0])
     default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)
     shapes = [tuple(map(int, v.split("x"))) for v in args.shapes] if args.shapes else SHAPES
-    for m, k in shapes:
+    for m, k in shapes if not args.axis0 or args.shapes else []:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         src = torch.empty(m * k * 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)

@@ -252,6 +252,14 @@ FUSED_ROW_FOLD_MAX_GROUP = 512
 # row kernel's pass (timed: 24 of 32 and 448 of 512 blocks; emptier tiles, e.g. 33 of 64,
 # idle more lanes and were not timed: quantize, then fold)
 FUSED_ROW_MIN_FILL = 0.75
+# along another axis than the last where the fold's path is the transpose but plain quantize
+# runs the column kernel (one read), the largest whole row or group (padded) that goes through
+# the transpose and the row kernel's fused fold; longer ones are quantized by the column
+# kernel, then their codes folded (fewer bytes: the transpose writes and reads the input
+# again). H200, 4230603 (results/native_gpu/mxlinear_kernels_h200.md): MXLinear at Llama-8B
+# shapes with Wgrad's rows of 256 blocks and Dgrad's W of 448 fused through the transpose took
+# 0.945 ms of passes against 0.893 ms with the column kernel and two passes (20b0773)
+FUSED_COLUMN_FOLD_MAX_GROUP = 32
 
 
 def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:
@@ -262,15 +270,19 @@ def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:
     length filling at least ``FUSED_ROW_MIN_FILL`` of it) where the row kernel runs (along the
     last axis, or along another where ``tuning.column_path('fold')`` is the transpose; under
     'both_axes', whose fold kernel takes groups of at most 4 blocks and sends the rest through
-    the transpose, too, not taken here); else quantize, then fold the stored codes: the same
-    bits."""
+    the transpose, too, not taken here), there only up to ``FUSED_COLUMN_FOLD_MAX_GROUP``
+    blocks where plain quantize runs the column kernel (``tuning.columns``); else quantize,
+    then fold the stored codes: the same bits."""
     padded = 1 << (group - 1).bit_length()
     if padded > FUSED_ROW_FOLD_MAX_GROUP or group < FUSED_ROW_MIN_FILL * padded:
         return False
     if group <= FUSED_FOLD_MAX_GROUP and group == padded:
         return True
-    along_rows = math.prod(x.shape[axis % x.dim() + 1:]) == 1
-    return along_rows or tuning.column_path("fold")[0] == "transpose"
+    if math.prod(x.shape[axis % x.dim() + 1:]) == 1:  # along rows
+        return True
+    if tuning.column_path("fold")[0] != "transpose":
+        return False
+    return tuning.columns == "transpose" or padded <= FUSED_COLUMN_FOLD_MAX_GROUP
 FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
 FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per thread)
 # the whole-row fold's tile (``kernels.quantize.fold_rows_kernel``): blocks per program, warps

@@ -1245,8 +1245,9 @@ def test_which_folds_the_quantize_pass_takes():
     """``fused_in_quantize``: powers of two of at most ``FUSED_FOLD_MAX_GROUP`` blocks on any
     path; on the row kernel (the last axis, or another through the transpose) groups and whole
     rows up to ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a power of two, a row of another
-    length only where it fills ``FUSED_ROW_MIN_FILL`` of its padding; the column kernels
-    nothing larger or of another length. Decided from shapes alone, on every device."""
+    length only where it fills ``FUSED_ROW_MIN_FILL`` of its padding (through the transpose
+    where plain quantize runs the column kernel only up to ``FUSED_COLUMN_FOLD_MAX_GROUP``);
+    the column kernels nothing larger or of another length. Decided from shapes alone, on every device."""
     import dataclasses
     import torch
     from ocpmx import native
@@ -1256,6 +1257,9 @@ def test_which_folds_the_quantize_pass_takes():
     transpose = dataclasses.replace(base, columns="transpose", columns_fold="transpose")
     column = dataclasses.replace(base, columns="kernel", columns_fold="kernel")
     both = dataclasses.replace(base, columns_fold="both_axes")
+    # plain quantize on the column kernel, the fold through the transpose (the H200's and the
+    # H100's defaults): the transpose only up to FUSED_COLUMN_FOLD_MAX_GROUP blocks, padded
+    mixed = dataclasses.replace(base, columns="kernel", columns_fold="transpose")
     cases = [  # (shape, axis, group, tuning, fused)
         ((4, 64 * 32), -1, 4, rows, True), ((4, 64 * 32), -1, 64, rows, True),
         ((4, 24 * 32), -1, 24, rows, True), ((4, 448 * 32), -1, 448, rows, True),
@@ -1266,11 +1270,15 @@ def test_which_folds_the_quantize_pass_takes():
         ((64 * 32, 8), 0, 64, transpose, True), ((24 * 32, 8), 0, 24, transpose, True),
         ((64 * 32, 8), 0, 4, column, True), ((64 * 32, 8), 0, 32, column, True),
         ((64 * 32, 8), 0, 64, column, False), ((24 * 32, 8), 0, 24, column, False),
-        ((64 * 32, 8), 0, 4, both, True), ((64 * 32, 8), 0, 64, both, False)]
+        ((64 * 32, 8), 0, 4, both, True), ((64 * 32, 8), 0, 64, both, False),
+        ((24 * 32, 8), 0, 24, mixed, True), ((32 * 32, 8), 0, 32, mixed, True),
+        ((64 * 32, 8), 0, 64, mixed, False), ((256 * 32, 8), 0, 256, mixed, False),
+        ((256 * 32, 8), 0, 256, transpose, True)]
     for shape, axis, group, tuning, fused in cases:
         x = torch.empty(shape)
         assert native_fold.fused_in_quantize(x, axis, group, tuning) == fused, (shape, group)
     assert native_fold.FUSED_ROW_FOLD_MAX_GROUP == 512 and native_fold.FUSED_ROW_MIN_FILL == 0.75
+    assert native_fold.FUSED_COLUMN_FOLD_MAX_GROUP == 32
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
