@@ -256,10 +256,11 @@ FUSED_ROW_MIN_FILL = 0.75
 # runs the column kernel (one read), the largest whole row or group (padded) that goes through
 # the transpose and the row kernel's fused fold; longer ones are quantized by the column
 # kernel, then their codes folded (fewer bytes: the transpose writes and reads the input
-# again). H200, 4230603 (results/native_gpu/mxlinear_kernels_h200.md): MXLinear at Llama-8B
-# shapes with Wgrad's rows of 256 blocks and Dgrad's W of 448 fused through the transpose took
-# 0.945 ms of passes against 0.893 ms with the column kernel and two passes (20b0773)
-FUSED_COLUMN_FOLD_MAX_GROUP = 32
+# again). H200, 35ec5f2 (results/native_gpu/fold_rows_axis0_h200.md, bf16, H16, 2^R, of a bf16
+# copy): the transpose route against the column kernel's two passes, 24 blocks 0.27 against
+# 0.15, 64 blocks 0.32 against 0.20-0.22, 128 blocks 0.44 against 0.47, 256 blocks 0.41
+# against 0.49-0.52, 448 blocks 0.36 against 0.50; the same bits
+FUSED_COLUMN_FOLD_MAX_GROUP = 64
 
 
 def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:

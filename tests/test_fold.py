@@ -1271,14 +1271,15 @@ def test_which_folds_the_quantize_pass_takes():
         ((64 * 32, 8), 0, 4, column, True), ((64 * 32, 8), 0, 32, column, True),
         ((64 * 32, 8), 0, 64, column, False), ((24 * 32, 8), 0, 24, column, False),
         ((64 * 32, 8), 0, 4, both, True), ((64 * 32, 8), 0, 64, both, False),
-        ((24 * 32, 8), 0, 24, mixed, True), ((32 * 32, 8), 0, 32, mixed, True),
-        ((64 * 32, 8), 0, 64, mixed, False), ((256 * 32, 8), 0, 256, mixed, False),
+        ((24 * 32, 8), 0, 24, mixed, True), ((64 * 32, 8), 0, 64, mixed, True),
+        ((48 * 32, 8), 0, 48, mixed, True), ((128 * 32, 8), 0, 128, mixed, False),
+        ((256 * 32, 8), 0, 256, mixed, False), ((128 * 32, 8), 0, 4, mixed, True),
         ((256 * 32, 8), 0, 256, transpose, True)]
     for shape, axis, group, tuning, fused in cases:
         x = torch.empty(shape)
         assert native_fold.fused_in_quantize(x, axis, group, tuning) == fused, (shape, group)
     assert native_fold.FUSED_ROW_FOLD_MAX_GROUP == 512 and native_fold.FUSED_ROW_MIN_FILL == 0.75
-    assert native_fold.FUSED_COLUMN_FOLD_MAX_GROUP == 32
+    assert native_fold.FUSED_COLUMN_FOLD_MAX_GROUP == 64
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
