@@ -444,12 +444,13 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 # host time per MX GEMM on that path (two quantize and two fold launches, the scaled GEMM):
 # 30m/125m compiled ran at 0.16-0.26x bf16 (results/train_speed/fp8_cublas_auto/train_speed.md,
 # results/native_gpu/mxlinear_host_h100.md). 'fp8_cublas_rowwise' (its sums fitted bit for bit
-# on an H200) runs an 8B-shaped MXLinear at 1.47x nn.Linear eager, 1.46x from a CUDA graph, and
-# trains a 30m model within the seed noise of 'bf16' (results/native_gpu/linear_ab_h200.md,
+# on an H200) runs an 8B-shaped MXLinear at 1.43x nn.Linear eager, 1.475x from a CUDA graph,
+# and trains a 30m model within the seed noise of 'bf16' (results/native_gpu/linear_ab_h200.md,
 # results/train_methods_h200/), but not the small models the experiments train faster: 30m
-# eager at 0.54-0.63x the tokens/s of 'bf16' (host-bound), 125m with CUDA graphs at 0.81-0.84x
-# on an H200, where its FP8 GEMMs take what bf16's do and the quantize and fold passes come on
-# top (results/train_speed/h200_rowwise/). 'bf16' stays the default; ``fit_method`` is ready
+# eager at 0.54-0.63x the tokens/s of 'bf16' (host-bound), 125m with CUDA graphs at 0.86-0.87x
+# on an H200 (its GEMMs save 4.4 ms a step, its quantize and fold passes cost 17.2 ms), where
+# 'bf16' gives 0.88-0.90x (results/train_speed/h200_rowwise/, h200_both_axes/). 'bf16' stays
+# the default; ``fit_method`` is ready
 # for a switch (by model size, once an H100 has timed the rowwise method too).
 HOPPER_AUTO = "bf16"
 # torch._scaled_mm's blockwise 1 x 128 scaling as fp8_cublas calls it: measured with torch 2.11
