@@ -5,6 +5,7 @@
   python benchmarks/kernel_sass.py --fold 4 --pow2 --fold-columns 64,4 32,2  # the axis-0 fold
   python benchmarks/kernel_sass.py --both-axes 64,2,1 64,2,2  # the axis-0 quantize (blocks)
   python benchmarks/kernel_sass.py --both-axes 128,2,1 --qdq --rotations 16  # its qdq (quarters)
+  python benchmarks/kernel_sass.py --fold-rows 256     # the whole-row fold of stored codes
 
 Compiles ``quantize_rows32_kernel`` through Triton for sm_90 (Triton ships ptxas and cuobjdump)
 and counts the SASS instructions: all of them, and those a program runs when it holds no NaN
@@ -221,6 +222,31 @@ def common_path(ins: list[tuple[int, str, str, str]]) -> list[str]:
     return ops
 
 
+def fold_rows_facts(fmt_name: str, nblk: int, words: bool) -> dict:
+    """``kernels.quantize.fold_rows_kernel`` as ``native.fold._fold_rows`` launches it on sm_90
+    for rows of ``nblk`` blocks (2^R too; ``words``: E2M1's integer path in 32-bit words):
+    registers, spills, all instructions, and those from the integer path's load of the codes
+    (its first 128-bit load) to the branch past the other path: a thread's block."""
+    from ocpmx.native import fold
+    from ocpmx.spec import get_format, lower
+    fmt = get_format(fmt_name)
+    consts = dict(lower(fmt).constexprs(), PACK=fold.pack_factor(fmt),
+                  D_MAX=fold.shift_range(fmt)[1], NB=fold.FOLD_ROW_CHUNK,
+                  NBR=1 << (nblk - 1).bit_length(), POW2=True, HW_CVT=True,
+                  num_warps=fold.FOLD_ROW_WARPS, D_INT=fold.integer_fold_shift(fmt), WORDS=words)
+    sig = dict(data_ptr="*u8", scale_ptr="*u8", out_ptr="*u8", exp_ptr="*i32",
+               pow2_ptr="*fp32", stats_ptr="*i64", row_ptr="*i64", n_blocks_row="i32")
+    sass = disassemble(compile_sm90(kernels.quantize.fold_rows_kernel, sig, consts,
+                                    (0, 1, 2, 7)).asm["cubin"])
+    ins = sass_instructions(sass)
+    start = next((i for i, v in enumerate(ins) if v[2].startswith("LDG.E.128")), None)
+    end = next((i for i, v in enumerate(ins[start:], start) if v[2] == "BRA" and not v[1]),
+               None) if start is not None else None
+    return dict(fmt=fmt_name, blocks=nblk, words=words, registers=registers(sass),
+                spills=sass.count("STL"), instructions=len(ins),
+                integer_path=None if end is None else end - start + 1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fmt", default="e2m1")
@@ -247,7 +273,15 @@ def main():
                     help="with --columns (and --both-axes --qdq): load a quarters tile's "
                          "quarters in this form (kernels.quantize.column_quarter), not the "
                          "installed Triton's")
+    ap.add_argument("--fold-rows", type=int, metavar="BLOCKS",
+                    help="fold_rows_kernel for rows of BLOCKS blocks, E2M1's integer path in "
+                         "32-bit words and a byte at a time")
     args = ap.parse_args()
+    if args.fold_rows:
+        for words in (True, False):
+            f = fold_rows_facts(args.fmt, args.fold_rows, words)
+            print(" ".join(f"{k} {v}" for k, v in f.items()), flush=True)
+        return
     if args.quarter_form:
         launch.quarter_form = lambda: args.quarter_form
     if args.fold is not None and (args.fold < 1 or args.fold & (args.fold - 1)):

@@ -291,6 +291,12 @@ FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per th
 # shapes, 64 on two 0.30-0.34, larger chunks and more warps slower; results/native_gpu)
 FOLD_ROW_CHUNK = 32
 FOLD_ROW_WARPS = 1
+# the whole-row fold's integer E2M1 path on 32-bit words of codes where they are 4-byte
+# aligned (``kernels.quantize.fold_chunk_e2m1_words``: four codes a byte-parallel operation; the
+# same bits as a byte at a time, ``fold_chunk_e2m1``). sm_90 under Triton 3.6, rows of 256
+# blocks: 214 instructions for a thread's block against 431, 64 registers either way, no spills
+# (``benchmarks/kernel_sass.py --fold-rows 256``); not yet timed on a GPU
+FOLD_ROW_WORDS = True
 
 
 @functools.lru_cache(maxsize=None)
@@ -352,8 +358,9 @@ def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFor
     p2 = data.new_empty((1, rows), dtype=torch.float32) if pow2 else exps  # (untouched then)
     first = (data, scales, codes, exps, p2, stats, per_row, nblk)
     second = (data, scales, codes, exps, p2, stats, inexact_total(data.device), per_row, nblk)
+    words = FOLD_ROW_WORDS and data.data_ptr() % 4 == 0  # E2M1 in 32-bit words (a plan each)
     pk = plans.key("fold_rows", data, (fmt, pow2, tuple(scales.shape), scales.dtype,
-                                       FOLD_ROW_CHUNK, FOLD_ROW_WARPS), None)
+                                       FOLD_ROW_CHUNK, FOLD_ROW_WARPS, words), None)
     if not plans.run_row_fold(plans.find(pk), first, second):
         consts = lower(fmt).constexprs()
         common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
@@ -362,7 +369,7 @@ def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFor
         launches = []
         for kernel, grid, args, kw in (
                 (kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, FOLD_ROW_CHUNK)), first,
-                 dict(consts, D_INT=integer_fold_shift(fmt), **common)),
+                 dict(consts, D_INT=integer_fold_shift(fmt), WORDS=words, **common)),
                 (kernels.quantize.fold_rows_finish_kernel, (rows,), second,
                  dict({c: consts[c] for c in ("BITS", "SIGN", "MBITS", "BIAS", "SUBQ")},
                       **common))):

@@ -1426,16 +1426,23 @@ def test_method_fp8_cublas_rowwise_at_llama_shapes(m, n, k):
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
-@pytest.mark.parametrize("name", ["e2m1", "e3m2"])
-def test_whole_row_fold_every_code_under_every_shift(device, name):
+@pytest.mark.parametrize("name, path", [("e2m1", "words"), ("e2m1", "bytes"),
+                                        ("e2m1", "misaligned"), ("e3m2", "words")])
+def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeypatch):
     """``fold(mx, None)`` (``fold_rows_kernel``) on stored codes and scales made by hand: every
     code of the format under every shift of its fold range (a row of shifts D_MAX down to
     -5 folds in integer arithmetic for E2M1, a row reaching D_MIN and below through the float
     conversion), and rows whose largest scale's blocks hold only zero codes (R from the codes:
-    the row folded again), bit for bit the emulator's fold."""
+    the row folded again), bit for bit the emulator's fold. E2M1's integer path three ways:
+    in 32-bit words (``FOLD_ROW_WORDS``, aligned codes), a byte at a time, and codes one byte
+    past an aligned address (the byte path whatever ``FOLD_ROW_WORDS`` says)."""
+    import torch
     from ocpmx.conformance.backends import TritonBackend
     from ocpmx.emulator.fold import shift_range
     from ocpmx.native import fold as native_fold
+    from ocpmx.native import plans
+    monkeypatch.setattr(native_fold, "FOLD_ROW_WORDS", path != "bytes")
+    plans.clear()  # (a plan made under the other setting would run its launches)
     fmt = FORMATS[name]
     d_min, d_max = shift_range(fmt)
     codes = np.arange(fmt.num_codes, dtype=np.uint8)
@@ -1455,7 +1462,12 @@ def test_whole_row_fold_every_code_under_every_shift(device, name):
     c = np.stack([r[0] for r in rows]).astype(np.uint8)
     s = np.stack([r[1] for r in rows]).astype(np.uint8)
     mx = TritonBackend(device)._mx(c, s, name, 1, 32)
+    if path == "misaligned":
+        buf = torch.zeros(mx.data.numel() + 1, dtype=torch.uint8, device=mx.data.device)
+        mx.data = buf[1:].view(mx.data.shape).copy_(mx.data)
+        assert mx.data.data_ptr() % 4 == 1
     got = native_fold.fold(mx, None)
+    plans.clear()
     want = emulator.fold.fold(emulator.MXArray(c, s, fmt, 1), None)
     assert np.array_equal(got.codes.cpu().numpy(), want.codes)
     assert np.array_equal(got.exponents.cpu().numpy(), want.exponents)

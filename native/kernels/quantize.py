@@ -583,20 +583,62 @@ def fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d, big, NB: tl.constexpr)
 
 
 @triton.jit
+def spread_nibbles(h):
+    """The four nibbles of the low 16 bits of uint32 ``h``, one a byte, in order (nibble k in
+    byte k: packed E2M1 codes, element 2i in the low nibble of byte i)."""
+    h = (h | (h << 8)) & 0x00FF00FF
+    return (h | (h << 4)) & 0x0F0F0F0F
+
+
+@triton.jit
+def e2m1_bytes_to_e4m3(x, c):
+    """``fold_chunk_e2m1``'s conversion on four E2M1 codes at once, one a byte of uint32 ``x``
+    (SWAR): magnitude bits m (3), the code m << 2 + c (c = (6 + d) << 3, 8 to 96) less 4 where
+    m = 1, 0 where m = 0, the sign to bit 7. No byte carries into the next: m << 2 + c <= 124,
+    and where m = 1, 4 + c - 4 >= 8. Byte tests by adding 0x7F (a byte of at most 7 sets its
+    top bit exactly when it is nonzero)."""
+    mag = x & 0x07070707
+    nz = ((mag + 0x7F7F7F7F) >> 7) & 0x01010101  # 1 in each nonzero magnitude's byte
+    not1 = (((mag ^ 0x01010101) + 0x7F7F7F7F) >> 7) & 0x01010101  # 0 where m = 1
+    return ((mag << 2) + nz * c - ((not1 ^ 0x01010101) << 2)) | ((x & 0x08080808) << 4)
+
+
+@triton.jit
+def fold_chunk_e2m1_words(data_ptr, out_ptr, blk, valid, sc, d, big, NB: tl.constexpr):
+    """``fold_chunk_e2m1`` in 32-bit words (the codes 4-byte aligned, ``WORDS``): a block's 16
+    bytes as four uint32 of eight codes, each written as one uint64 of eight E4M3 codes, so
+    the block's load and store keep one layout (no shuffles between them)."""
+    wo = blk[:, None] * 4 + tl.arange(0, 4)[None, :]
+    ok = valid[:, None] & (wo >= 0)
+    w = tl.load(data_ptr.to(tl.pointer_type(tl.uint32)) + wo, mask=ok, other=0)
+    c = (((6 + d) << 3).to(tl.uint32))[:, None]
+    lo = e2m1_bytes_to_e4m3(spread_nibbles(w & 0xFFFF), c)
+    hi = e2m1_bytes_to_e4m3(spread_nibbles(w >> 16), c)
+    tl.store(out_ptr.to(tl.pointer_type(tl.uint64)) + wo,
+             lo.to(tl.uint64) | (hi.to(tl.uint64) << 32), mask=ok)
+    nonzero = tl.max(((w & 0x77777777) != 0).to(tl.int32), axis=1) > 0
+    return tl.max((nonzero & (sc == big)).to(tl.int32), axis=0)
+
+
+@triton.jit
 def fold_chunk(data_ptr, out_ptr, blk, valid, sc, d, big, BITS: tl.constexpr,
                SIGN: tl.constexpr, MBITS: tl.constexpr, BIAS: tl.constexpr, SUBQ: tl.constexpr,
                PACK: tl.constexpr, NB: tl.constexpr, HW_CVT: tl.constexpr,
-               D_INT: tl.constexpr):
+               D_INT: tl.constexpr, WORDS: tl.constexpr):
     """Fold blocks ``blk`` of a row (scale codes ``sc``, shifts ``d``): with D_INT < 1000 (E2M1)
     in integer arithmetic where every block shifts by at least D_INT and none is NaN
-    (``fold_chunk_e2m1``), else by ``fold_chunk_values``. (the rounded elements, int64;
-    whether a block of scale code ``big`` holds a nonzero code)."""
+    (``fold_chunk_e2m1``; in 32-bit words with ``WORDS``: the codes 4-byte aligned), else by
+    ``fold_chunk_values``. (the rounded elements, int64; whether a block of scale code ``big``
+    holds a nonzero code)."""
     if D_INT < 1000:
         fast = (tl.min(tl.where(valid, d, 1000), axis=0) >= D_INT) & \
             (tl.max(((sc == 255) & valid).to(tl.int32), axis=0) == 0)
         if fast:
             n = tl.zeros((), tl.int64)
-            s = fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d, big, NB=NB)
+            if WORDS:
+                s = fold_chunk_e2m1_words(data_ptr, out_ptr, blk, valid, sc, d, big, NB=NB)
+            else:
+                s = fold_chunk_e2m1(data_ptr, out_ptr, blk, valid, sc, d, big, NB=NB)
         else:
             n, s = fold_chunk_values(data_ptr, out_ptr, blk, valid, sc, d, big, BITS=BITS,
                                      SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, PACK=PACK,
@@ -632,7 +674,8 @@ def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
                      # takes (1000: none); blocks per program, and a power of two holding a
                      # row's; 2^R per row; the conversion
                      D_MAX: tl.constexpr, D_INT: tl.constexpr, NB: tl.constexpr,
-                     NBR: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr):
+                     NBR: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr,
+                     WORDS: tl.constexpr):
     """The fold of stored MX codes with one exponent per whole row (``native.fold.fold_kmajor``
     with group = K / 32, any number of blocks: ``emulator.fold.fold(mx, None)``), the first of
     two launches: a program per (row, NB blocks of it), ``fold_rows_finish_kernel`` after it.
@@ -656,7 +699,7 @@ def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
     sc = tl.load(scale_ptr + blk, mask=valid, other=127).to(tl.int32)
     n, seen = fold_chunk(data_ptr, out_ptr, blk, valid, sc, sc - 127 - r, big, BITS=BITS,
                          SIGN=SIGN, MBITS=MBITS, BIAS=BIAS, SUBQ=SUBQ, PACK=PACK, NB=NB,
-                         HW_CVT=HW_CVT, D_INT=D_INT)
+                         HW_CVT=HW_CVT, D_INT=D_INT, WORDS=WORDS)
     if seen > 0:
         tl.atomic_or(row_ptr + 2 * row, 1)
     if n > 0:
