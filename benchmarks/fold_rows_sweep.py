@@ -2,8 +2,8 @@
 ``FOLD_ROW_WARPS``) on a GPU at Llama-8B operand shapes: ms, GB/s of the bytes it moves (packed
 codes and scales in, E4M3 codes out) against a device copy, and the bits against the default
 tile, and the default tile with E2M1's integer path in 32-bit words and a byte at a time
-(``FOLD_ROW_WORDS``); beside it the group-4 fold (the blockwise method's) and the two passes MXLinear's
-rowwise method runs per operand (quantize, then the whole-row fold) against the fused
+(``FOLD_ROW_WORDS``); beside it the group-4 fold (the blockwise method's) and the two passes
+MXLinear's rowwise method runs per operand (quantize, then the whole-row fold) against the fused
 quantize + group-4 fold and the whole-row fold in the row kernel's pass
 (``fold.fused_in_quantize``: rows of at most ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a
 power of two; ``--row-limit``: longer ones too) on the default tile and on ``--fused-warps``
@@ -132,6 +132,7 @@ def main():
             print(row, flush=True)
             rows.append(row)
         fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS = default
+        words_default = fold.FOLD_ROW_WORDS
         for words in (True, False):  # E2M1's integer path in 32-bit words or a byte at a time
             fold.FOLD_ROW_WORDS = words
             plans.clear()
@@ -142,7 +143,7 @@ def main():
                              gbs=moved / t / 1e6, of_copy=moved / t / 1e6 / copy_gbs,
                              same_bits=torch.equal(got.codes, want.codes)))
             print(rows[-1], flush=True)
-        fold.FOLD_ROW_WORDS = True
+        fold.FOLD_ROW_WORDS = words_default
         plans.clear()
         t4 = bench(lambda: fold.fold(qa, 4))
         rows.append(dict(shape=[m, k], case="fold group 4 (blockwise)", ms=t4,

@@ -243,14 +243,18 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
 FUSED_FOLD_MAX_GROUP = 32
 # the row kernel's, padded to a power of two (``launch.fold_tile``: a program of one group,
 # the tile's blocks per warp; a whole row of another length padded to the next power of two).
-# H200 (results/native_gpu/fold_rows_h200.md, bf16, H16, 2^R, whole rows), one pass against
-# quantize then fold: 24 blocks (125m's K = 768) in 32 on one warp 0.66 of copy against 0.36;
-# 128 blocks (K = 4096) on 4 warps 0.78-0.80 against 0.52-0.54; 256 (K = 8192) on 8 warps 0.72
-# against 0.58; 448 (K = 14336) in 512 on 16 warps 0.58-0.59 against 0.55-0.57; the same bits
-FUSED_ROW_FOLD_MAX_GROUP = 512
+# H200, 6c8eacf (results/native_gpu/fold_rows_h200.md, bf16, H16, 2^R, whole rows; the fold of
+# stored codes in 32-bit words), one pass against quantize then fold: 24 blocks (125m's
+# K = 768) in 32 on one warp 0.66 of copy against 0.39; 128 blocks (K = 4096) on 4 warps
+# 0.78-0.80 against 0.58-0.61; 256 (K = 8192) on 8 warps 0.72 against 0.67; 448 (K = 14336) in
+# 512 on 16 warps 0.58-0.59 against 0.66-0.69 (before the 32-bit words, 0.55-0.57: 512 was the
+# limit until then); the same bits. Timed for E2M1: an FP6 row of 257-512 blocks now takes two
+# passes too, its fold of stored codes on the float path (not timed; MXLinear's recipes fold
+# E2M1 only)
+FUSED_ROW_FOLD_MAX_GROUP = 256
 # the least share of its padded tile a whole row of another length must fill to fold in the
-# row kernel's pass (timed: 24 of 32 and 448 of 512 blocks; emptier tiles, e.g. 33 of 64,
-# idle more lanes and were not timed: quantize, then fold)
+# row kernel's pass (timed: 24 of 32 blocks, and 448 of 512 when the limit was 512; emptier
+# tiles, e.g. 33 of 64, idle more lanes and were not timed: quantize, then fold)
 FUSED_ROW_MIN_FILL = 0.75
 # along another axis than the last where the fold's path is the transpose but plain quantize
 # runs the column kernel (one read), the largest whole row or group (padded) that goes through
@@ -295,7 +299,8 @@ FOLD_ROW_WARPS = 1
 # aligned (``kernels.quantize.fold_chunk_e2m1_words``: four codes a byte-parallel operation; the
 # same bits as a byte at a time, ``fold_chunk_e2m1``). sm_90 under Triton 3.6, rows of 256
 # blocks: 214 instructions for a thread's block against 431, 64 registers either way, no spills
-# (``benchmarks/kernel_sass.py --fold-rows 256``); not yet timed on a GPU
+# (``benchmarks/kernel_sass.py --fold-rows 256``). H200, 6c8eacf (results/native_gpu/
+# fold_rows_h200.md): 1.22-1.42x faster at Llama-8B operand shapes, 1.12-1.33x at 125m's
 FOLD_ROW_WORDS = True
 
 

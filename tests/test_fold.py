@@ -1247,7 +1247,8 @@ def test_which_folds_the_quantize_pass_takes():
     rows up to ``FUSED_ROW_FOLD_MAX_GROUP`` blocks padded to a power of two, a row of another
     length only where it fills ``FUSED_ROW_MIN_FILL`` of its padding (through the transpose
     where plain quantize runs the column kernel only up to ``FUSED_COLUMN_FOLD_MAX_GROUP``);
-    the column kernels nothing larger or of another length. Decided from shapes alone, on every device."""
+    the column kernels nothing larger or of another length. Decided from shapes alone, on
+    every device."""
     import dataclasses
     import torch
     from ocpmx import native
@@ -1262,8 +1263,9 @@ def test_which_folds_the_quantize_pass_takes():
     mixed = dataclasses.replace(base, columns="kernel", columns_fold="transpose")
     cases = [  # (shape, axis, group, tuning, fused)
         ((4, 64 * 32), -1, 4, rows, True), ((4, 64 * 32), -1, 64, rows, True),
-        ((4, 24 * 32), -1, 24, rows, True), ((4, 448 * 32), -1, 448, rows, True),
-        ((4, 512 * 32), -1, 512, rows, True), ((4, 520 * 32), -1, 520, rows, False),
+        ((4, 24 * 32), -1, 24, rows, True), ((4, 448 * 32), -1, 448, rows, False),
+        ((4, 256 * 32), -1, 256, rows, True), ((4, 200 * 32), -1, 200, rows, True),
+        ((4, 512 * 32), -1, 512, rows, False), ((4, 520 * 32), -1, 520, rows, False),
         ((4, 1024 * 32), -1, 1024, rows, False), ((4, 33 * 32), -1, 33, rows, False),
         ((4, 3 * 32), -1, 3, rows, True), ((4, 5 * 32), -1, 5, rows, False),
         ((24 * 32, 1), 0, 24, column, True),  # (nothing after the axis: the row kernel)
@@ -1278,14 +1280,14 @@ def test_which_folds_the_quantize_pass_takes():
     for shape, axis, group, tuning, fused in cases:
         x = torch.empty(shape)
         assert native_fold.fused_in_quantize(x, axis, group, tuning) == fused, (shape, group)
-    assert native_fold.FUSED_ROW_FOLD_MAX_GROUP == 512 and native_fold.FUSED_ROW_MIN_FILL == 0.75
+    assert native_fold.FUSED_ROW_FOLD_MAX_GROUP == 256 and native_fold.FUSED_ROW_MIN_FILL == 0.75
     assert native_fold.FUSED_COLUMN_FOLD_MAX_GROUP == 64
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name, nblk, axis, rotation, rounding, dtype, fused", [
     ("e2m1", 7, -1, None, "rne", "float32", True),  # padded to 8; fold: one chunk, masked
-    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16", False),  # > 512 blocks; chunks of
+    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16", False),  # > 256 blocks; chunks of
     #                                                             FOLD_ROW_CHUNK, the last short
     ("e3m2", 70, 0, None, "rne", "float32", False),  # axis 0 (Wgrad's); 70 of 128: too empty
     ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16", True),  # a power of two
@@ -1295,7 +1297,7 @@ def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rou
     """``quantize_folded(x, fmt, None)`` and ``fold(mx, None)``: one exponent per whole row, any
     number of blocks (quantize, then ``fold_rows_kernel``: a program per ``FOLD_ROW_CHUNK``
     blocks of a row and a finishing launch per row; rows of at most FUSED_ROW_FOLD_MAX_GROUP
-    (512) blocks along the last axis the quantize kernel folds in its own pass,
+    (256) blocks along the last axis the quantize kernel folds in its own pass,
     ``fused_in_quantize``, a program per row padded to a power of two, and ``fold(mx, None)``
     takes the two launches), bit for bit ``emulator.fold.fold(mx, None)``: codes, exponents
     (a row of zeros: 0; a NaN block: NAN_EXPONENT), the rounded elements of blocks more than
@@ -1427,15 +1429,17 @@ def test_method_fp8_cublas_rowwise_at_llama_shapes(m, n, k):
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name, path", [("e2m1", "words"), ("e2m1", "bytes"),
-                                        ("e2m1", "misaligned"), ("e3m2", "words")])
+                                        ("e2m1", "misaligned"), ("e2m1", "words4"),
+                                        ("e3m2", "words")])
 def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeypatch):
     """``fold(mx, None)`` (``fold_rows_kernel``) on stored codes and scales made by hand: every
     code of the format under every shift of its fold range (a row of shifts D_MAX down to
     -5 folds in integer arithmetic for E2M1, a row reaching D_MIN and below through the float
     conversion), and rows whose largest scale's blocks hold only zero codes (R from the codes:
     the row folded again), bit for bit the emulator's fold. E2M1's integer path three ways:
-    in 32-bit words (``FOLD_ROW_WORDS``, aligned codes), a byte at a time, and codes one byte
-    past an aligned address (the byte path whatever ``FOLD_ROW_WORDS`` says)."""
+    in 32-bit words (``FOLD_ROW_WORDS``, aligned codes; and codes 4 bytes past a 16-byte
+    boundary: word loads without the 128-bit ones), a byte at a time, and codes one byte past an
+    aligned address (the byte path whatever ``FOLD_ROW_WORDS`` says)."""
     import torch
     from ocpmx.conformance.backends import TritonBackend
     from ocpmx.emulator.fold import shift_range
@@ -1462,10 +1466,11 @@ def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeyp
     c = np.stack([r[0] for r in rows]).astype(np.uint8)
     s = np.stack([r[1] for r in rows]).astype(np.uint8)
     mx = TritonBackend(device)._mx(c, s, name, 1, 32)
-    if path == "misaligned":
-        buf = torch.zeros(mx.data.numel() + 1, dtype=torch.uint8, device=mx.data.device)
-        mx.data = buf[1:].view(mx.data.shape).copy_(mx.data)
-        assert mx.data.data_ptr() % 4 == 1
+    if path in ("misaligned", "words4"):
+        off = 1 if path == "misaligned" else 4
+        buf = torch.zeros(mx.data.numel() + off, dtype=torch.uint8, device=mx.data.device)
+        mx.data = buf[off:].view(mx.data.shape).copy_(mx.data)
+        assert mx.data.data_ptr() % 16 == off
     got = native_fold.fold(mx, None)
     plans.clear()
     want = emulator.fold.fold(emulator.MXArray(c, s, fmt, 1), None)

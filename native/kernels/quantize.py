@@ -672,7 +672,8 @@ def fold_rows_kernel(data_ptr, scale_ptr, out_ptr, exp_ptr, pow2_ptr, stats_ptr,
                      ENVELOPE: tl.constexpr, PACK: tl.constexpr,
                      # the fold: the largest exact shift; the smallest shift the integer path
                      # takes (1000: none); blocks per program, and a power of two holding a
-                     # row's; 2^R per row; the conversion
+                     # row's; 2^R per row; the conversion; WORDS: the integer path on 32-bit
+                     # words of codes (the data 4-byte aligned)
                      D_MAX: tl.constexpr, D_INT: tl.constexpr, NB: tl.constexpr,
                      NBR: tl.constexpr, POW2: tl.constexpr, HW_CVT: tl.constexpr,
                      WORDS: tl.constexpr):
