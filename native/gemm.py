@@ -450,8 +450,8 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 # eager at 0.54-0.63x the tokens/s of 'bf16' (host-bound), 125m with CUDA graphs at 0.86-0.87x
 # on an H200 (its GEMMs save 4.4 ms a step, its quantize and fold passes cost 17.2 ms), where
 # 'bf16' gives 0.88-0.90x (results/train_speed/h200_rowwise/, h200_both_axes/). 'bf16' stays
-# the default; ``fit_method`` is ready
-# for a switch (by model size, once an H100 has timed the rowwise method too).
+# the default; ``fit_method`` is ready for a switch (by model size, once an H100 has timed the
+# rowwise method too).
 HOPPER_AUTO = "bf16"
 # torch._scaled_mm's blockwise 1 x 128 scaling as fp8_cublas calls it: measured with torch 2.11
 _BLOCKWISE_SCALED_MM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11)
