@@ -1428,6 +1428,43 @@ def test_method_fp8_cublas_rowwise_at_llama_shapes(m, n, k):
 
 
 @pytest.mark.parametrize("device", __import__("native_util").devices())
+@pytest.mark.parametrize("nblk", [24, 96])
+def test_axis0_whole_rows_take_either_route_with_the_same_bits(device, nblk, monkeypatch):
+    """Whole rows along axis 0 where plain quantize runs the column kernel and the fold's path
+    is the transpose (the H100's and H200's tunings): up to ``FUSED_COLUMN_FOLD_MAX_GROUP``
+    blocks the transpose and the row kernel's fused fold, longer rows the column kernel then
+    the fold of its codes; each route, forced both ways, gives the emulator's codes, exponents
+    and scales."""
+    import dataclasses
+    import torch
+    from ocpmx import native
+    from ocpmx.emulator import MXArray
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native import plans
+    tuning = dataclasses.replace(native.default_tuning(torch.device(device)), columns="kernel",
+                                 columns_fold="transpose")
+    rng = np.random.default_rng(nblk)
+    x = rng.standard_normal((nblk * 32, 2)) * np.exp2(rng.integers(-3, 4, (nblk, 1))).repeat(32, 0)
+    xt = torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).to(device)
+    kw = dict(axis=0, rotation="hadamard16", pow2=True, tuning=tuning)
+    assert native_fold.fused_in_quantize(xt, 0, nblk, tuning) == (nblk <= 64)
+    e = native.quantize(xt, "e2m1", axis=0, rotation="hadamard16",  # (the transpose: quicker
+                        tuning=dataclasses.replace(tuning, columns="transpose")  # under the
+                        ).to_emulator()  # interpreter than the column kernel, the same bits)
+    want = emulator.fold.fold(MXArray(np.moveaxis(e.codes, 0, -1), np.moveaxis(e.scales, 0, -1),
+                                      FORMATS["e2m1"], 1), None)
+    for limit, fused in ((0, False), (1 << 10, True)):  # each route forced
+        monkeypatch.setattr(native_fold, "FUSED_COLUMN_FOLD_MAX_GROUP", limit)
+        plans.clear()
+        assert native_fold.fused_in_quantize(xt, 0, nblk, tuning) == fused
+        got = native_fold.quantize_folded(xt, "e2m1", None, **kw)
+        assert np.array_equal(got.codes.cpu().numpy(), want.codes), limit
+        assert np.array_equal(got.exponents.cpu().numpy(), want.exponents), limit
+        assert np.array_equal(got.scales.cpu().numpy(), np.moveaxis(e.scales, 0, -1)), limit
+    plans.clear()
+
+
+@pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name, path", [("e2m1", "words"), ("e2m1", "bytes"),
                                         ("e2m1", "misaligned"), ("e2m1", "words4"),
                                         ("e3m2", "words")])
