@@ -1,6 +1,13 @@
 import os
 
-import pytest
+# pytest-xdist runs one worker per core (pyproject: -n 2): each worker's OpenMP (torch) and Numba
+# thread pools would otherwise size themselves to every core too and oversubscribe them. Set
+# before torch or numba is imported (here, in each worker).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
 
 from hypothesis import HealthCheck, settings
 
