@@ -1,13 +1,6 @@
 import os
 
-# pytest-xdist runs one worker per core (pyproject: -n 2): each worker's OpenMP (torch) and Numba
-# thread pools would otherwise size themselves to every core too and oversubscribe them. Set
-# before torch or numba is imported (here, in each worker).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    for _var in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        os.environ.setdefault(_var, "1")
-
-import pytest  # noqa: E402
+import pytest
 
 from hypothesis import HealthCheck, settings
 
