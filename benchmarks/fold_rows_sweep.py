@@ -50,6 +50,13 @@ def bench(fn, calls: int = 10):
     return do_bench(g.replay, warmup=10, rep=50, return_mode="median") / calls
 
 
+def copy_ms(numel: int) -> float:
+    """ms of a device copy of ``numel`` bf16 elements' bytes (the baseline of every row)."""
+    src = torch.empty(numel * 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return bench(lambda: dst.copy_(src))
+
+
 def axis0_routes(shapes) -> list[dict]:
     """Whole rows along axis 0 of K x M bf16 inputs (H16, 2^R) both ways
     ``fold.fused_in_quantize`` can send them where plain quantize runs the column kernel: the
@@ -60,9 +67,7 @@ def axis0_routes(shapes) -> list[dict]:
     limit = fold.FUSED_COLUMN_FOLD_MAX_GROUP
     for k, m in shapes:
         x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
-        src = torch.empty(k * m * 2, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        t_copy = bench(lambda: dst.copy_(src))
+        t_copy = copy_ms(k * m)
         out = {}
         for name, value in (("transpose + fused fold", 1 << 20),
                             ("column kernel + fold of the codes", 0)):
@@ -107,12 +112,12 @@ def main():
     rows = axis0_routes([tuple(map(int, v.split("x"))) for v in args.axis0])
     default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)
     shapes = [tuple(map(int, v.split("x"))) for v in args.shapes] if args.shapes else SHAPES
-    for m, k in shapes if not args.axis0 or args.shapes else []:
+    if args.axis0 and not args.shapes:  # (the axis-0 routes alone)
+        shapes = []
+    for m, k in shapes:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        src = torch.empty(m * k * 2, dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        t_copy = bench(lambda: dst.copy_(src))
-        copy_gbs = 2 * src.numel() / t_copy / 1e6
+        t_copy = copy_ms(m * k)
+        copy_gbs = 4 * m * k / t_copy / 1e6
         qa = native.quantize(x, "e2m1", rotation="hadamard16")
         moved = qa.data.numel() + qa.scales_kmajor.numel() + m * k  # in + out, bytes
         want = fold.fold(qa, None)

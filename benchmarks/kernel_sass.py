@@ -227,13 +227,9 @@ def fold_rows_facts(fmt_name: str, nblk: int, words: bool) -> dict:
     for rows of ``nblk`` blocks (2^R too; ``words``: E2M1's integer path in 32-bit words):
     registers, spills, all instructions, and those from the integer path's load of the codes
     (its first 128-bit load) to the branch past the other path: a thread's block."""
-    from ocpmx.native import fold
-    from ocpmx.spec import get_format, lower
-    fmt = get_format(fmt_name)
-    consts = dict(lower(fmt).constexprs(), PACK=fold.pack_factor(fmt),
-                  D_MAX=fold.shift_range(fmt)[1], NB=fold.FOLD_ROW_CHUNK,
-                  NBR=1 << (nblk - 1).bit_length(), POW2=True, HW_CVT=True,
-                  num_warps=fold.FOLD_ROW_WARPS, D_INT=fold.integer_fold_shift(fmt), WORDS=words)
+    from ocpmx.native.fold import fold_rows_constexprs
+    from ocpmx.spec import get_format
+    consts = fold_rows_constexprs(get_format(fmt_name), nblk, True, True, words)[0]
     sig = dict(data_ptr="*u8", scale_ptr="*u8", out_ptr="*u8", exp_ptr="*i32",
                pow2_ptr="*fp32", stats_ptr="*i64", row_ptr="*i64", n_blocks_row="i32")
     sass = disassemble(compile_sm90(kernels.quantize.fold_rows_kernel, sig, consts,

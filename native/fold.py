@@ -367,21 +367,29 @@ def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFor
     pk = plans.key("fold_rows", data, (fmt, pow2, tuple(scales.shape), scales.dtype,
                                        FOLD_ROW_CHUNK, FOLD_ROW_WARPS, words), None)
     if not plans.run_row_fold(plans.find(pk), first, second):
-        consts = lower(fmt).constexprs()
-        common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
-                      NBR=1 << (nblk - 1).bit_length(), POW2=pow2,
-                      HW_CVT=_e4m3_cvt(data.device), num_warps=FOLD_ROW_WARPS)
+        kw_first, kw_second = fold_rows_constexprs(fmt, nblk, pow2, _e4m3_cvt(data.device), words)
         launches = []
         for kernel, grid, args, kw in (
                 (kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, FOLD_ROW_CHUNK)), first,
-                 dict(consts, D_INT=integer_fold_shift(fmt), WORDS=words, **common)),
-                (kernels.quantize.fold_rows_finish_kernel, (rows,), second,
-                 dict({c: consts[c] for c in ("BITS", "SIGN", "MBITS", "BIAS", "SUBQ")},
-                      **common))):
+                 kw_first),
+                (kernels.quantize.fold_rows_finish_kernel, (rows,), second, kw_second)):
             launches.append((kernel, grid, args, kw, launch.run(kernel, grid, *args, **kw)))
         plans.make_row_fold(pk, launches)
     return FoldedTensor(codes, exps, scales.reshape(rows, nblk), nblk, fmt, stats,
                         p2 if pow2 else None)
+
+
+def fold_rows_constexprs(fmt: ElementFormat, nblk: int, pow2: bool, hw_cvt: bool,
+                         words: bool) -> tuple[dict, dict]:
+    """The constexprs and launch options of the whole-row fold's two launches for rows of
+    ``nblk`` blocks (``_fold_rows``; ``benchmarks/kernel_sass.py --fold-rows`` compiles the
+    first with them): ``fold_rows_kernel``'s, then ``fold_rows_finish_kernel``'s."""
+    consts = lower(fmt).constexprs()
+    common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
+                  NBR=1 << (nblk - 1).bit_length(), POW2=pow2, HW_CVT=hw_cvt,
+                  num_warps=FOLD_ROW_WARPS)
+    return (dict(consts, D_INT=integer_fold_shift(fmt), WORDS=words, **common),
+            dict({c: consts[c] for c in ("BITS", "SIGN", "MBITS", "BIAS", "SUBQ")}, **common))
 
 
 def _e4m3_cvt(device) -> bool:

@@ -978,8 +978,8 @@ def test_row_fold_of_a_large_group_keeps_the_tiles_blocks_per_warp(monkeypatch):
     """A fold group larger than the row tile (whole rows folded in the row kernel's pass: up
     to ``fold.FUSED_ROW_FOLD_MAX_GROUP`` blocks by default, 512 timed) gets a program of one
     group on the tile's warps times group / blocks (``launch.fold_tile``: measured 4 warps
-    for 128 blocks against the 32-block tile's one),
-    no register cap, at most ``FOLD_MAX_WARPS``; a whole row of another length a program per
+    for 128 blocks against the 32-block tile's one), no register cap, at most
+    ``FOLD_MAX_WARPS``; a whole row of another length a program per
     row padded to the next power of two (ROW_NB, never EVEN; the grid advances a row); groups
     the tile holds keep the tile; quantize without a fold, the tile and its cap."""
     from ocpmx.native import launch, ops
