@@ -188,7 +188,8 @@ for s in "$@"; do
       done_ $s $? ;;
     linear_ab)
       # MXLinear against nn.Linear in interleaved rounds, eager and from a CUDA graph
-      python3 benchmarks/linear_ab.py --out $RUN/linear_ab > $RUN/linear_ab.log 2>&1
+      # (LINEAR_AB_ARGS: e.g. --shapes 32768x768x2048 8192x4096x14336 --cases ...)
+      python3 benchmarks/linear_ab.py --out $RUN/linear_ab ${LINEAR_AB_ARGS:-} > $RUN/linear_ab.log 2>&1
       done_ $s $? ;;
     rowwise)
       python3 benchmarks/cublas_rowwise_probe.py --out $RUN/cublas_rowwise --sections speed > $RUN/cublas_rowwise.log 2>&1

@@ -1,4 +1,5 @@
-"""The whole-row fold's tile (``native.fold.FOLD_ROW_CHUNK`` blocks per program,
+"""The whole-row fold's tile (blocks per program: ``native.fold.FOLD_ROW_CHUNK`` and, for rows
+past ``FOLD_ROW_LONG`` blocks, ``FOLD_ROW_LONG_CHUNK``, both set to each chunk timed; warps:
 ``FOLD_ROW_WARPS``) on a GPU at Llama-8B operand shapes: ms, GB/s of the bytes it moves (packed
 codes and scales in, E4M3 codes out) against a device copy, and the bits against the default
 tile, and the default tile with E2M1's integer path in 32-bit words and a byte at a time
@@ -110,7 +111,7 @@ def main():
                          "column kernel then the fold of its codes (FUSED_COLUMN_FOLD_MAX_GROUP)")
     args = ap.parse_args()
     rows = axis0_routes([tuple(map(int, v.split("x"))) for v in args.axis0])
-    default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS)
+    default = (fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_LONG_CHUNK, fold.FOLD_ROW_WARPS)
     shapes = [tuple(map(int, v.split("x"))) for v in args.shapes] if args.shapes else SHAPES
     if args.axis0 and not args.shapes:  # (the axis-0 routes alone)
         shapes = []
@@ -122,7 +123,8 @@ def main():
         moved = qa.data.numel() + qa.scales_kmajor.numel() + m * k  # in + out, bytes
         want = fold.fold(qa, None)
         for chunk, warps in itertools.product(args.chunks, args.warps):
-            fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS = chunk, warps
+            fold.FOLD_ROW_CHUNK = fold.FOLD_ROW_LONG_CHUNK = chunk
+            fold.FOLD_ROW_WARPS = warps
             try:
                 got = fold.fold(qa, None)
                 same = torch.equal(got.codes, want.codes) and torch.equal(got.exponents,
@@ -136,7 +138,7 @@ def main():
                            error=f"{type(e).__name__}: {str(e)[:160]}")
             print(row, flush=True)
             rows.append(row)
-        fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_WARPS = default
+        fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_LONG_CHUNK, fold.FOLD_ROW_WARPS = default
         words_default = fold.FOLD_ROW_WORDS
         for words in (True, False):  # E2M1's integer path in 32-bit words or a byte at a time
             fold.FOLD_ROW_WORDS = words

@@ -291,9 +291,14 @@ def fused_in_quantize(x: torch.Tensor, axis: int, group: int, tuning) -> bool:
 FOLD_BLOCKS = 128  # 32-blocks per program of the fold kernel (more where a group is larger)
 FOLD_WARPS = 4  # its warps at most (FOLD_BLOCKS / (32 FOLD_WARPS) blocks per thread)
 # the whole-row fold's tile (``kernels.quantize.fold_rows_kernel``): blocks per program, warps
-# (H200, fold_rows_sweep.py: 32 blocks on one warp 0.33-0.39 of copy at Llama-8B operand
-# shapes, 64 on two 0.30-0.34, larger chunks and more warps slower; results/native_gpu)
+# (H200, fold_rows_sweep.py, 32-bit words, results/native_gpu/fold_rows_chunks_h200.md: at
+# Llama-8B operand shapes, rows of 128-448 blocks, 32 blocks on one warp 0.42-0.53 of copy, 64
+# on one the same within 0.02 (worse by 0.03 at 256 blocks), more warps or 128 blocks slower;
+# rows of 1024 blocks (125m's Wgrad operands) 64 blocks 1.19x faster than 32: 0.49-0.55 of copy
+# against 0.41-0.46)
 FOLD_ROW_CHUNK = 32
+FOLD_ROW_LONG_CHUNK = 64  # for rows of more than FOLD_ROW_LONG blocks
+FOLD_ROW_LONG = 512
 FOLD_ROW_WARPS = 1
 # the whole-row fold's integer E2M1 path on 32-bit words of codes where they are 4-byte
 # aligned (``kernels.quantize.fold_chunk_e2m1_words``: four codes a byte-parallel operation; the
@@ -314,6 +319,12 @@ def integer_fold_shift(fmt: ElementFormat) -> int:
         return 1000
     smallest = float(min(v for v in decode_table(fmt)[:fmt.num_codes] if v > 0))
     return int(1 - lower(TARGET).bias - math.log2(smallest))
+
+
+def fold_row_chunk(nblk: int) -> int:
+    """Blocks per program of the whole-row fold (``fold_rows_kernel``) for rows of ``nblk``
+    blocks: ``FOLD_ROW_LONG_CHUNK`` past ``FOLD_ROW_LONG`` blocks, else ``FOLD_ROW_CHUNK``."""
+    return FOLD_ROW_LONG_CHUNK if nblk > FOLD_ROW_LONG else FOLD_ROW_CHUNK
 
 
 def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat,
@@ -350,8 +361,8 @@ def fold_kmajor(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFo
 def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFormat, rows: int,
                pow2: bool) -> FoldedTensor:
     """``fold_kmajor`` of whole rows: ``kernels.quantize.fold_rows_kernel`` on (rows, chunks of
-    ``FOLD_ROW_CHUNK`` blocks), then ``fold_rows_finish_kernel`` a program per row. One zeroed
-    buffer holds the stats and the per-row (seen, rounded) counts the first launch adds to.
+    ``fold_row_chunk(nblk)`` blocks), then ``fold_rows_finish_kernel`` a program per row. One
+    zeroed buffer holds the stats and the per-row (seen, rounded) counts the first launch adds to.
     A repeated call of the same shape and options takes the two launches its first call left
     (``plans.RowFoldPlan``: no argument binding, no constexprs built)."""
     from . import plans
@@ -364,13 +375,14 @@ def _fold_rows(data: torch.Tensor, scales: torch.Tensor, k: int, fmt: ElementFor
     first = (data, scales, codes, exps, p2, stats, per_row, nblk)
     second = (data, scales, codes, exps, p2, stats, inexact_total(data.device), per_row, nblk)
     words = FOLD_ROW_WORDS and data.data_ptr() % 4 == 0  # E2M1 in 32-bit words (a plan each)
+    chunk = fold_row_chunk(nblk)
     pk = plans.key("fold_rows", data, (fmt, pow2, tuple(scales.shape), scales.dtype,
-                                       FOLD_ROW_CHUNK, FOLD_ROW_WARPS, words), None)
+                                       chunk, FOLD_ROW_WARPS, words), None)
     if not plans.run_row_fold(plans.find(pk), first, second):
         kw_first, kw_second = fold_rows_constexprs(fmt, nblk, pow2, _e4m3_cvt(data.device), words)
         launches = []
         for kernel, grid, args, kw in (
-                (kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, FOLD_ROW_CHUNK)), first,
+                (kernels.quantize.fold_rows_kernel, (rows, cdiv(nblk, chunk)), first,
                  kw_first),
                 (kernels.quantize.fold_rows_finish_kernel, (rows,), second, kw_second)):
             launches.append((kernel, grid, args, kw, launch.run(kernel, grid, *args, **kw)))
@@ -385,7 +397,7 @@ def fold_rows_constexprs(fmt: ElementFormat, nblk: int, pow2: bool, hw_cvt: bool
     ``nblk`` blocks (``_fold_rows``; ``benchmarks/kernel_sass.py --fold-rows`` compiles the
     first with them): ``fold_rows_kernel``'s, then ``fold_rows_finish_kernel``'s."""
     consts = lower(fmt).constexprs()
-    common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=FOLD_ROW_CHUNK,
+    common = dict(PACK=pack_factor(fmt), D_MAX=shift_range(fmt)[1], NB=fold_row_chunk(nblk),
                   NBR=1 << (nblk - 1).bit_length(), POW2=pow2, HW_CVT=hw_cvt,
                   num_warps=FOLD_ROW_WARPS)
     return (dict(consts, D_INT=integer_fold_shift(fmt), WORDS=words, **common),

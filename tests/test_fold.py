@@ -1287,15 +1287,16 @@ def test_which_folds_the_quantize_pass_takes():
 @pytest.mark.parametrize("device", __import__("native_util").devices())
 @pytest.mark.parametrize("name, nblk, axis, rotation, rounding, dtype, fused", [
     ("e2m1", 7, -1, None, "rne", "float32", True),  # padded to 8; fold: one chunk, masked
-    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16", False),  # > 256 blocks; chunks of
-    #                                                             FOLD_ROW_CHUNK, the last short
-    ("e3m2", 70, 0, None, "rne", "float32", False),  # axis 0 (Wgrad's); 70 of 128: too empty
+    ("e2m1", 530, -1, "hadamard16", "rne", "bfloat16", False),  # > 512 blocks: chunks of
+    #                                                      FOLD_ROW_LONG_CHUNK, the last short
+    ("e3m2", 70, 0, None, "rne", "float32", False),  # axis 0 (Wgrad's); 70 of 128: too empty;
+    #                                                   chunks of FOLD_ROW_CHUNK, the last short
     ("e2m3", 64, -1, "random_sign16:7", "stochastic", "bfloat16", True),  # a power of two
     ("e3m2", 24, -1, "hadamard16", "stochastic", "bfloat16", True)])  # padded to 32 blocks
 def test_whole_row_fold_is_the_emulators(device, name, nblk, axis, rotation, rounding, dtype,
                                          fused):
     """``quantize_folded(x, fmt, None)`` and ``fold(mx, None)``: one exponent per whole row, any
-    number of blocks (quantize, then ``fold_rows_kernel``: a program per ``FOLD_ROW_CHUNK``
+    number of blocks (quantize, then ``fold_rows_kernel``: a program per ``fold_row_chunk``
     blocks of a row and a finishing launch per row; rows of at most FUSED_ROW_FOLD_MAX_GROUP
     (256) blocks along the last axis the quantize kernel folds in its own pass,
     ``fused_in_quantize``, a program per row padded to a power of two, and ``fold(mx, None)``
