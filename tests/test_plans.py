@@ -370,7 +370,7 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
 
 
 @pytest.mark.parametrize("fmt,shape,kw", [
-    ("e2m1", (3, 520 * 32), dict(pow2=True)),                     # 520 blocks: 17 chunks
+    ("e2m1", (3, 520 * 32), dict(pow2=True)),                     # 520 blocks: 9 chunks
     ("e2m1", (2, 544 * 32), dict(rotation="hadamard16")),         # 544 blocks
     ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic",  # along axis 0, the
                            tuning=FOLD_COLUMNS))])  # column kernel (which groups it takes:
@@ -382,7 +382,7 @@ def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     the two launches of the whole-row fold. The first call leaves a ``RowFoldPlan``; later
     calls (new data and seeds) take it and give the emulator's codes, exponents, scales, stats and 2^R, adding
     their rounded elements to the device's total; ``fold(mx, None)`` on stored codes takes it
-    too. Another chunk size (``FOLD_ROW_CHUNK``, what the tile sweep changes) is another
+    too. Another chunk size (``fold.fold_row_chunk``, what the tile sweep changes) is another
     plan."""
     from ocpmx.native import fold
     g = torch.Generator().manual_seed(3)
@@ -418,12 +418,12 @@ def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
     for name in ("codes", "exponents", "scales", "stats"):
         assert torch.equal(getattr(f, name), getattr(want, name)), name
     made = plans.STATS.made
-    chunk = fold.FOLD_ROW_CHUNK
+    chunks = fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_LONG_CHUNK
     try:
-        fold.FOLD_ROW_CHUNK = 16
+        fold.FOLD_ROW_CHUNK = fold.FOLD_ROW_LONG_CHUNK = 16
         _same_fold(fold.quantize_folded(x, fmt, None, seed=9, **kw), want)
     finally:
-        fold.FOLD_ROW_CHUNK = chunk
+        fold.FOLD_ROW_CHUNK, fold.FOLD_ROW_LONG_CHUNK = chunks
     assert plans.STATS.made == made + 1
 
 
