@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     c.add_argument("--budget", default="quick", choices=["quick", "full"],
                    help="quick (default: 8 Hypothesis examples per theme) or full (60 examples "
                         "and every one of the 2^32 float32 inputs)")
+    c.add_argument("--no-shrink", action="store_true",
+                   help="report the first failing example Hypothesis finds instead of shrinking "
+                        "it to a minimal one (quicker where the backend is slow)")
     c.add_argument("--report", metavar="PATH",
                    help="write the JSON report here and the Markdown report beside it (.md); "
                         "checked before the suite runs (default: print only)")
@@ -113,7 +116,7 @@ def cmd_conform(args) -> int:
         sources.append(f"{args.deviations} ({len(extra)} rules)")
     header = {"spec": SPEC_VERSION, "suite": f"ocpmx {__version__}", "commit": suite_commit(),
               "backend": backend.name, **backend.info(), "budget": args.budget,
-              "formats": args.formats, "ops": args.ops or list(OPS),
+              "shrink": not args.no_shrink, "formats": args.formats, "ops": args.ops or list(OPS),
               "deviations": " + ".join(sources), "host": platform.node(),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
               "command": "ocpmx conform " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["conform"] else sys.argv[1:])}
@@ -126,7 +129,8 @@ def cmd_conform(args) -> int:
         if r.failures:
             line += "\n               " + r.failures[0]
         print(line, flush=True)
-    results = run_suite(backend, args.formats, args.budget, args.ops, progress, extra)
+    results = run_suite(backend, args.formats, args.budget, args.ops, progress, extra,
+                        shrink=not args.no_shrink)
     header["seconds"] = round(time.time() - t0, 1)
     report = to_json(results, header)
     print("\nSummary (worst status per format and operation):\n")

@@ -55,7 +55,9 @@ class CheckResult:
 
 
 class Mismatch(AssertionError):
-    pass
+    """A check's failure lines (``args[0]``); ``shrunk``: whether Hypothesis shrank the example
+    (set by ``_property``)."""
+    shrunk = True
 
 
 # ------------------------------------------------------------------------------------------
@@ -258,14 +260,14 @@ def _run(name, op, fmt, backend, body, **supports_opts) -> CheckResult:
         return CheckResult(name, op, fmt, "not-supported", str(e) or f"{op} not implemented",
                            seconds=time.time() - t0)
     except Mismatch as m:
-        return CheckResult(name, op, fmt, "fail", "minimal counterexample (Hypothesis)",
+        return CheckResult(name, op, fmt, "fail", _counterexamples(1, m.shrunk),
                            failures=list(m.args[0]), deviations=sorted(found),
                            seconds=time.time() - t0)
     except BaseExceptionGroup as g:  # Hypothesis found several distinct failures
         mism = [e for e in g.exceptions if isinstance(e, Mismatch)]
         if mism:
             return CheckResult(name, op, fmt, "fail",
-                               f"{len(g.exceptions)} distinct minimal counterexamples (Hypothesis)",
+                               _counterexamples(len(g.exceptions), mism[0].shrunk),
                                failures=[e.args[0][0] for e in mism], deviations=sorted(found),
                                seconds=time.time() - t0)
         e = g.exceptions[0]
@@ -282,16 +284,30 @@ def _run(name, op, fmt, backend, body, **supports_opts) -> CheckResult:
                        deviations=sorted(found), seconds=time.time() - t0)
 
 
-def _property(strategy, fn, examples):
-    """Run fn on Hypothesis examples; raise Mismatch with the minimal example's lines."""
-    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+def _counterexamples(n: int, shrunk: bool) -> str:
+    """A failed property check's detail: how many counterexamples, and whether minimal."""
+    text = "minimal counterexample" if n == 1 else f"{n} distinct minimal counterexamples"
+    if not shrunk:
+        return text.replace("minimal ", "") + " (Hypothesis, not shrunk: --no-shrink)"
+    return text + " (Hypothesis)"
+
+
+def _property(strategy, fn, budget):
+    """Run fn on ``budget['examples']`` Hypothesis examples; raise Mismatch with the lines of
+    the minimal failing example, or with ``budget['shrink']`` False of the first one found
+    (a slow backend spends most of a failing check shrinking)."""
+    shrink = budget.get("shrink", True)
+
+    @settings(max_examples=budget["examples"], derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck),
-              phases=(Phase.explicit, Phase.generate, Phase.shrink))
+              phases=(Phase.explicit, Phase.generate) + ((Phase.shrink,) if shrink else ()))
     @given(strategy)
     def prop(x):
         lines = fn(x)
         if lines:
-            raise Mismatch(lines)
+            m = Mismatch(lines)
+            m.shrunk = shrink
+            raise m
     prop()
     return []
 
@@ -365,7 +381,7 @@ def quantize_checks(backend, formats, budget, rules):
                                             _emu_quantize(x, fmt, opts), rules, set(), opts)
 
                 def body(found, strat=strat, check=check, fmt=fmt):
-                    return _property(strat(fmt), check, budget["examples"])
+                    return _property(strat(fmt), check, budget)
                 out.append(_run(f"quantize/{theme}/{fmt}/{tag}", "quantize", fmt, backend, body))
     return out
 
@@ -787,7 +803,7 @@ def gemm_checks(backend, formats, budget, rules):
                     f"{_hex(got[tuple(i)])}, expected {_hex(want[tuple(i)])}" for i in bad[:MAX_LINES]]
 
         def body(found, strat=exact_inputs, check=check):
-            return _property(strat(), check, budget["examples"])
+            return _property(strat(), check, budget)
         out.append(_run(f"gemm/exactly-summable/{fa}x{fb}", "gemm", fa, backend, body))
     if "e4m3" in formats:
         out.extend(_probe_checks(backend, rules))
@@ -837,10 +853,12 @@ assert tuple(SECTIONS) == OPS
 
 
 def run_suite(backend: Backend, formats=tuple(FORMATS), budget="quick", ops=None,
-              progress=None, extra_deviations=()) -> list[CheckResult]:
+              progress=None, extra_deviations=(), shrink=True) -> list[CheckResult]:
     """Run the checks of ``ops`` (default all: cast, quantize, dequantize, layout, gemm);
     ``extra_deviations``: known-deviation rules of the user's (``load_deviation_file``), added
-    to the backend's built-in ones."""
+    to the backend's built-in ones. ``shrink``: a failing property check reports Hypothesis's
+    minimal counterexample (default), or with False the first one it found (quicker where the
+    backend is slow)."""
     ops = tuple(SECTIONS) if ops is None else tuple(ops)
     if budget not in BUDGETS:
         raise ValueError(f"unknown budget {budget!r}; expected one of {tuple(BUDGETS)}")
@@ -850,7 +868,8 @@ def run_suite(backend: Backend, formats=tuple(FORMATS), budget="quick", ops=None
     rules = load_deviations(backend, extra_deviations)
     results = []
     for op in ops:
-        for r in SECTIONS[op](backend, list(formats), BUDGETS[budget], rules):
+        for r in SECTIONS[op](backend, list(formats), dict(BUDGETS[budget], shrink=shrink),
+                              rules):
             results.append(r)
             if progress:
                 progress(r)

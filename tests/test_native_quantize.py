@@ -417,13 +417,17 @@ QUARTERS = [((32, 1, 1, True, True, 1, None, False, True, False, False, True), 4
 
 # The numerics each tile case runs, as (shape, format, rotation), both roundings and
 # quantize-dequantize with each: the whole product (8) for the per-GPU defaults, the full-value
-# (64, 2) tile and the transpose; for the other tiles, whose differences are in layout and
-# masks, a pairwise cover (every pair of two factors' values once: 4) in the default run and
-# the other 4 marked ``exhaustive`` (``pytest -m exhaustive``; the GPU session runs them).
+# (64, 2) tile and the transpose. The other tiles differ in layout and masks, not in numerics:
+# each runs one of three covers (``COLUMN_COVERS``, in turn along the list of tiles: two cases
+# that give every value of each factor once, so every tile meets both shapes, both formats,
+# with and without H16; three tiles in a row give every pair of two factors' values) in the
+# default run, the other 6 marked ``exhaustive`` (``pytest -m exhaustive``; the GPU session
+# runs them).
 COLUMN_NUMERICS = [(s, f, r) for s in (0, 1) for f in ("e2m1", "e4m3")
                    for r in (None, "hadamard16")]
-COLUMN_PAIRWISE = [(0, "e2m1", None), (0, "e4m3", "hadamard16"), (1, "e2m1", "hadamard16"),
-                   (1, "e4m3", None)]
+COLUMN_COVERS = [[(0, "e2m1", None), (1, "e4m3", "hadamard16")],
+                 [(0, "e4m3", "hadamard16"), (1, "e2m1", None)],
+                 [(0, "e2m1", "hadamard16"), (1, "e4m3", None)]]
 COLUMN_CASES = [("kernel", (64, 2), 1920), ("kernel", (32, 1), 480),
                 ("kernel", (32, 1, 4, False, True), 480),
                 ("kernel", (16, 1, 8, True, False), 480),
@@ -441,12 +445,36 @@ COLUMN_CASES = [("kernel", (64, 2), 1920), ("kernel", (32, 1), 480),
 
 
 def _column_params():
+    covers = 0
     for columns, tile, count in COLUMN_CASES:
         if columns != "kernel" or count == 1920:
             yield pytest.param(columns, tile, count, "all")
         else:
-            yield pytest.param(columns, tile, count, "pairwise")
-            yield pytest.param(columns, tile, count, "rest", marks=pytest.mark.exhaustive)
+            i, covers = covers % len(COLUMN_COVERS), covers + 1
+            yield pytest.param(columns, tile, count, f"cover{i}")
+            yield pytest.param(columns, tile, count, f"rest{i}", marks=pytest.mark.exhaustive)
+
+
+def column_numerics(numerics: str) -> list:
+    """The (shape, format, rotation) cases of ``numerics``: 'all', 'cover<i>' or 'rest<i>'."""
+    if numerics == "all":
+        return COLUMN_NUMERICS
+    cover = COLUMN_COVERS[int(numerics[-1])]
+    return cover if numerics.startswith("cover") else [c for c in COLUMN_NUMERICS
+                                                       if c not in cover]
+
+
+def test_column_covers_meet_every_value_and_every_pair():
+    """Each cover gives every value of each factor once; three in a row (the tiles take them in
+    turn), every pair of two factors' values; a cover and its rest, the whole product."""
+    for i, cover in enumerate(COLUMN_COVERS):
+        for f in range(3):
+            assert {c[f] for c in cover} == {c[f] for c in COLUMN_NUMERICS}
+        assert sorted(cover + column_numerics(f"rest{i}"), key=str) == sorted(COLUMN_NUMERICS,
+                                                                              key=str)
+    union = [c for cover in COLUMN_COVERS for c in cover]
+    for f, g in ((0, 1), (0, 2), (1, 2)):
+        assert {(c[f], c[g]) for c in union} == {(c[f], c[g]) for c in COLUMN_NUMERICS}
 
 
 @pytest.mark.parametrize("device", devices())
@@ -470,7 +498,7 @@ def test_columns_every_bf16_value(device, columns, tile, count, numerics):
     at offsets from one base pointer (``CONST_STRIDE``); ``serial`` tiles quantize their blocks
     along K one after another (``SERIAL``); ``quarters`` tiles load each block as four quarters in
     the row kernel's layout (``QUARTERS``). ``numerics``: which (shape, format, rotation)
-    combinations run (``COLUMN_NUMERICS``: all, the pairwise cover, or the rest)."""
+    combinations run (``column_numerics``: all, one of the covers, or its rest)."""
     import dataclasses
     if tile in SPLIT_ON_GPU and device == "cpu":
         pytest.skip("the other split tiles on a GPU only: under the interpreter the (128, 2) "
@@ -492,8 +520,7 @@ def test_columns_every_bf16_value(device, columns, tile, count, numerics):
     x = np.ascontiguousarray(blocks.reshape(rows, 48, 32).transpose(0, 2, 1).reshape(-1, 48))
     hi = (x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
     xt = torch.from_numpy(hi).view(torch.bfloat16).to(device)
-    run = {"all": COLUMN_NUMERICS, "pairwise": COLUMN_PAIRWISE,
-           "rest": [c for c in COLUMN_NUMERICS if c not in COLUMN_PAIRWISE]}[numerics]
+    run = column_numerics(numerics)
     for which, (shape, axis) in enumerate(((x.shape, 0), ((2, rows * 16, 48), 1))):
         xs, xn = xt.reshape(shape), x.reshape(shape)
         for fmt in ("e2m1", "e4m3"):
