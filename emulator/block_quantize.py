@@ -14,6 +14,11 @@ from .decode import decode_table
 from .rotation import rotate_last_axis
 from ..spec.rules import Conversion
 
+# the fast kernel's threshold argument where it encodes without thresholds: read-only like
+# ``rounding_thresholds``'s arrays, so that Numba compiles one signature, not two
+_NO_THRESHOLDS = np.zeros(7, np.float32)
+_NO_THRESHOLDS.setflags(write=False)
+
 
 @dataclass
 class MXArray:
@@ -126,7 +131,7 @@ def quantize(x, fmt, *, axis: int = -1, block_size: int = BLOCK_SIZE, scale_rule
         raise ValueError("the fast path takes float32 data (after the rotation) and RNE")
     if moved.size and fast and path != "reference":
         thresholds = rounding_thresholds(fmt) if kf.magnitudes == 8 and not kf.is_int \
-            else np.zeros(7, np.float32)
+            else _NO_THRESHOLDS
         fast_kernels.quantize_rows_fast(moved.reshape(-1), rows, k, block_size, kf, thresholds,
                                         int(rule), numba.get_num_threads(), codes.reshape(-1),
                                         scales.reshape(-1))
