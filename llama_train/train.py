@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from ..native import GEMMS, RECIPES, MXLinear, convert_linears, fold, set_step
-from ..native.dispatch import pick_backend
-from ..native.gemm import FOLD_METHODS, auto_method
+from ..native.gemm import FOLD_METHODS
+from ..native.linear import mx_method
 from ..native.tuning import default_tuning
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TRAIN_PRESETS, RunExists, TrainConfig, TrainingDiverged, lr_at
@@ -77,31 +77,41 @@ def build(cfg: TrainConfig, dist: Dist):
     return model, opt, tok, mcfg
 
 
-def gemm_method_run(model, device) -> str | None:
-    """The method the MX GEMMs of ``model`` run (``auto`` resolved on ``device`` by
-    ``auto_method``: on Hopper ``native.gemm.HOPPER_AUTO``, whose GEMMs 'fp8_cublas' refuses
-    run 'bf16' (``fit_method``); a chip's accumulation model, or the emulator backend, named as
-    such); None without an MX GEMM."""
+def gemm_method_run(model, device, tokens: int) -> str | None:
+    """The methods the MX GEMMs of ``model`` run on micro-batches of ``tokens`` tokens on
+    ``device``, each GEMM's as ``native.linear.mx_method`` resolves it ('auto' by the GEMM's
+    size: on Hopper ``native.gemm.HOPPER_AUTO_LARGE`` for a layer of tokens x in x out from
+    ``HOPPER_AUTO_LARGE_MNK`` up, ``HOPPER_AUTO`` below, 'bf16' where a cuBLAS method refuses
+    the shape), joined by ' + ' where layers differ (``methods_of`` splits them); a chip's
+    accumulation model, or the emulator backend, named as such; None without an MX GEMM."""
+    found = set()
     for m in model.modules():
-        if isinstance(m, MXLinear) and any(m.recipe.gemm(g).is_mx for g in GEMMS):
-            ctx = m.context
-            if ctx.accumulation is not None:
-                return f"accumulation {ctx.accumulation}"
-            if pick_backend(device, ctx.backend) == "emulator":
-                return "emulator"
-            return auto_method(device) if ctx.method == "auto" else ctx.method
-    return None
+        if not isinstance(m, MXLinear):
+            continue
+        ctx, i, o = m.context, m.in_features, m.out_features
+        for gemm, (rows, cols, k) in zip(GEMMS, ((tokens, o, i), (tokens, i, o), (o, i, tokens))):
+            g = m.recipe.gemm(gemm)
+            if not g.is_mx:
+                continue
+            found.add(f"accumulation {ctx.accumulation}" if ctx.accumulation is not None
+                      else mx_method(g, device, rows, cols, k, ctx))
+    return " + ".join(sorted(found)) or None
+
+
+def methods_of(method_run: str | None) -> set[str]:
+    """The methods of ``gemm_method_run``'s answer."""
+    return set(method_run.split(" + ")) if method_run else set()
 
 
 def linear_both_axes_run(method_run: str | None, device) -> bool | None:
     """Whether a model whose MX GEMMs run ``method_run`` (``gemm_method_run``) may
     quantize-dequantize X and ∇Y along both axes in one pass (``Tuning.linear_both_axes`` of
-    ``device``'s tuning, for GEMM method 'bf16' on the Triton kernels; a layer takes it where
+    ``device``'s tuning, for the layers of GEMM method 'bf16' on the Triton kernels; a layer takes it where
     its recipe gives both GEMMs the same RNE numerics): the same bits either way, other speed.
     None without an MX GEMM."""
     if method_run is None:
         return None
-    return method_run == "bf16" and default_tuning(device).linear_both_axes
+    return "bf16" in methods_of(method_run) and default_tuning(device).linear_both_axes
 
 
 def tuning_run(method_run: str | None, device) -> dict | None:
@@ -314,8 +324,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
                          state["data"] if state else None, cfg.data.data_order)
     val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences,
                          cfg.eval.eval_sampling)
-    method_run = gemm_method_run(model, device)
-    if method_run in FOLD_METHODS:
+    method_run = gemm_method_run(model, device, cfg.data.batch_size * seq_len)
+    if methods_of(method_run) & set(FOLD_METHODS):
         # the running count of rounded fold elements, from 0 for this run; created here, before
         # any compiled step: made lazily inside a CUDA graph's warm-up it would be a tensor of
         # the graph's memory pool that no graph output tracks (torch.compile's reduce-overhead

@@ -206,8 +206,9 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     'hopper_bf16', 'hopper_fp8' or any ``ChunkedModel``), bit for bit the
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
                     any GPU, slowly (every product aligned one by one in int64);
-      'auto'        'dot_scaled' on MX units and under the interpreter, else 'bf16' (on
-                    Hopper ``HOPPER_AUTO``: why 'fp8_cublas' is not yet the default there).
+      'auto'        'dot_scaled' on MX units and under the interpreter; on Hopper
+                    'fp8_cublas_rowwise' from M x N x K = 2^38 up, 'bf16' below
+                    (``HOPPER_AUTO_LARGE_MNK``, ``HOPPER_AUTO``: why); else 'bf16'.
     tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
     tile, for many small shapes (the conformance suite).
     backend 'emulator': the emulator's ``mx_matmul`` with accumulation ``model`` ('exact').
@@ -228,7 +229,8 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
         raise ValueError(f"operands carry different rotations ({a.rotation} vs {b.rotation}); "
                          "the product would not cancel them")
     if method == "auto" and pick_backend(a.device, backend) != "emulator":
-        method = fit_method(auto_method(a.device), a.fmt, b.fmt, da.shape[0], db.shape[0], ka)
+        m, n = da.shape[0], db.shape[0]
+        method = fit_method(auto_method(a.device, m * n * ka), a.fmt, b.fmt, m, n, ka)
     if torch.compiler.is_compiling():
         from . import library
         if not isinstance(model, str):
@@ -438,34 +440,45 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
     return emulator.unpack(codes, fmt) if pack_factor(fmt) == 2 else codes
 
 
-# What 'auto' runs on Hopper (sm_90). 'fp8_cublas' is the fastest GEMM whose sums the emulator
-# models bit for bit (MXFP4 GEMM with both folds 0.89-1.16x cuBLAS bf16 where 'bf16' gives
-# 0.75-0.97x, H100, results/native_gpu/bench_gemm_h100.md), but a training step pays ~1 ms of
-# host time per MX GEMM on that path (two quantize and two fold launches, the scaled GEMM):
-# 30m/125m compiled ran at 0.16-0.26x bf16 (results/train_speed/fp8_cublas_auto/train_speed.md,
+# What 'auto' runs on Hopper (sm_90) for an MX GEMM below ``HOPPER_AUTO_LARGE_MNK``. 'fp8_cublas'
+# is a GEMM whose sums the emulator models bit for bit (MXFP4 GEMM with both folds 0.89-1.16x
+# cuBLAS bf16 where 'bf16' gives 0.75-0.97x, H100, results/native_gpu/bench_gemm_h100.md), but a
+# training step pays ~1 ms of host time per MX GEMM on that path: 30m/125m compiled ran at
+# 0.16-0.26x bf16 (results/train_speed/fp8_cublas_auto/train_speed.md,
 # results/native_gpu/mxlinear_host_h100.md). 'fp8_cublas_rowwise' (its sums fitted bit for bit
-# on an H200) runs an 8B-shaped MXLinear at 1.43x nn.Linear eager, 1.475x from a CUDA graph,
-# and trains a 30m model within the seed noise of 'bf16' (results/native_gpu/linear_ab_h200.md,
-# results/train_methods_h200/), but not the small models the experiments train faster: 30m
-# eager at 0.54-0.63x the tokens/s of 'bf16' (host-bound), 125m with CUDA graphs at 0.86-0.87x
-# on an H200 (its GEMMs save 4.4 ms a step, its quantize and fold passes cost 17.2 ms), where
-# 'bf16' gives 0.88-0.90x (results/train_speed/h200_rowwise/, h200_both_axes/). 'bf16' stays
-# the default; ``fit_method`` is ready for a switch (by model size, once an H100 has timed the
-# rowwise method too).
+# on an H200) needs less GPU time than 'bf16' at every layer shape timed on an H200
+# (results/native_gpu/linear_ab_shapes_h200.md, forward + backward: 1.09x at 125m's FFN layers,
+# 1.39-1.46x from 16384 x 2048 x 8192 up), but spends 2.0-2.4 ms of host time a layer step
+# against 1.2-1.5 ms, so eager it loses below about 2 ms of GPU work (125m's layers, Llama-8B's
+# 4096 -> 4096 at 8192 tokens: 0.59x of 'bf16'), and 125m training with CUDA graphs ran no faster
+# with it (0.85-0.88x bf16's tokens/s against 0.88-0.90x: results/train_speed/h200_rowwise/,
+# h200_both_axes/). So small GEMMs stay 'bf16'.
 HOPPER_AUTO = "bf16"
+# ... and from this M x N x K up (tokens x in x out of a layer: its three GEMMs share the product)
+# 'auto' on Hopper runs ``HOPPER_AUTO_LARGE``: at 16384 x 2048 x 8192 = 2^38 rowwise beat 'bf16'
+# eager too (2.26 against 2.64 ms a layer step), at Llama-8B's FFN layers (8192 x 4096 x 14336)
+# 1.41x eager, 1.44x graphed, trained within the seed noise of 'bf16' (30m, 300 steps, three
+# seeds: results/train_methods_h200/). Timed on an H200; an H100 has not timed the rowwise
+# method (its slower memory makes the passes dearer, the GEMMs the same).
+HOPPER_AUTO_LARGE = "fp8_cublas_rowwise"
+HOPPER_AUTO_LARGE_MNK = 1 << 38
 # torch._scaled_mm's blockwise 1 x 128 scaling as fp8_cublas calls it: measured with torch 2.11
 _BLOCKWISE_SCALED_MM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11)
 
 
 @torch.compiler.assume_constant_result
-def auto_method(device: torch.device) -> str:
-    """'dot_scaled' on MX units and under the interpreter; on Hopper ``HOPPER_AUTO`` (with torch
-    2.11 or later for 'fp8_cublas'; ``fit_method`` hands the GEMMs it refuses to 'bf16'); else
-    'bf16'."""
+def auto_method(device: torch.device, mnk: int | None = None) -> str:
+    """'dot_scaled' on MX units and under the interpreter; on Hopper ``HOPPER_AUTO_LARGE`` for a
+    GEMM whose M x N x K (``mnk``) is at least ``HOPPER_AUTO_LARGE_MNK``, else ``HOPPER_AUTO``
+    (with torch 2.11 or later for 'fp8_cublas'; ``fit_method`` hands the GEMMs a cuBLAS method
+    refuses to 'bf16'); else 'bf16'."""
     if interpreting() or has_mx_units(device):
         return "dot_scaled"
-    if hopper(device) and (HOPPER_AUTO != "fp8_cublas" or _BLOCKWISE_SCALED_MM):
-        return HOPPER_AUTO
+    if hopper(device):
+        if mnk is not None and mnk >= HOPPER_AUTO_LARGE_MNK:
+            return HOPPER_AUTO_LARGE
+        if HOPPER_AUTO != "fp8_cublas" or _BLOCKWISE_SCALED_MM:
+            return HOPPER_AUTO
     return "bf16"
 
 

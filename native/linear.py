@@ -152,7 +152,7 @@ def mx_method(g: GemmRecipe, device: torch.device, m: int, n: int, k: int,
     method = ctx.method
     if method == "auto":
         fmt = get_format(g.element)
-        method = fit_method(auto_method(device), fmt, fmt, m, n, k)
+        method = fit_method(auto_method(device, m * n * k), fmt, fmt, m, n, k)
         if method in FOLD_METHODS and g.conversion != "ocp":
             method = "bf16"  # the folds take OCP conversions only
     return method

@@ -782,7 +782,8 @@ def test_method_fp8_cublas_at_llama_shapes(m, n, k):
 
 def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     """``auto_method``: on an sm_90 GPU without MX units ``HOPPER_AUTO`` ('bf16' today; with
-    'fp8_cublas' and torch 2.11+, that), and ``fit_method`` hands 'fp8_cublas' back to 'bf16'
+    'fp8_cublas' and torch 2.11+, that), from M x N x K = ``HOPPER_AUTO_LARGE_MNK`` up
+    'fp8_cublas_rowwise'; elsewhere the size does not matter; and ``fit_method`` hands 'fp8_cublas' back to 'bf16'
     for operands it refuses (an MXFP8 operand, K not a multiple of 128, M or N not of 16);
     other methods pass through."""
     import torch
@@ -793,12 +794,19 @@ def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     monkeypatch.setattr(gemm, "hopper", lambda d: True)
     dev = torch.device("cpu")
     assert gemm.auto_method(dev) == gemm.HOPPER_AUTO == "bf16"  # host-bound: see HOPPER_AUTO
+    # by size: tokens x in x out from 2^38 (16384 x 2048 x 8192) up, the rowwise method
+    assert gemm.HOPPER_AUTO_LARGE_MNK == 16384 * 2048 * 8192
+    assert gemm.auto_method(dev, 16384 * 2048 * 8192) == gemm.HOPPER_AUTO_LARGE \
+        == "fp8_cublas_rowwise"
+    assert gemm.auto_method(dev, 8192 * 4096 * 14336) == "fp8_cublas_rowwise"  # Llama-8B's FFN
+    assert gemm.auto_method(dev, 8192 * 4096 * 4096) == "bf16"  # its attention projections
+    assert gemm.auto_method(dev, 32768 * 768 * 2048) == "bf16"  # 125m's FFN
     monkeypatch.setattr(gemm, "HOPPER_AUTO", "fp8_cublas")
     assert gemm.auto_method(dev) == "fp8_cublas"
     monkeypatch.setattr(gemm, "hopper", lambda d: False)
-    assert gemm.auto_method(dev) == "bf16"
+    assert gemm.auto_method(dev) == gemm.auto_method(dev, 1 << 40) == "bf16"
     monkeypatch.setattr(gemm, "has_mx_units", lambda d: True)
-    assert gemm.auto_method(dev) == "dot_scaled"
+    assert gemm.auto_method(dev) == gemm.auto_method(dev, 1 << 40) == "dot_scaled"
     fit = gemm.fit_method
     assert fit("fp8_cublas", e2m1, e3m2, 32, 16, 1024) == "fp8_cublas"
     assert fit("fp8_cublas", e2m1, e4m3, 32, 16, 1024) == "bf16"
@@ -814,15 +822,19 @@ def test_auto_method_on_hopper_and_fit_method(monkeypatch):
                                             ("mxfp4_all_sr_wgrad", "fp8_cublas_rowwise")])
 def test_mxlinear_fp8_cublas_is_the_hopper_fp8_cublas_model(recipe, method, monkeypatch):
     """MXLinear's three GEMMs through cuBLAS (``method="fp8_cublas"`` or
-    ``"fp8_cublas_rowwise"``, and ``"auto"`` on Hopper with ``HOPPER_AUTO`` that method)
-    give the bits of the same layer summed under the emulator's ``hopper_fp8_cublas`` model
-    (``hopper_fp8_cublas_rowwise``; ``accumulation=``, on the GPU the Triton folded GEMM):
-    output, input gradient and weight gradient."""
+    ``"fp8_cublas_rowwise"``, and ``"auto"`` on Hopper: with ``HOPPER_AUTO`` 'fp8_cublas', or
+    for rowwise a layer whose tokens x in x out reaches ``HOPPER_AUTO_LARGE_MNK``, here lowered
+    to this layer's) give the bits of the same layer summed under the emulator's
+    ``hopper_fp8_cublas`` model (``hopper_fp8_cublas_rowwise``; ``accumulation=``, on the GPU
+    the Triton folded GEMM): output, input gradient and weight gradient."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs an sm_90 GPU (cuBLAS's blockwise FP8 GEMM and Hopper's dot)")
     from ocpmx import native
-    monkeypatch.setattr(native.gemm, "HOPPER_AUTO", method)  # "auto" picks it
+    if method == native.gemm.HOPPER_AUTO_LARGE:  # "auto" picks it by the layer's size
+        monkeypatch.setattr(native.gemm, "HOPPER_AUTO_LARGE_MNK", 256 * 256 * 384)
+    else:
+        monkeypatch.setattr(native.gemm, "HOPPER_AUTO", method)
     torch.manual_seed(0)
     x = torch.randn(2, 128, 256, dtype=torch.bfloat16, device="cuda")
     gy = torch.randn(2, 128, 384, dtype=torch.bfloat16, device="cuda")

@@ -551,13 +551,13 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
     model, *_ = T.build(c, T.setup_dist("cpu"))
     layers = [m for m in model.modules() if isinstance(m, MXLinear)]
     assert layers and all(m.context.method == "fp8" for m in layers)
-    assert T.gemm_method_run(model, torch.device("cpu")) == "fp8"
+    assert T.gemm_method_run(model, torch.device("cpu"), 64) == "fp8"
     for kw, want in ((dict(backend="triton"), "dot_scaled"), (dict(backend="emulator"), "emulator"),
                      (dict(accumulation="hopper_bf16"), "accumulation hopper_bf16"),
                      (dict(recipe="bf16"), None)):
         m, *_ = T.build(cfg(corpus, tmp_path / "x", **kw), T.setup_dist("cpu"))
-        assert T.gemm_method_run(m, torch.device("cpu")) == want, kw
-        both = T.linear_both_axes_run(T.gemm_method_run(m, torch.device("cpu")),
+        assert T.gemm_method_run(m, torch.device("cpu"), 64) == want, kw
+        both = T.linear_both_axes_run(T.gemm_method_run(m, torch.device("cpu"), 64),
                                       torch.device("cpu"))
         assert both is (None if want is None else False), (kw, both)  # (none of method bf16)
     with pytest.raises(ValueError, match="drop --gemm-method fp8"):
@@ -570,8 +570,26 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
         tuned = dataclasses.replace(T.default_tuning("cpu"), linear_both_axes=flag)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(T, "default_tuning", lambda device, tuned=tuned: tuned)
-            assert T.linear_both_axes_run(T.gemm_method_run(m16, cpu), cpu) is flag
-            assert T.linear_both_axes_run(T.gemm_method_run(model, cpu), cpu) is False  # fp8
+            assert T.linear_both_axes_run(T.gemm_method_run(m16, cpu, 64), cpu) is flag
+            assert T.linear_both_axes_run(T.gemm_method_run(model, cpu, 64), cpu) is False
+    # 'auto' on Hopper by layer size (native.gemm.HOPPER_AUTO_LARGE_MNK, lowered here to the
+    # tiny model's FFN layers at 64 tokens, 64 x 192: its attention projections stay 'bf16')
+    from ocpmx import native
+    mauto, *_ = T.build(cfg(corpus, tmp_path / "x", backend="triton"), T.setup_dist("cpu"))
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in (("interpreting", lambda: False), ("has_mx_units", lambda d: False),
+                            ("hopper", lambda d: True)):
+            mp.setattr(native.gemm, name, value)
+        mp.setattr(native.gemm, "HOPPER_AUTO_LARGE_MNK", 64 * 64 * 192)
+        assert T.gemm_method_run(mauto, cpu, 64) == "bf16 + fp8_cublas_rowwise"
+        assert T.methods_of("bf16 + fp8_cublas_rowwise") == {"bf16", "fp8_cublas_rowwise"}
+        assert T.gemm_method_run(mauto, cpu, 32) == "bf16"  # (32 tokens: below it)
+        tuned = dataclasses.replace(T.default_tuning("cpu"), linear_both_axes=True)
+        mp.setattr(T, "default_tuning", lambda device, tuned=tuned: tuned)
+        assert T.linear_both_axes_run(T.gemm_method_run(mauto, cpu, 64), cpu) is True
+        mp.setattr(native.gemm, "HOPPER_AUTO_LARGE_MNK", 1)
+        assert T.gemm_method_run(mauto, cpu, 64) == "fp8_cublas_rowwise"
+        assert T.linear_both_axes_run(T.gemm_method_run(mauto, cpu, 64), cpu) is False
 
 
 def test_training_with_the_both_axes_pass_keeps_its_bits(corpus, tmp_path, monkeypatch):
