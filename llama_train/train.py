@@ -325,7 +325,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
     val = validation_set(cfg.data.data, tok, seq_len, cfg.eval.eval_sequences,
                          cfg.eval.eval_sampling)
     method_run = gemm_method_run(model, device, cfg.data.batch_size * seq_len)
-    if methods_of(method_run) & set(FOLD_METHODS):
+    folds = bool(methods_of(method_run) & set(FOLD_METHODS))  # (some layers may run 'bf16')
+    if folds:
         # the running count of rounded fold elements, from 0 for this run; created here, before
         # any compiled step: made lazily inside a CUDA graph's warm-up it would be a tensor of
         # the graph's memory pool that no graph output tracks (torch.compile's reduce-overhead
@@ -379,7 +380,7 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
                 row["resumed"] = True  # the first step of a resumed process: not a step's time
             if device.type == "cuda":
                 row["max_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-            if method_run in FOLD_METHODS:  # never silent: rounded fold elements
+            if folds:  # never silent: rounded fold elements
                 row["fold_inexact"] = int(fold.inexact_total(device).item())
             profiler.step_ends(step)
             metrics.log_step(row)
