@@ -67,22 +67,25 @@ def test_every_bf16_input_every_rule(device, fmt, rounding):
 @pytest.mark.parametrize("rounding", ["rne", "stochastic"])
 def test_rotation_both_axes(device, fmt, rotation, rounding):
     """Fused rotation + quantize along rows (axis -1) and columns (axis 0), float32, bf16 and
-    float16."""
+    float16, under the floor, rceil and even scale rules: each (dtype, axis) under one rule, in
+    turn, so every rule meets both axes and two dtypes (every rule on every input:
+    test_every_bf16_input_every_rule)."""
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((96, 128)) * np.exp2(rng.integers(-20, 20, (96, 1)))).astype(np.float32)
     x[:, 5] *= 300.0  # an outlier column: the rotation spreads it
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    rules = ("floor", "rceil", "even")
+    for d, dtype in enumerate((torch.float32, torch.bfloat16, torch.float16)):
         # float16 has a narrow range: brought down so that most rows stay finite
         xt = torch.from_numpy(x * 2.0**-14 if dtype == torch.float16 else x).to(device=device,
                                                                                  dtype=dtype)
         xn = xt.float().cpu().numpy()
-        for axis in (-1, 0):
-            for rule in ("floor", "rceil", "even"):
-                mx = native.quantize(xt, fmt, axis=axis, scale_rule=rule, rounding=rounding,
-                                     seed=5, rotation=rotation)
-                ref = emulator.quantize(xn, fmt, axis=axis, scale_rule=rule, rounding=rounding,
-                                        seed=5, rotation=rotation)
-                assert_same(mx, ref)
+        for a, axis in enumerate((-1, 0)):
+            rule = rules[(d + 2 * a) % 3]
+            mx = native.quantize(xt, fmt, axis=axis, scale_rule=rule, rounding=rounding,
+                                 seed=5, rotation=rotation)
+            ref = emulator.quantize(xn, fmt, axis=axis, scale_rule=rule, rounding=rounding,
+                                    seed=5, rotation=rotation)
+            assert_same(mx, ref)
 
 
 @pytest.mark.parametrize("device", devices())
