@@ -47,6 +47,7 @@ import gpu_bench as gb
 from ocpmx import native
 from ocpmx.llama_train.model import PRESETS
 from ocpmx.native import ColumnTile, RowTile
+from ocpmx.native.gemm import METHODS
 from ocpmx.spec import parse_rotation
 
 TOKENS = {"8b": 8192}  # tokens per GEMM: the 8b runs' micro-batch (8 sequences of 1024)
@@ -335,8 +336,9 @@ def main():
     ap.add_argument("--presets", nargs="+", default=["125m", "30m"], choices=list(PRESETS))
     ap.add_argument("--rotations", nargs="+", default=["none", "hadamard16"])
     ap.add_argument("--gemms", nargs="+", metavar="METHOD",
-                    choices=["bf16", "dot_scaled", "fp8_exact", "fp8", "fp8_cublas"],
-                    help="time the step's GEMMs under these MX GEMM methods instead")
+                    choices=[m for m in METHODS if m != "emulate"],
+                    help="time the step's GEMMs under these MX GEMM methods instead ('auto': "
+                         "as MXLinear resolves it per GEMM, e.g. by its size on Hopper)")
     ap.add_argument("--both-axes", action="store_true",
                     help="time quantize_dequantize_both_axes against the two calls instead")
     ap.add_argument("--out", default="results/native_gpu/step_shapes")
