@@ -106,9 +106,9 @@ def methods_of(method_run: str | None) -> set[str]:
 def linear_both_axes_run(method_run: str | None, device) -> bool | None:
     """Whether a model whose MX GEMMs run ``method_run`` (``gemm_method_run``) may
     quantize-dequantize X and ∇Y along both axes in one pass (``Tuning.linear_both_axes`` of
-    ``device``'s tuning, for the layers of GEMM method 'bf16' on the Triton kernels; a layer takes it where
-    its recipe gives both GEMMs the same RNE numerics): the same bits either way, other speed.
-    None without an MX GEMM."""
+    ``device``'s tuning, for the layers of GEMM method 'bf16' on the Triton kernels; a layer
+    takes it where its recipe gives both GEMMs the same RNE numerics): the same bits either
+    way, other speed. None without an MX GEMM."""
     if method_run is None:
         return None
     return "bf16" in methods_of(method_run) and default_tuning(device).linear_both_axes

@@ -783,9 +783,9 @@ def test_method_fp8_cublas_at_llama_shapes(m, n, k):
 def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     """``auto_method``: on an sm_90 GPU without MX units ``HOPPER_AUTO`` ('bf16' today; with
     'fp8_cublas' and torch 2.11+, that), from M x N x K = ``HOPPER_AUTO_LARGE_MNK`` up
-    'fp8_cublas_rowwise'; elsewhere the size does not matter; and ``fit_method`` hands 'fp8_cublas' back to 'bf16'
-    for operands it refuses (an MXFP8 operand, K not a multiple of 128, M or N not of 16);
-    other methods pass through."""
+    'fp8_cublas_rowwise'; elsewhere the size does not matter; and ``fit_method`` hands
+    'fp8_cublas' back to 'bf16' for operands it refuses (an MXFP8 operand, K not a multiple of
+    128, M or N not of 16); other methods pass through."""
     import torch
     from ocpmx.native import gemm
     e2m1, e3m2, e4m3 = FORMATS["e2m1"], FORMATS["e3m2"], FORMATS["e4m3"]
