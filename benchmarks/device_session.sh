@@ -142,7 +142,8 @@ for s in "$@"; do
       python3 benchmarks/mxlinear_kernels.py --out $RUN/mxlinear_kernels > $RUN/mxlinear_kernels.log 2>&1
       done_ $s $? ;;
     host)
-      python3 benchmarks/mxlinear_host_profile.py --out $RUN/mxlinear_host > $RUN/mxlinear_host.log 2>&1
+      # (HOST_ARGS: e.g. --methods bf16 fp8_cublas_rowwise --recipes mxfp4_all_h16)
+      python3 benchmarks/mxlinear_host_profile.py --out $RUN/mxlinear_host ${HOST_ARGS:-} > $RUN/mxlinear_host.log 2>&1
       done_ $s $? ;;
     probe)
       python3 benchmarks/fold_probe.py --out $RUN/fold_probe --save > $RUN/fold_probe.log 2>&1
