@@ -447,8 +447,8 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 # 0.16-0.26x bf16 (results/train_speed/fp8_cublas_auto/train_speed.md,
 # results/native_gpu/mxlinear_host_h100.md). 'fp8_cublas_rowwise' (its sums fitted bit for bit
 # on an H200) needs less GPU time than 'bf16' at every layer shape timed on an H200
-# (results/native_gpu/linear_ab_shapes_h200.md, forward + backward: 1.09x at 125m's FFN layers,
-# 1.39-1.46x from 16384 x 2048 x 8192 up), but spends 2.0-2.4 ms of host time a layer step
+# (results/native_gpu/linear_ab_shapes_h200.md, forward + backward: 1.07-1.09x at 125m's FFN
+# layers, 1.34-1.55x from 16384 x 2048 x 8192 up), but spends 2.0-2.5 ms of host time a layer step
 # against 1.2-1.5 ms, so eager it loses below about 2 ms of GPU work (125m's layers, Llama-8B's
 # 4096 -> 4096 at 8192 tokens: 0.59x of 'bf16'), and 125m training with CUDA graphs ran no faster
 # with it (0.85-0.88x bf16's tokens/s against 0.88-0.90x: results/train_speed/h200_rowwise/,
@@ -467,18 +467,28 @@ _BLOCKWISE_SCALED_MM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >
 
 
 @torch.compiler.assume_constant_result
+def _auto_kind(device: torch.device) -> str:
+    """What ``auto_method`` depends on besides the GEMM's size: 'dot_scaled' (MX units, the
+    interpreter), 'hopper' or 'bf16'; a constant under torch.compile (the size is not: a
+    symbolic M x N x K cannot enter an ``assume_constant_result`` function)."""
+    if interpreting() or has_mx_units(device):
+        return "dot_scaled"
+    return "hopper" if hopper(device) else "bf16"
+
+
 def auto_method(device: torch.device, mnk: int | None = None) -> str:
     """'dot_scaled' on MX units and under the interpreter; on Hopper ``HOPPER_AUTO_LARGE`` for a
     GEMM whose M x N x K (``mnk``) is at least ``HOPPER_AUTO_LARGE_MNK``, else ``HOPPER_AUTO``
     (with torch 2.11 or later for 'fp8_cublas'; ``fit_method`` hands the GEMMs a cuBLAS method
-    refuses to 'bf16'); else 'bf16'."""
-    if interpreting() or has_mx_units(device):
-        return "dot_scaled"
-    if hopper(device):
-        if mnk is not None and mnk >= HOPPER_AUTO_LARGE_MNK:
-            return HOPPER_AUTO_LARGE
-        if HOPPER_AUTO != "fp8_cublas" or _BLOCKWISE_SCALED_MM:
-            return HOPPER_AUTO
+    refuses to 'bf16'); else 'bf16'. Under torch.compile with dynamic shapes the size test is a
+    guard of the graph."""
+    kind = _auto_kind(device)
+    if kind != "hopper":
+        return kind
+    if mnk is not None and mnk >= HOPPER_AUTO_LARGE_MNK:
+        return HOPPER_AUTO_LARGE
+    if HOPPER_AUTO != "fp8_cublas" or _BLOCKWISE_SCALED_MM:
+        return HOPPER_AUTO
     return "bf16"
 
 

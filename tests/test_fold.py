@@ -816,6 +816,34 @@ def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     assert fit("dot_scaled", e2m1, e4m3, 1, 1, 32) == "dot_scaled"
 
 
+def test_auto_method_compiles_with_dynamic_sizes(monkeypatch):
+    """``auto_method`` under torch.compile (fullgraph) with dynamic shapes, as ``mx_matmul``
+    and MXLinear call it with a GEMM's M x N x K: the device part is a constant
+    (``_auto_kind``), the size a guard; each size on both sides of
+    ``HOPPER_AUTO_LARGE_MNK`` gives the eager choice (a symbolic size inside an
+    ``assume_constant_result`` function failed the second, dynamic, call)."""
+    import torch
+    from ocpmx.native import gemm
+    monkeypatch.setattr(gemm, "interpreting", lambda: False)
+    monkeypatch.setattr(gemm, "has_mx_units", lambda d: False)
+    monkeypatch.setattr(gemm, "hopper", lambda d: True)
+    monkeypatch.setattr(gemm, "HOPPER_AUTO_LARGE_MNK", 40 * 40 * 64)
+
+    def f(x):
+        method = gemm.auto_method(x.device, x.shape[0] * x.shape[1] * 64)
+        return x + (1.0 if method == "fp8_cublas_rowwise" else 0.0)
+    torch._dynamo.reset()
+    try:
+        for dynamic in (None, True):
+            cf = torch.compile(f, fullgraph=True, dynamic=dynamic, backend="eager")
+            for n in (4, 40, 5, 50, 39):
+                x = torch.zeros(n, n)
+                assert torch.equal(cf(x), f(x)), (dynamic, n)
+                assert float(cf(x)[0, 0]) == (1.0 if n >= 40 else 0.0), (dynamic, n)
+    finally:
+        torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("recipe, method", [("mxfp4_all", "fp8_cublas"),
                                             ("mxfp4_all_h16", "fp8_cublas"),
                                             ("mxfp4_all_h16", "fp8_cublas_rowwise"),
