@@ -286,10 +286,9 @@ def _run(name, op, fmt, backend, body, **supports_opts) -> CheckResult:
 
 def _counterexamples(n: int, shrunk: bool) -> str:
     """A failed property check's detail: how many counterexamples, and whether minimal."""
-    text = "minimal counterexample" if n == 1 else f"{n} distinct minimal counterexamples"
-    if not shrunk:
-        return text.replace("minimal ", "") + " (Hypothesis, not shrunk: --no-shrink)"
-    return text + " (Hypothesis)"
+    kind = "minimal counterexample" if shrunk else "counterexample"
+    text = kind if n == 1 else f"{n} distinct {kind}s"
+    return f"{text} (Hypothesis{'' if shrunk else ', not shrunk: --no-shrink'})"
 
 
 def _property(strategy, fn, budget):

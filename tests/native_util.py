@@ -30,3 +30,12 @@ def kernel_sass(*args):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def as_hopper(monkeypatch):
+    """Make ``native.gemm`` see a Hopper GPU without MX units, not under the interpreter (what
+    ``auto_method`` decides on), whatever the machine: the host logic of 'auto' on a CPU."""
+    from ocpmx.native import gemm
+    monkeypatch.setattr(gemm, "interpreting", lambda: False)
+    monkeypatch.setattr(gemm, "has_mx_units", lambda d: False)
+    monkeypatch.setattr(gemm, "hopper", lambda d: True)

@@ -789,9 +789,7 @@ def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     import torch
     from ocpmx.native import gemm
     e2m1, e3m2, e4m3 = FORMATS["e2m1"], FORMATS["e3m2"], FORMATS["e4m3"]
-    monkeypatch.setattr(gemm, "interpreting", lambda: False)
-    monkeypatch.setattr(gemm, "has_mx_units", lambda d: False)
-    monkeypatch.setattr(gemm, "hopper", lambda d: True)
+    __import__("native_util").as_hopper(monkeypatch)
     dev = torch.device("cpu")
     assert gemm.auto_method(dev) == gemm.HOPPER_AUTO == "bf16"  # host-bound: see HOPPER_AUTO
     # by size: tokens x in x out from 2^38 (16384 x 2048 x 8192) up, the rowwise method
@@ -824,9 +822,7 @@ def test_auto_method_compiles_with_dynamic_sizes(monkeypatch):
     ``assume_constant_result`` function failed the second, dynamic, call)."""
     import torch
     from ocpmx.native import gemm
-    monkeypatch.setattr(gemm, "interpreting", lambda: False)
-    monkeypatch.setattr(gemm, "has_mx_units", lambda d: False)
-    monkeypatch.setattr(gemm, "hopper", lambda d: True)
+    __import__("native_util").as_hopper(monkeypatch)
     monkeypatch.setattr(gemm, "HOPPER_AUTO_LARGE_MNK", 40 * 40 * 64)
 
     def f(x):

@@ -577,9 +577,7 @@ def test_train_with_a_fold_gemm_method(corpus, tmp_path):
     from ocpmx import native
     mauto, *_ = T.build(cfg(corpus, tmp_path / "x", backend="triton"), T.setup_dist("cpu"))
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in (("interpreting", lambda: False), ("has_mx_units", lambda d: False),
-                            ("hopper", lambda d: True)):
-            mp.setattr(native.gemm, name, value)
+        __import__("native_util").as_hopper(mp)
         mp.setattr(native.gemm, "HOPPER_AUTO_LARGE_MNK", 64 * 64 * 192)
         assert T.gemm_method_run(mauto, cpu, 64) == "bf16 + fp8_cublas_rowwise"
         assert T.methods_of("bf16 + fp8_cublas_rowwise") == {"bf16", "fp8_cublas_rowwise"}
