@@ -6,6 +6,8 @@ without it (its ``run_row_fold`` and ``make_row_fold`` stubbed, as before the pl
 Python functions that take the host's time (cProfile) for the whole-row path.
 
     python benchmarks/fold_host.py --out DIR   (writes DIR.md; needs a GPU)
+
+The MXLinear rowwise step is profiled twice: by own time and by cumulative time (the call tree).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def per_call(fn, calls: int = CALLS) -> float:
     return host / calls * 1e6
 
 
-def profile(fn, calls: int = 100, top: int = 30) -> str:
+def profile(fn, calls: int = 100, top: int = 30, sort: str = "tottime") -> str:
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):
@@ -44,7 +46,7 @@ def profile(fn, calls: int = 100, top: int = 30) -> str:
     prof.disable()
     torch.cuda.synchronize()
     s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(top)
+    pstats.Stats(prof, stream=s).sort_stats(sort).print_stats(top)
     return s.getvalue()
 
 
@@ -68,6 +70,17 @@ def cases():
         def step(lin=lin):
             lin(xin).float().sum().backward()
         out[f"MXLinear 2048 -> 2048, 2048 tokens, fwd + bwd, mxfp4_all_h16, {method}"] = step
+    # Llama-8B's 4096 -> 4096 projections at 8192 tokens: along tokens the operands are 256
+    # blocks long (the column kernel, then the fold of its codes), where ``auto`` keeps 'bf16'
+    # for eager steps (host time; results/native_gpu/linear_ab_shapes_h200.md)
+    x8 = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for method in ("bf16", "fp8_cublas_rowwise"):
+        lin = native.MXLinear(4096, 4096, bias=False, recipe="mxfp4_all_h16", method=method,
+                              device="cuda", dtype=torch.bfloat16)
+
+        def step8(lin=lin):
+            lin(x8).float().sum().backward()
+        out[f"MXLinear 4096 -> 4096, 8192 tokens, fwd + bwd, mxfp4_all_h16, {method}"] = step8
     return out
 
 
@@ -92,11 +105,15 @@ def main():
             print(name, planned, f"{times[name][-1]:.1f}", flush=True)
     for name, (off, on) in times.items():
         lines.append(f"| {name} | {off:.1f} | {on:.1f} |")
-    rowwise = [fn for name, fn in todo.items() if name.endswith("fp8_cublas_rowwise")][0]
+    rowwise, rowwise8 = [fn for name, fn in todo.items() if name.endswith("fp8_cublas_rowwise")]
     lines += ["", "## cProfile: quantize_folded group=None axis=-1 (with the row plan)", "",
               "```", profile(todo["quantize_folded group=None axis=-1 H16 pow2"]), "```", "",
               "## cProfile: MXLinear fp8_cublas_rowwise step (with the row plan)", "", "```",
-              profile(rowwise, 50, 40), "```"]
+              profile(rowwise, 50, 40), "```", "",
+              "## cProfile: the same, by cumulative time", "", "```",
+              profile(rowwise, 50, 60, "cumulative"), "```", "",
+              "## cProfile: MXLinear 4096 -> 4096, 8192 tokens, fp8_cublas_rowwise, by own time",
+              "", "```", profile(rowwise8, 20, 40), "```"]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 
