@@ -8,6 +8,8 @@
 # carry it in their names (P-R-MODE-METHOD). OCPMX_LINEAR_BOTH_AXES=1/0: Tuning.linear_both_axes
 # on/off over the GPU's default (native/tuning.py); the names then end in -both1 / -both0.
 # OCPMX_COLUMNS_QDQ=transpose/kernel/both_axes: Tuning.columns_qdq likewise (-cols_<value>).
+# LAYERS=N: N transformer blocks of each preset's shapes (ocpmx train --layers; names -L<N>),
+# e.g. LAYERS=4 SEQ=8192 BATCH=1 for Llama-8B's layers on one GPU. SEQ, BATCH: as named.
 OUT=${1:-/tmp/speed}; PRESETS=${2:-"30m 125m"}; RECIPES=${3:-"bf16 mxfp4_all mxfp4_all_h16"}; MODES=${4:-"eager compiled"}
 DATA=/tmp/ocpmx_data/c4-mini
 mkdir -p $OUT
@@ -17,7 +19,7 @@ mkdir -p $OUT
 for preset in $PRESETS; do
   for recipe in $RECIPES; do
     for mode in $MODES; do
-      d=$OUT/$preset-$recipe-$mode${GEMM_METHOD:+-$GEMM_METHOD}${OCPMX_COLUMNS_QDQ:+-cols_$OCPMX_COLUMNS_QDQ}${OCPMX_LINEAR_BOTH_AXES:+-both$OCPMX_LINEAR_BOTH_AXES}
+      d=$OUT/$preset-$recipe-$mode${GEMM_METHOD:+-$GEMM_METHOD}${OCPMX_COLUMNS_QDQ:+-cols_$OCPMX_COLUMNS_QDQ}${OCPMX_LINEAR_BOTH_AXES:+-both$OCPMX_LINEAR_BOTH_AXES}${LAYERS:+-L$LAYERS}
       [ -f $d/metrics.jsonl ] && [ "$(grep -c '"loss"' $d/metrics.jsonl)" -ge 40 ] && continue
       rm -rf $d
       extra=""; [ $mode = compiled ] && extra="--compile"
@@ -27,7 +29,7 @@ for preset in $PRESETS; do
       python3 -m ocpmx.cli train --preset $preset --recipe $recipe --data $DATA --out $d \
         --seq-len ${SEQ:-1024} --batch-size ${BATCH:-32} --max-steps 40 --warmup-steps 5 --eval-every 1000 \
         --eval-sequences 8 --save-every 0 --profile-step 30 --no-progress --no-tensorboard \
-        $extra > $d.log 2>&1 || echo "FAILED $d (see $d.log)"
+        ${LAYERS:+--layers $LAYERS} $extra > $d.log 2>&1 || echo "FAILED $d (see $d.log)"
     done
   done
 done

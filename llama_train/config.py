@@ -36,6 +36,9 @@ def _field(default, help: str, **metadata):
 class ModelSection:
     """The model."""
     preset: str = _field("tiny", "model size: 8b, 125m, 30m, tiny")
+    layers: Optional[int] = _field(
+        None, "transformer blocks; None: the preset's. Fewer make a proxy with the preset's "
+              "layer shapes, e.g. timing 8b's layers on one GPU")
 
 
 @dataclass
@@ -195,7 +198,10 @@ class TrainConfig:
         model's configuration."""
         from ..native.recipes import get_recipe
         from .model import get_config
-        cfg = get_config(self.model.preset)
+        layers = self.model.layers
+        if layers is not None and layers < 1:
+            raise ValueError(f"layers must be >= 1 (or None: the preset's), got {layers}")
+        cfg = get_config(self.model.preset, **({} if layers is None else {"n_layers": layers}))
         recipe = get_recipe(self.precision.recipe)  # unknown recipe -> ValueError
         data = self.data
         if recipe.uses_mx:

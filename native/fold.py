@@ -217,10 +217,14 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
         return f
     tuning = tuning or default_tuning(x.device)
     if not fused_in_quantize(x, axis, group, tuning):  # quantize, then fold the codes
-        mx = ops.quantize(x, n.fmt, axis=axis, scale_rule=n.scale_rule, rounding=n.rounding,
-                          seed=seed, rotation=n.rotation, keys=keys, backend=backend,
-                          tuning=tuning)
-        return fold_kmajor(mx.data, mx.scales_kmajor, k, n.fmt, group, pow2)
+        from . import plans
+        qk = None if plan_key is None else ("quantize of a two-pass fold", plan_key)
+        data, scales = ops.quantize_kmajor(x, n, axis, BLOCK_SIZE, seed, keys, backend, tuning,
+                                           qk, _codes_and_scales)
+        then = functools.partial(fold_kmajor, k=k, fmt=n.fmt, group=group, pow2=pow2)
+        if result is not None:
+            plans.make_two_pass_fold(plan_key, qk, then, result)
+        return then(data, scales)
     x = x.detach().contiguous()
     codes = torch.empty(rows, k, dtype=torch.uint8, device=x.device)
     scales = torch.empty(rows, nblk, dtype=torch.uint8, device=x.device)
@@ -236,6 +240,10 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
             from . import plans
             plans.make_fold(plan_key, done, out, k, n, seed, keys, result)
     return FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2)
+
+
+def _codes_and_scales(data: torch.Tensor, scales: torch.Tensor) -> tuple:
+    return data, scales
 
 
 # the largest fold group every 32-block quantize kernel folds in its own pass (a program holds

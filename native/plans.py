@@ -21,7 +21,9 @@ place and calls the compiled kernel. ``quantize_dequantize_both_axes`` (and its 
 leaves a ``BothAxesPlan`` the same way where its call was the one-pass kernel's launch, and
 ``quantize_folded`` (and its custom op) a ``FoldPlan``, whose outputs are the folded
 operand's (codes, MX scales, group exponents, 2^R, the zeroed stats) and whose kernel adds to
-the device's running count of rounded elements. The whole-row fold of stored codes
+the device's running count of rounded elements; where its fold does not fit the quantize pass
+(``fold.fused_in_quantize``), a ``TwoPassFoldPlan``: its quantize's plan, then the fold of the
+stored codes with the call's arguments bound. The whole-row fold of stored codes
 (``fold.fold_kmajor`` with one group a row: the second pass of ``quantize_folded`` for the
 rowwise GEMM method where its quantize pass cannot fold, ``fold.fused_in_quantize``) leaves a
 ``RowFoldPlan``: its two launches, its caller allocating the
@@ -284,8 +286,34 @@ def _fold_specialization(random: tuple, keys, outs: tuple, device: int) -> tuple
     return _random_spec(random, keys), tuple(t.data_ptr() & 15 for t in outs), device
 
 
-def run_fold(plan: FoldPlan, x: torch.Tensor, seed: int, keys):
+class TwoPassFoldPlan:
+    """A repeated ``quantize_folded`` call whose fold does not fit its quantize pass
+    (``fold.fused_in_quantize``; whole rows along tokens, for one): the plan of its quantize
+    launch (``quantize``, made under its own combination), then ``fold(codes, scales)``, the
+    fold of the stored codes with the call's bound arguments (the whole-row fold takes its
+    ``RowFoldPlan``); ``result`` as ``FoldPlan``'s. What it skips is the whole way's argument
+    parsing, backend and tuning choice and both combinations' keys."""
+
+    __slots__ = ("quantize", "fold", "result")
+
+    def __init__(self, quantize: Plan, fold, result):
+        self.quantize, self.fold, self.result = quantize, fold, result
+
+
+def make_two_pass_fold(k: tuple | None, quantize_key: tuple | None, fold, result) -> None:
+    """After ``quantize_folded``'s whole way through quantize, then fold: keep a
+    ``TwoPassFoldPlan`` for combination ``k`` where its quantize left a plan (under
+    ``quantize_key``)."""
+    quantize = find(quantize_key)
+    if k is not None and quantize is not None:
+        _keep(k, TwoPassFoldPlan(quantize, fold, result))
+
+
+def run_fold(plan: FoldPlan | TwoPassFoldPlan, x: torch.Tensor, seed: int, keys):
     """``quantize_folded`` on ``x`` through ``plan`` (as ``run``)."""
+    if type(plan) is TwoPassFoldPlan:
+        f = plan.fold(*run(plan.quantize, x, seed, keys))
+        return plan.result(f.codes, f.exponents, f.scales, f.stats, f.pow2)
     x = plan.kernel_input(x)
     codes, scales, exps, p2, stats = plan.outputs(x)
     outs = (exps, p2 if p2 is not None else exps, stats, plan.total)

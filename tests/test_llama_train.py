@@ -480,6 +480,27 @@ def test_train_preset_sets_the_model_size(monkeypatch, tmp_path):
     assert seen[2].data.seq_len == 128
 
 
+def test_layers_make_a_proxy_of_the_preset(corpus, tmp_path, monkeypatch):
+    """--layers N builds the preset's shapes with N transformer blocks (config.json records the
+    model that ran); None keeps the preset's count; fewer than one is refused."""
+    T.train(cfg(corpus, tmp_path / "one", recipe="bf16", max_steps=1, eval_every=1,
+                save_every=0, layers=1))
+    model = json.loads((tmp_path / "one" / "config.json").read_text())["model"]
+    assert model["n_layers"] == 1 and model["dim"] == PRESETS["tiny"].dim
+    assert cfg(corpus, tmp_path / "x").validate().n_layers == PRESETS["tiny"].n_layers
+    assert cfg(corpus, tmp_path / "x", preset="8b", layers=3).validate() == \
+        dataclasses.replace(PRESETS["8b"], n_layers=3)
+    with pytest.raises(ValueError, match="layers must be >= 1"):
+        cfg(corpus, tmp_path / "x", layers=0).validate()
+    seen = []
+    monkeypatch.setattr(T, "train", lambda c, resume=False, overwrite=False:
+                        seen.append(c) or {"tokens": 0})
+    monkeypatch.setattr(T, "read_metrics", lambda p: ([{"loss": 0.0}], []))
+    cli.main(["train", "--preset", "8b", "--layers", "2", "--out", str(tmp_path / "c"),
+              "--no-progress"])
+    assert seen[0].model.layers == 2 and seen[0].model.preset == "8b"
+
+
 def test_scale_report_times_the_right_steps(corpus, tmp_path):
     """The throughput table from real run files: a run cut at step 4 and resumed to 8, profiled
     at step 5. Warm-up steps, the profiled pair and the first step after the resume are left out

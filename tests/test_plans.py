@@ -375,16 +375,21 @@ def test_repeated_folds_take_the_plan_and_keep_the_bits(cpu_plans, fmt, dtype, s
     ("e3m2", (96, 8), dict(axis=0, pow2=True, rounding="stochastic",  # along axis 0, the
                            tuning=FOLD_COLUMNS))])  # column kernel (which groups it takes:
 #                                   test_fold.py::test_which_folds_the_quantize_pass_takes)
-def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
+def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw, monkeypatch):
     """``quantize_folded(x, fmt, None)`` where a whole row is not a fused fold group
     (``fold.fused_in_quantize``: more than ``FUSED_ROW_FOLD_MAX_GROUP`` blocks, or on the
     column kernel more than ``FUSED_FOLD_MAX_GROUP`` or not a power of two): quantize, then
-    the two launches of the whole-row fold. The first call leaves a ``RowFoldPlan``; later
-    calls (new data and seeds) take it and give the emulator's codes, exponents, scales, stats and 2^R, adding
-    their rounded elements to the device's total; ``fold(mx, None)`` on stored codes takes it
-    too. Another chunk size (``fold.fold_row_chunk``, what the tile sweep changes) is another
-    plan."""
+    the two launches of the whole-row fold. The first call leaves a ``TwoPassFoldPlan`` (its
+    quantize's plan, then the fold) and a ``RowFoldPlan``; later calls (new data and seeds)
+    take them, never the whole way, and give the emulator's codes, exponents, scales, stats and 2^R, adding
+    their rounded elements to the device's total; ``fold(mx, None)`` on stored codes takes the
+    row plan too. Another chunk size (``fold.fold_row_chunk``, what the tile sweep changes) is
+    another plan."""
     from ocpmx.native import fold
+    whole_way = []
+    real = fold.quantize_folded_kmajor
+    monkeypatch.setattr(fold, "quantize_folded_kmajor", lambda x, *a, **k: whole_way.append(
+        a[-4]) or real(x, *a, **k))  # (a[-4]: the backend)
     g = torch.Generator().manual_seed(3)
     axis = kw.get("axis", -1) % len(shape)
     k = shape[axis]
@@ -403,6 +408,9 @@ def test_repeated_whole_row_folds_take_their_plan(cpu_plans, fmt, shape, kw):
         _same_fold(got, want)
         expected += int(want.stats[1])
     assert expected > 0 and rounded == expected
+    assert whole_way.count(None) == 1  # the first call; the emulator's go the whole way
+    two_pass = [p for p in plans.PLANS.values() if isinstance(p, plans.TwoPassFoldPlan)]
+    assert len(two_pass) == 1 and two_pass[0].quantize.compiled  # (a kernel per seed kind)
     row_plans = [p for p in plans.PLANS.values() if isinstance(p, plans.RowFoldPlan)]
     assert len(row_plans) == 1 and len(row_plans[0].compiled) == 1
     q = launch.kernels.quantize
