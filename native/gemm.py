@@ -448,20 +448,21 @@ def _codes(data: torch.Tensor, fmt) -> np.ndarray:
 # results/native_gpu/mxlinear_host_h100.md). 'fp8_cublas_rowwise' (its sums fitted bit for bit
 # on an H200) needs less GPU time than 'bf16' at every layer shape timed on an H200
 # (results/native_gpu/linear_ab_shapes_h200.md, forward + backward: 1.07-1.09x at 125m's FFN
-# layers, 1.34-1.55x from 16384 x 2048 x 8192 up), but spends 2.0-2.5 ms of host time a layer step
-# against 1.2-1.5 ms, so eager it loses below about 2 ms of GPU work (125m's layers, Llama-8B's
-# 4096 -> 4096 at 8192 tokens: 0.59x of 'bf16'), and 125m training with CUDA graphs ran no faster
-# with it (0.85-0.88x bf16's tokens/s against 0.88-0.90x: results/train_speed/h200_rowwise/,
-# h200_both_axes/). So small GEMMs stay 'bf16'.
+# layers, 1.34-1.55x from 8192 x 4096 x 4096 up), but spends more host time a layer step (1.5 ms
+# at 8192 x 4096 x 4096 against 1.1 ms since the two-pass fold's plan, 2.0-2.5 ms before), so
+# eager it loses below about 1.3 ms of GPU work (125m's layers), and 125m training with CUDA
+# graphs ran no faster with it (0.85-0.88x bf16's tokens/s against 0.88-0.90x:
+# results/train_speed/h200_rowwise/, h200_both_axes/). So small GEMMs stay 'bf16'.
 HOPPER_AUTO = "bf16"
 # ... and from this M x N x K up (tokens x in x out of a layer: its three GEMMs share the product)
-# 'auto' on Hopper runs ``HOPPER_AUTO_LARGE``: at 16384 x 2048 x 8192 = 2^38 rowwise beat 'bf16'
-# eager too (2.26 against 2.64 ms a layer step), at Llama-8B's FFN layers (8192 x 4096 x 14336)
-# 1.41x eager, 1.44x graphed, trained within the seed noise of 'bf16' (30m, 300 steps, three
-# seeds: results/train_methods_h200/). Timed on an H200; an H100 has not timed the rowwise
+# 'auto' on Hopper runs ``HOPPER_AUTO_LARGE``. At Llama-8B's 4096 -> 4096 projections (8192 x
+# 4096 x 4096 = 2^37) rowwise ties 'bf16' eager (1.36 against 1.33 ms a layer step) and is 1.40x
+# faster graphed (results/native_gpu/linear_ab_8b_h200.md); at its FFN layers (8192 x 4096 x
+# 14336) 1.51x eager, 1.44x graphed; trained within the seed noise of 'bf16' (30m, 300 steps,
+# three seeds: results/train_methods_h200/). Timed on an H200; an H100 has not timed the rowwise
 # method (its slower memory makes the passes dearer, the GEMMs the same).
 HOPPER_AUTO_LARGE = "fp8_cublas_rowwise"
-HOPPER_AUTO_LARGE_MNK = 1 << 38
+HOPPER_AUTO_LARGE_MNK = 1 << 37
 # torch._scaled_mm's blockwise 1 x 128 scaling as fp8_cublas calls it: measured with torch 2.11
 _BLOCKWISE_SCALED_MM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 11)
 

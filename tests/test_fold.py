@@ -792,12 +792,14 @@ def test_auto_method_on_hopper_and_fit_method(monkeypatch):
     __import__("native_util").as_hopper(monkeypatch)
     dev = torch.device("cpu")
     assert gemm.auto_method(dev) == gemm.HOPPER_AUTO == "bf16"  # host-bound: see HOPPER_AUTO
-    # by size: tokens x in x out from 2^38 (16384 x 2048 x 8192) up, the rowwise method
-    assert gemm.HOPPER_AUTO_LARGE_MNK == 16384 * 2048 * 8192
-    assert gemm.auto_method(dev, 16384 * 2048 * 8192) == gemm.HOPPER_AUTO_LARGE \
+    # by size: tokens x in x out from 2^37 (Llama-8B's 4096 -> 4096 at 8192 tokens) up, the
+    # rowwise method
+    assert gemm.HOPPER_AUTO_LARGE_MNK == 8192 * 4096 * 4096
+    assert gemm.auto_method(dev, 8192 * 4096 * 4096) == gemm.HOPPER_AUTO_LARGE \
         == "fp8_cublas_rowwise"
     assert gemm.auto_method(dev, 8192 * 4096 * 14336) == "fp8_cublas_rowwise"  # Llama-8B's FFN
-    assert gemm.auto_method(dev, 8192 * 4096 * 4096) == "bf16"  # its attention projections
+    assert gemm.auto_method(dev, 8192 * 4096 * 4096 - 1) == "bf16"
+    assert gemm.auto_method(dev, 8192 * 4096 * 1024) == "bf16"  # its K and V projections
     assert gemm.auto_method(dev, 32768 * 768 * 2048) == "bf16"  # 125m's FFN
     monkeypatch.setattr(gemm, "HOPPER_AUTO", "fp8_cublas")
     assert gemm.auto_method(dev) == "fp8_cublas"
