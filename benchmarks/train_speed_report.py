@@ -6,8 +6,9 @@ time of the host operations the profiler saw (``step_breakdown.json``'s
 ``-both0``, else unknown). The setting column: what train_speed.sh's run name carries after
 PRESET-RECIPE-MODE (a GEMM method, ``cols_<columns_qdq>``, ``both1`` / ``both0``: an
 environment setting of the run; config.json's ``tuning_run`` has the tiles themselves); each
-run's ratio is against bf16 of the same preset, mode and setting, else against the plain bf16
-run.
+run's ratio is against bf16 of the same preset, mode and setting, else of the setting less its
+leading parts one at a time (``-bf16-L4``: ``-L4``, bf16 runs take no GEMM method), else against
+the plain bf16 run.
 
   python benchmarks/train_speed_report.py RUNS_DIR   -> RUNS_DIR/train_speed.md, .json
 """
@@ -49,6 +50,15 @@ def row(d: Path) -> dict:
             "timed_steps": len(steps), "loss_last": rows[-1].get("loss") if rows else None}
 
 
+def baseline_settings(setting: str | None) -> list:
+    """The settings whose bf16 run a run of ``setting`` compares with, best first: its own, then
+    less its leading parts one at a time (a GEMM method, which bf16 runs do not take; a
+    setting bf16 was not run with), down to none."""
+    parts = (setting or "").split("-")[1:]
+    out = [setting] + ["".join("-" + p for p in parts[i:]) for i in range(1, len(parts) + 1)]
+    return out if out[-1] == "" else out + [""]
+
+
 def main(root):
     root = Path(root)
     rows = [row(d) for d in sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file())]
@@ -68,8 +78,8 @@ def main(root):
         if not r["timed_steps"]:  # a run that stopped (or failed) before step 10: no time
             lines.append(f"{head} no timed step (see the run's log) |" + " — |" * 6)
             continue
-        base = by.get((r["preset"], r["mode"], "bf16", r["setting"])) or \
-            by.get((r["preset"], r["mode"], "bf16", ""))  # (a setting bf16 was not run with)
+        base = next((by[k] for k in ((r["preset"], r["mode"], "bf16", s)
+                                     for s in baseline_settings(r["setting"])) if k in by), None)
         rel = r["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         busy = r["gpu_busy_ms"]
         busy_ms = "—" if busy is None else f"{busy:.1f}"

@@ -127,3 +127,23 @@ def test_settings_in_names_pick_their_bf16(tmp_path, report):
     assert sorted(x.rsplit("|", 2)[1].strip() for x in rows) == sorted(
         [f"{(400.0 + median) / (500.0 + median):.2f}",
          f"{(800.0 + median) / (1000.0 + median):.2f}"])
+
+
+def test_a_setting_compares_with_bf16_of_its_closest_setting(tmp_path, report):
+    """A run named with a GEMM method and the layer count (``-bf16-L4``: GEMM_METHOD=bf16
+    LAYERS=4) compares with bf16 of ``-L4`` (bf16 runs take no GEMM method), not with another
+    setting's bf16 or a plain one of other shapes."""
+    assert report.baseline_settings("-bf16-L4") == ["-bf16-L4", "-L4", ""]
+    assert report.baseline_settings("") == [""] and report.baseline_settings(None) == [None, ""]
+    _run(tmp_path, "30m-bf16-graphs", "bf16", "reduce-overhead", 4000.0, None)
+    _run(tmp_path, "30m-bf16-graphs-L4", "bf16", "reduce-overhead", 1000.0, None)
+    _run(tmp_path, "30m-mxfp4_all-graphs-bf16-L4", "mxfp4_all", "reduce-overhead", 1100.0, None)
+    _run(tmp_path, "30m-mxfp4_all-graphs-L2", "mxfp4_all", "reduce-overhead", 1200.0, None)
+    report.main(tmp_path)
+    lines = (tmp_path / "train_speed.md").read_text().splitlines()
+    four = next(line for line in lines if "| bf16-L4 |" in line)
+    two = next(line for line in lines if "| L2 |" in line)
+    steps = [s for s in range(10, 40) if s not in (30, 31)]
+    median = (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+    assert four.endswith(f"| {(1100 + median) / (1000 + median):.2f} |")
+    assert two.endswith(f"| {(1200 + median) / (4000 + median):.2f} |")  # (no bf16 -L2: plain)
