@@ -1,7 +1,8 @@
 """Host time of the fold paths (issue 17): per ``quantize_folded`` call (groups of 4 and whole
 rows, along rows and along tokens) and per MXLinear forward + backward per GEMM method, at
 shapes small enough that the GPU waits on the host (K = 2048: whole rows are quantize + the
-two-launch row fold), each with the whole-row fold's launch plan (``plans.RowFoldPlan``) and
+two-launch row fold; and Llama-8B's 4096 -> 4096 layer, where GPU and host take about as long),
+each with the whole-row fold's launch plan (``plans.RowFoldPlan``) and
 without it (its ``run_row_fold`` and ``make_row_fold`` stubbed, as before the plan); then the
 Python functions that take the host's time (cProfile) for the whole-row path.
 
@@ -71,8 +72,9 @@ def cases():
             lin(xin).float().sum().backward()
         out[f"MXLinear 2048 -> 2048, 2048 tokens, fwd + bwd, mxfp4_all_h16, {method}"] = step
     # Llama-8B's 4096 -> 4096 projections at 8192 tokens: along tokens the operands are 256
-    # blocks long (the column kernel, then the fold of its codes), where ``auto`` keeps 'bf16'
-    # for eager steps (host time; results/native_gpu/linear_ab_shapes_h200.md)
+    # blocks long (the column kernel, then the fold of its codes). Its GPU time a step (about
+    # 1.3 ms under 'bf16', 0.9 ms rowwise) is close to the host's: a row of these can read the
+    # GPU's time, not the host's (the cProfile is the host's either way)
     x8 = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     for method in ("bf16", "fp8_cublas_rowwise"):
         lin = native.MXLinear(4096, 4096, bias=False, recipe="mxfp4_all_h16", method=method,

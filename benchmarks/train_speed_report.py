@@ -38,7 +38,8 @@ def row(d: Path) -> dict:
     # -cols_<columns_qdq>, -both1 / -both0): each run is compared with bf16 of the same ones
     prefix = f"{cfg.get('preset')}-{cfg.get('recipe')}-{mode}"
     setting = d.name[len(prefix):] if d.name.startswith(prefix) else None
-    named = {"-both1": True, "-both0": False}.get(d.name[-6:])
+    parts = (setting or "").split("-")
+    named = True if "both1" in parts else False if "both0" in parts else None
     both = cfg.get("linear_both_axes_run",
                    None if cfg.get("recipe") == "bf16" else named)  # (bf16: no MX GEMM)
     return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
@@ -69,7 +70,8 @@ def main(root):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         both = {True: "on", False: "off", None: "—"}[r["linear_both_axes_run"]]
-        named = {"-both1": "on", "-both0": "off"}.get((r["setting"] or "")[-6:])
+        parts = (r["setting"] or "").split("-")
+        named = "on" if "both1" in parts else "off" if "both0" in parts else None
         if r["linear_both_axes_run"] is None and named:  # bf16 of a setting
             both += f" (set {named})"
         head = (f"| {r['preset']} | {r['recipe']} | {r['mode']} | "

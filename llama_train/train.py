@@ -292,6 +292,21 @@ def deterministic_mode(on: bool):
         inductor_config.deterministic = before[2]
 
 
+def check_resumed_model(out: Path, mcfg) -> None:
+    """On ``--resume``: the model this run builds must be the one OUT's run trained
+    (config.json's ``model``, the fields both name): a checkpoint of another size would fail
+    deep in loading with missing keys. A ValueError names the fields that differ."""
+    path = out / "config.json"
+    was = json.loads(path.read_text()).get("model") if path.is_file() else None
+    if not was:
+        return
+    now = json.loads(json.dumps(asdict(mcfg)))
+    diff = [f"{k} {was[k]} -> {now[k]}" for k in sorted(set(was) & set(now)) if was[k] != now[k]]
+    if diff:
+        raise ValueError(f"--resume: {out} holds a run of another model ({', '.join(diff)}): "
+                         "give that run's --preset and --layers, or another --out")
+
+
 def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False) -> dict:
     """Train as ``cfg`` says into OUT (cfg.logging.out). ``resume``: continue from
     OUT/checkpoints/latest; ``overwrite``: replace a run already in OUT (without either, a run
@@ -314,6 +329,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool) -> dict:
         raise ValueError(f"--compile-mode reduce-overhead runs one process; this run has "
                          f"{dist.world} (FSDP2)")
     model, opt, tok, mcfg = build(cfg, dist)
+    if resume:
+        check_resumed_model(out, mcfg)
     state = load_checkpoint(out, model, opt, dist) if resume else None
     if resume and state is None and dist.main:
         log.warning(f"no checkpoint in {out}/checkpoints: starting from step 0")

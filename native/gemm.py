@@ -207,7 +207,7 @@ def mx_matmul(a: MXTensor, b: MXTensor, *, out_dtype: torch.dtype = torch.float3
                     emulator's ``mx_matmul`` (``kernels.emulate``): any chip's numerics on
                     any GPU, slowly (every product aligned one by one in int64);
       'auto'        'dot_scaled' on MX units and under the interpreter; on Hopper
-                    'fp8_cublas_rowwise' from M x N x K = 2^38 up, 'bf16' below
+                    'fp8_cublas_rowwise' from M x N x K = 2^37 up, 'bf16' below
                     (``HOPPER_AUTO_LARGE_MNK``, ``HOPPER_AUTO``: why); else 'bf16'.
     tune: autotune the dot_scaled tile per (M, N, K) (once per shape); False uses one fixed
     tile, for many small shapes (the conformance suite).

@@ -53,7 +53,8 @@ MAX_PLANS = 4096  # far more combinations than a training run makes; past it, st
 
 @dataclass
 class Stats:
-    """Counts since import (or ``clear``): plans ``made``, calls they served (``hits``)."""
+    """Counts since import (or ``clear``): plans ``made``, calls they served (``hits``; a
+    two-pass fold counts its quantize's and its row fold's plans, each)."""
     made: int = 0
     hits: int = 0
 

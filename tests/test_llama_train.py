@@ -482,7 +482,8 @@ def test_train_preset_sets_the_model_size(monkeypatch, tmp_path):
 
 def test_layers_make_a_proxy_of_the_preset(corpus, tmp_path, monkeypatch):
     """--layers N builds the preset's shapes with N transformer blocks (config.json records the
-    model that ran); None keeps the preset's count; fewer than one is refused."""
+    model that ran); None keeps the preset's count; fewer than one is refused, and so is
+    resuming a run with another count."""
     T.train(cfg(corpus, tmp_path / "one", recipe="bf16", max_steps=1, eval_every=1,
                 save_every=0, layers=1))
     model = json.loads((tmp_path / "one" / "config.json").read_text())["model"]
@@ -492,6 +493,12 @@ def test_layers_make_a_proxy_of_the_preset(corpus, tmp_path, monkeypatch):
         dataclasses.replace(PRESETS["8b"], n_layers=3)
     with pytest.raises(ValueError, match="layers must be >= 1"):
         cfg(corpus, tmp_path / "x", layers=0).validate()
+    # a run resumed with another model is refused by name, before its checkpoint is read
+    T.train(cfg(corpus, tmp_path / "two", recipe="bf16", max_steps=2, eval_every=2,
+                save_every=2))
+    with pytest.raises(ValueError, match=r"another model \(n_layers 2 -> 1\)"):
+        T.train(cfg(corpus, tmp_path / "two", recipe="bf16", max_steps=4, eval_every=2,
+                    save_every=2, layers=1), resume=True)
     seen = []
     monkeypatch.setattr(T, "train", lambda c, resume=False, overwrite=False:
                         seen.append(c) or {"tokens": 0})

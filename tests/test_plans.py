@@ -469,6 +469,33 @@ def test_fold_custom_op_takes_plans(cpu_plans):
     assert plans.STATS.made == 2 and plans.STATS.hits == 4
 
 
+def test_two_pass_fold_plan_serves_the_custom_op_with_keys(cpu_plans):
+    """``ocpmx::quantize_folded`` (a compiled MXLinear's operands) on rows its quantize pass
+    cannot fold (whole rows of 544 blocks): the first call leaves a ``TwoPassFoldPlan`` of its
+    own; later calls take it, read the key tensor each is given (stochastic rounding and the
+    signs from it), and return the op's five tensors with the emulator's bits."""
+    from ocpmx.native import fold, library
+    g = torch.Generator().manual_seed(4)
+    whole_row = 544
+    rot = Rotation(16, mask=0)
+    x = torch.randn(2, whole_row * 32, generator=g).bfloat16()
+    for i, seed in enumerate((1, 2, 2, 9)):
+        keys = torch.tensor([seed, 0x5A5A ^ i], dtype=torch.int64)
+        want = fold.quantize_folded(x, "e2m1", None, rounding="stochastic", rotation=rot,
+                                    keys=keys, backend="emulator")
+        codes, exps, scales, stats, p2 = library.quantize_folded_op(
+            x, "e2m1", "floor", "stochastic", rot.name, 1, whole_row, False, 0, keys,
+            "")
+        _same_fold(fold.FoldedTensor(codes, exps, scales, whole_row, want.fmt, stats), want)
+        assert p2.numel() == 0
+    two_pass = [p for p in plans.PLANS.values() if isinstance(p, plans.TwoPassFoldPlan)]
+    assert len(two_pass) == 1 and two_pass[0].result is library._folded_parts
+    q = launch.kernels.quantize
+    served = [s for s in cpu_plans if s.kernel not in (q.fold_rows_kernel,
+                                                         q.fold_rows_finish_kernel)]
+    assert sum(s.launches for s in served) == 3  # the quantize launch of the repeated calls
+
+
 @pytest.mark.parametrize("dtype,rotation", [(torch.bfloat16, None),
                                              (torch.float32, "hadamard16")])
 def test_both_axes_calls_take_a_plan(cpu_plans, dtype, rotation):

@@ -139,7 +139,11 @@ def test_a_setting_compares_with_bf16_of_its_closest_setting(tmp_path, report):
     _run(tmp_path, "30m-bf16-graphs-L4", "bf16", "reduce-overhead", 1000.0, None)
     _run(tmp_path, "30m-mxfp4_all-graphs-bf16-L4", "mxfp4_all", "reduce-overhead", 1100.0, None)
     _run(tmp_path, "30m-mxfp4_all-graphs-L2", "mxfp4_all", "reduce-overhead", 1200.0, None)
+    # (a setting after -both0 still names the pass: a run written before config.json said)
+    _run(tmp_path, "30m-mxfp4_all-graphs-both0-L4", "mxfp4_all", "reduce-overhead", 900.0, None)
     report.main(tmp_path)
+    rows = {r["run"]: r for r in json.loads((tmp_path / "train_speed.json").read_text())}
+    assert rows["30m-mxfp4_all-graphs-both0-L4"]["linear_both_axes_run"] is False
     lines = (tmp_path / "train_speed.md").read_text().splitlines()
     four = next(line for line in lines if "| bf16-L4 |" in line)
     two = next(line for line in lines if "| L2 |" in line)
