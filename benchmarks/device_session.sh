@@ -10,7 +10,7 @@
 # (the copy of the working tree on the device carries no usable git history: pass the commit)
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
-# conform_fold speed speed_both speed_cols foldrows (FOLDROWS_ARGS: its arguments) rowwise linear_ab
+# conform_fold speed speed8b (Llama-8B's layers, LAYERS blocks) speed_both speed_cols foldrows (FOLDROWS_ARGS: its arguments) rowwise linear_ab
 # methods foldhost.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
@@ -215,6 +215,13 @@ for s in "$@"; do
       # MXLinear at 8B shapes with the both-axes pass on
       OCPMX_LINEAR_BOTH_AXES=1 python3 benchmarks/gpu_bench.py --out $RUN/bench_linear_both1 \
         --sections linear > $RUN/bench_linear_both1.log 2>&1
+      done_ $s $? ;;
+    speed8b)
+      # Llama-8B's layer shapes end to end on one GPU (results/train_speed/h200_8b_4layers/):
+      # LAYERS blocks (default 4), 8192 tokens a step, bf16 in each run's own setting
+      LAYERS=${LAYERS:-4} SEQ=8192 BATCH=1 bash benchmarks/train_speed.sh $RUN/speed8b 8b \
+        "${SPEED_RECIPES:-bf16 mxfp4_all mxfp4_all_h16 mxfp4_wgrad}" "${SPEED_MODES:-graphs eager}" \
+        > $RUN/speed8b.log 2>&1
       done_ $s $? ;;
     speed)
       bash benchmarks/train_speed.sh $RUN/speed "${SPEED_PRESETS:-30m 125m}" \
