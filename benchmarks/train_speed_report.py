@@ -18,6 +18,12 @@ import sys
 from pathlib import Path
 
 
+def both_axes_setting(setting: str | None) -> bool | None:
+    """The both-axes pass a run's setting sets (its ``-both1`` / ``-both0`` part), else None."""
+    parts = (setting or "").split("-")
+    return True if "both1" in parts else False if "both0" in parts else None
+
+
 def row(d: Path) -> dict:
     cfg = json.loads((d / "config.json").read_text())
     rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines() if l.strip()]
@@ -38,8 +44,7 @@ def row(d: Path) -> dict:
     # -cols_<columns_qdq>, -both1 / -both0): each run is compared with bf16 of the same ones
     prefix = f"{cfg.get('preset')}-{cfg.get('recipe')}-{mode}"
     setting = d.name[len(prefix):] if d.name.startswith(prefix) else None
-    parts = (setting or "").split("-")
-    named = True if "both1" in parts else False if "both0" in parts else None
+    named = both_axes_setting(setting)
     both = cfg.get("linear_both_axes_run",
                    None if cfg.get("recipe") == "bf16" else named)  # (bf16: no MX GEMM)
     return {"run": d.name, "preset": cfg.get("preset"), "recipe": cfg.get("recipe"), "mode": mode,
@@ -70,8 +75,7 @@ def main(root):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         both = {True: "on", False: "off", None: "—"}[r["linear_both_axes_run"]]
-        parts = (r["setting"] or "").split("-")
-        named = "on" if "both1" in parts else "off" if "both0" in parts else None
+        named = {True: "on", False: "off"}.get(both_axes_setting(r["setting"]))
         if r["linear_both_axes_run"] is None and named:  # bf16 of a setting
             both += f" (set {named})"
         head = (f"| {r['preset']} | {r['recipe']} | {r['mode']} | "

@@ -220,7 +220,7 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
         from . import plans
         qk = None if plan_key is None else ("quantize of a two-pass fold", plan_key)
         data, scales = ops.quantize_kmajor(x, n, axis, BLOCK_SIZE, seed, keys, backend, tuning,
-                                           qk, _codes_and_scales)
+                                           qk, plans.as_launched)
         then = functools.partial(fold_kmajor, k=k, fmt=n.fmt, group=group, pow2=pow2)
         if result is not None:
             plans.make_two_pass_fold(plan_key, qk, then, result)
@@ -240,10 +240,6 @@ def quantize_folded_kmajor(x: torch.Tensor, n, axis: int, group: int, pow2: bool
             from . import plans
             plans.make_fold(plan_key, done, out, k, n, seed, keys, result)
     return FoldedTensor(codes, exps, scales, group, n.fmt, stats, p2)
-
-
-def _codes_and_scales(data: torch.Tensor, scales: torch.Tensor) -> tuple:
-    return data, scales
 
 
 # the largest fold group every 32-block quantize kernel folds in its own pass (a program holds

@@ -81,11 +81,7 @@ def quantize_op(x: Tensor, fmt: str, scale_rule: str, rounding: str, rotation: s
         return plan_run(plan, x, seed, keys)
     n = _numerics(fmt, scale_rule, rounding, rotation, int8_min, conversion)
     return ops.quantize_kmajor(x, n, axis, block_size, seed & _M64, keys, backend or None, None,
-                               pk, _pair)
-
-
-def _pair(data: Tensor, scales: Tensor) -> tuple[Tensor, Tensor]:
-    return data, scales
+                               pk, plans.as_launched)
 
 
 def plan_run(plan, x: Tensor, seed: int, keys: Optional[Tensor]):
