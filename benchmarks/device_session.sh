@@ -11,7 +11,7 @@
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
 # conform_fold speed speed8b (Llama-8B's layers, LAYERS blocks) speed_both speed_cols foldrows (FOLDROWS_ARGS: its arguments) rowwise linear_ab
-# methods foldhost.
+# methods foldhost wgmma (WGMMA_ARGS: fold_wgmma_probe.py's arguments).
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -131,6 +131,10 @@ for s in "$@"; do
       # the warp-specialized persistent chained folded GEMM (an experiment): bits against the
       # library's chained kernel, time against it and cuBLAS bf16 at Llama-8B shapes
       python3 benchmarks/fold_gemm_ws.py > $RUN/fold_gemm_ws.txt 2>&1
+      done_ $s $? ;;
+    wgmma)
+      # the Gluon folded FP8 GEMM against the library's Triton kernel: bits and speed
+      python3 benchmarks/fold_wgmma_probe.py ${WGMMA_ARGS:-} > $RUN/fold_wgmma_probe.md 2>&1
       done_ $s $? ;;
     foldsweep)
       # the fold of stored codes per program shape (FOLD_BLOCKS, FOLD_WARPS), bits and time

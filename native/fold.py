@@ -479,6 +479,75 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     return c
 
 
+WGMMA_BK = 128  # K of one TMA stage in the Gluon kernel
+
+
+def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype) -> str | None:
+    """None where ``folded_matmul_wgmma`` can take these operands, else why not."""
+    m, k = a.codes.shape
+    if a.codes.device.type != "cuda" or not hopper(a.codes.device):
+        return "the Gluon folded GEMM runs on sm_90 only"
+    if (32 * a.group) % WGMMA_BK:
+        return f"a group of {a.group} blocks is not a multiple of {WGMMA_BK // 32} blocks"
+    if b.codes.shape[0] % (4 if out_dtype == torch.float32 else 8):
+        return "TMA stores need output rows of a multiple of 16 bytes"
+    for t in (a.codes, b.codes):
+        if t.data_ptr() % 16 or t.stride() != (k, 1):
+            return "TMA loads need contiguous codes at a 16-byte aligned address"
+    return None
+
+
+def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
+                        *, promote: bool = True, bn: int = 128, stages: int = 4) -> torch.Tensor:
+    """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
+    (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
+    operands (an exponent past ``RANK1_EXP``) go to the Triton kernel's general epilogue, as
+    there: each launch checks the flags on the device and one of them computes."""
+    if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
+        raise ValueError("folded operands need the same K and the same group")
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
+    why = wgmma_supported(a, b, out_dtype)
+    if why:
+        raise ValueError(f"folded_matmul_wgmma: {why}")
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from .kernels import fold_wgmma
+    m, k = a.codes.shape
+    n = b.codes.shape[0]
+    c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
+    if not (m and n):
+        return c
+    bk = WGMMA_BK
+    half = int(fold_wgmma.HALF_M)
+    e4m3 = gl.float8e4nv
+    a_desc = TensorDescriptor.from_tensor(
+        a.codes.view(torch.float8_e4m3fn), [2 * half, bk],
+        gl.NVMMASharedLayout.get_default_for([2 * half, bk], e4m3))
+    b_desc = TensorDescriptor.from_tensor(
+        b.codes.view(torch.float8_e4m3fn), [bn, bk],
+        gl.NVMMASharedLayout.get_default_for([bn, bk], e4m3))
+    c_out = c if out_dtype == torch.float32 else c.view(torch.int16)
+    c_type = gl.float32 if out_dtype == torch.float32 else gl.int16
+    c_desc = TensorDescriptor.from_tensor(
+        c_out, [half, bn], gl.NVMMASharedLayout.get_default_for([half, bn], c_type))
+    grid = (cdiv(m, 2 * half) * cdiv(n, bn),)
+    # enable_fp_fusion=False: the epilogue's product is rounded, then added
+    fold_wgmma.folded_gemm_wgmma_kernel[grid](
+        a_desc, b_desc, c_desc, a.exponents, b.exponents, a.wide, b.wide, m, n, k,
+        GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
+        OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, num_warps=4, maxnreg=168,
+        enable_fp_fusion=False)
+    kt = 32 * math.gcd(a.group, 4)
+    args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
+            c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
+    tuned_launch(promote, args, False, dict(GROUP=a.group, KT=kt,
+                                            OUT_BF16=out_dtype == torch.bfloat16,
+                                            PROMOTE=bool(promote), SPAN=0,
+                                            enable_fp_fusion=False))
+    return c
+
+
 _chosen: dict = {}  # (promote, the autotuner's key, device) -> the chosen config's arguments
 
 
