@@ -482,6 +482,13 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
 WGMMA_BK = 128  # K of one TMA stage in the Gluon kernel
 
 
+def group_pow2(f: FoldedTensor) -> torch.Tensor:
+    """2^R of every group as float32, group-major and flat (K / (32 group) runs of ``rows``
+    values): ``f.pow2`` where the fold wrote it, else ``group_scales``'s."""
+    p2 = f.pow2 if f.pow2 is not None else group_scales(f).t().contiguous()
+    return p2.reshape(-1)
+
+
 def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype) -> str | None:
     """None where ``folded_matmul_wgmma`` can take these operands, else why not."""
     m, k = a.codes.shape
@@ -531,10 +538,13 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     c_type = gl.float32 if out_dtype == torch.float32 else gl.int16
     c_desc = TensorDescriptor.from_tensor(
         c_out, [half, bn], gl.NVMMASharedLayout.get_default_for([half, bn], c_type))
+    pa_desc = TensorDescriptor.from_tensor(
+        group_pow2(a), [2 * half], gl.NVMMASharedLayout.get_default_for([2 * half], gl.float32))
+    pb_desc = TensorDescriptor.from_tensor(
+        group_pow2(b), [bn], gl.NVMMASharedLayout.get_default_for([bn], gl.float32))
     grid = (cdiv(m, 2 * half) * cdiv(n, bn),)
-    # enable_fp_fusion=False: the epilogue's product is rounded, then added
     fold_wgmma.folded_gemm_wgmma_kernel[grid](
-        a_desc, b_desc, c_desc, a.exponents, b.exponents, a.wide, b.wide, m, n, k,
+        a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, num_warps=4, maxnreg=168,
         enable_fp_fusion=False)

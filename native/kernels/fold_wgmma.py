@@ -12,10 +12,12 @@ for the same group and promotion, because each element's arithmetic is the same 
 - chained (method ``fp8``, ``HOPPER_FP8_CHAINED``): the group's wgmmas accumulate into one
   another in the tensor core (no ``max_num_imprecise_acc``: Hopper's default for FP8 is
   never to promote), from a zero sum.
-- per group: acc += (T * 2^ea) * 2^eb, two rounded products then a rounded add (the launch
-  sets ``enable_fp_fusion=False``), only where every group exponent of both operands lies in
-  +-RANK1_EXP (``fold.folded_gemm_kernel``'s RANK1 epilogue); a launch with a wide operand
-  computes nothing here and the Triton kernel's RANK1=False launch does the whole GEMM.
+- per group: acc += (T * 2^ea) * 2^eb, only where every group exponent of both operands lies
+  in +-RANK1_EXP (``fold.folded_gemm_kernel``'s RANK1 epilogue), where both products are
+  exact: one multiply and one fused multiply-add give the model's bits. A launch with a wide
+  operand computes nothing here and the Triton kernel's RANK1=False launch does the GEMM.
+  The groups' 2^ea and 2^eb come group-major (one row of M or N floats a group) through TMA
+  with the group's last K step, so the epilogue never waits on a global load.
 
 Why two warpgroups that never wait for each other: with promotion every 32 of K, the float32
 adds of a partial sum take as long as the wgmma that made it (a 64 x BN partial: 64 BN adds
@@ -30,16 +32,9 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
-                                                              warpgroup_mma)
+                                                              warpgroup_mma, warpgroup_mma_wait)
 
-RANK1_EXP = gl.constexpr(50)  # the same bound as fold.RANK1_EXP (a test keeps them equal)
 HALF_M = gl.constexpr(64)  # rows of one warpgroup's wgmma tile
-
-
-@gluon.jit
-def _pow2(e):
-    """2^e as float32 for integer e in [-126, 127]."""
-    return ((e + 127) << 23).to(gl.float32, bitcast=True)
 
 
 @gluon.jit
@@ -52,38 +47,36 @@ def _ordered_add(x, y):
 
 
 @gluon.jit
-def _load_partition(a_desc, b_desc, a_bufs, b_bufs, ready, empty, off_m, off_n, n_steps,
-                    BK: gl.constexpr):
+def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs, ready,
+                    empty, M, N, off_m, off_n, n_groups, STEPS: gl.constexpr, BK: gl.constexpr):
     """The producer warp: each K step's A (128 rows) and B (BN rows) tiles into the next free
-    stage, the stage's ``ready`` barrier told the bytes to expect."""
+    stage, and with a group's last step the group's 2^ea and 2^eb (group-major float32, one
+    row of ``pa``/``pb`` a group), the stage's ``ready`` barrier told the bytes to expect."""
     STAGES: gl.constexpr = a_bufs.type.shape[0]
-    for i in range(n_steps):
-        stage = i % STAGES
-        phase = (i // STAGES) & 1
-        mbarrier.wait(empty.index(stage), phase ^ 1)  # both consumers are done with it
-        bar = ready.index(stage)
-        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(a_desc, [off_m, i * BK], bar, a_bufs.index(stage))
-        tma.async_copy_global_to_shared(b_desc, [off_n, i * BK], bar, b_bufs.index(stage))
+    tile_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    scale_bytes: gl.constexpr = pa_desc.block_type.nbytes + pb_desc.block_type.nbytes
+    for g in range(n_groups):
+        for s in gl.static_range(STEPS):
+            i = g * STEPS + s
+            stage = i % STAGES
+            mbarrier.wait(empty.index(stage), ((i // STAGES) & 1) ^ 1)  # both consumers done
+            bar = ready.index(stage)
+            if s == STEPS - 1:
+                mbarrier.expect(bar, tile_bytes + scale_bytes)
+                tma.async_copy_global_to_shared(pa_desc, [g * M + off_m], bar,
+                                                pa_bufs.index(stage))
+                tma.async_copy_global_to_shared(pb_desc, [g * N + off_n], bar,
+                                                pb_bufs.index(stage))
+            else:
+                mbarrier.expect(bar, tile_bytes)
+            tma.async_copy_global_to_shared(a_desc, [off_m, i * BK], bar, a_bufs.index(stage))
+            tma.async_copy_global_to_shared(b_desc, [off_n, i * BK], bar, b_bufs.index(stage))
 
 
 @gluon.jit
-def _exponent_scales(e_ptr, first, n, n_groups, g, N: gl.constexpr, layout: gl.constexpr):
-    """2^e of group g for rows first .. first + N of an exponent array (rows, n_groups), loaded
-    one row a thread and moved into ``layout`` (a slice of the wgmma layout): a thread of the
-    wgmma layout holds 32 of a tile's columns, and their 64-bit addresses, kept across the K
-    loop, spilled."""
-    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    r = first + gl.arange(0, N, layout=flat)
-    e = gl.load(e_ptr + r * n_groups + g, mask=r < n, other=0)
-    return gl.convert_layout(_pow2(e), layout)
-
-
-@gluon.jit
-def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, ea_ptr, eb_ptr, M, N,
-                   n_groups, off_m, off_n, HALF: gl.constexpr, GROUP: gl.constexpr,
-                   BN: gl.constexpr, BK: gl.constexpr, PROMOTE: gl.constexpr,
-                   OUT_BF16: gl.constexpr):
+def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, n_groups,
+                   off_m, off_n, HALF: gl.constexpr, GROUP: gl.constexpr, BN: gl.constexpr,
+                   BK: gl.constexpr, PROMOTE: gl.constexpr, OUT_BF16: gl.constexpr):
     """One consumer warpgroup: rows off_m + 64 HALF .. + 64 of the tile, every group's dot,
     its scaled sum, the store through shared memory and TMA (rows and columns past M and N
     are not written)."""
@@ -91,7 +84,6 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, ea_ptr, eb_ptr,
     STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                      instr_shape=[16, BN, 32])
-    first = off_m + HALF * HALF_M
     acc = gl.zeros([HALF_M, BN], gl.float32, layout)
     t = gl.zeros([HALF_M, BN], gl.float32, layout)  # a group's sum
     p = gl.zeros([HALF_M, BN], gl.float32, layout)  # a partial sum (PROMOTE)
@@ -111,12 +103,23 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, ea_ptr, eb_ptr,
                     else:
                         p = warpgroup_mma(aj, bj, p, use_acc=False)
                         t = _ordered_add(t, p)
-            else:
-                t = warpgroup_mma(a, b, t, use_acc=s > 0)
-            mbarrier.arrive(empty.index(stage), count=1)
-        sa = _exponent_scales(ea_ptr, first, M, n_groups, g, HALF_M, gl.SliceLayout(1, layout))
-        sb = _exponent_scales(eb_ptr, off_n, N, n_groups, g, BN, gl.SliceLayout(0, layout))
-        acc = acc + (t * sa[:, None]) * sb[None, :]
+            else:  # chained; one wgmma in flight while the next stage is awaited
+                t = warpgroup_mma(a, b, t, use_acc=s > 0, is_async=True)
+                if s > 0:
+                    t = warpgroup_mma_wait(1, deps=(t,))
+                    mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
+                if s == STEPS - 1:
+                    t = warpgroup_mma_wait(0, deps=(t,))
+            if s == STEPS - 1:  # the group's 2^ea, 2^eb came with its last step
+                sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
+                    gl.SliceLayout(1, layout))
+                sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
+            if PROMOTE or s == STEPS - 1:
+                mbarrier.arrive(empty.index(stage), count=1)
+        # acc + (T 2^ea) 2^eb: both products exact normal floats where every exponent lies in
+        # +-fold.RANK1_EXP (its comment), so the fused multiply-add's one rounding is the add's
+        acc = gl.fma(t * sa[:, None], sb[None, :], acc)
+    first = off_m + HALF * HALF_M
     c_smem = c_bufs.index(HALF)
     if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
         u = acc.to(gl.int32, bitcast=True)
@@ -131,14 +134,14 @@ def _mma_partition(a_bufs, b_bufs, ready, empty, c_desc, c_bufs, ea_ptr, eb_ptr,
 
 
 @gluon.jit
-def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, ea_ptr, eb_ptr, wide_a_ptr, wide_b_ptr,
+def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_ptr, wide_b_ptr,
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                              OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr):
     """C[M, N] = A Bᵀ of folded operands (module doc): A (M, K) and B (N, K) E4M3 through TMA
     descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
-    [64, BN], group exponents ea (M, K / 32 GROUP) and
-    eb (N, K / 32 GROUP) int32. Computes only where neither operand is wide."""
+    [64, BN], the groups' 2^ea and 2^eb as flat group-major float32 (K / 32 GROUP groups of
+    M, of N) through boxes of [128] and [BN]. Computes only where neither operand is wide."""
     BM: gl.constexpr = 2 * HALF_M
     pid = gl.program_id(0)
     num_m = gl.cdiv(M, BM)
@@ -155,18 +158,22 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, ea_ptr, eb_ptr, wide_a_ptr,
                                        a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
                                        b_desc.layout)
+    pa_bufs = gl.allocate_shared_memory(pa_desc.dtype, [STAGES] + pa_desc.block_type.shape,
+                                        pa_desc.layout)
+    pb_bufs = gl.allocate_shared_memory(pb_desc.dtype, [STAGES] + pb_desc.block_type.shape,
+                                        pb_desc.layout)
     c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # both consumer warpgroups release a stage
-    n_steps = n_groups * (GROUP * 32 // BK)
+    STEPS: gl.constexpr = GROUP * 32 // BK
     gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, ea_ptr, eb_ptr, M, N, n_groups,
-                          off_m, off_n, 0, GROUP, BN, BK, PROMOTE, OUT_BF16)),
-        (_mma_partition, (a_bufs, b_bufs, ready, empty, c_desc, c_bufs, ea_ptr, eb_ptr, M, N, n_groups,
-                          off_m, off_n, 1, GROUP, BN, BK, PROMOTE, OUT_BF16)),
-        (_load_partition, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, off_m, off_n,
-                           n_steps, BK)),
+        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs,
+                          n_groups, off_m, off_n, 0, GROUP, BN, BK, PROMOTE, OUT_BF16)),
+        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs,
+                          n_groups, off_m, off_n, 1, GROUP, BN, BK, PROMOTE, OUT_BF16)),
+        (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs,
+                           ready, empty, M, N, off_m, off_n, n_groups, STEPS, BK)),
     ], [4, 1], [232, 40])
