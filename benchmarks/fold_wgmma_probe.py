@@ -39,7 +39,8 @@ def operands(m, n, k, group, case, seed=0):
                            ).to(torch.bfloat16)
     if case == "wide":
         x = x * 2.0 ** 60
-    return quantize_folded(x, "e2m1", group), quantize_folded(w, "e2m1", group)
+    return (quantize_folded(x, "e2m1", group, pow2=True),
+            quantize_folded(w, "e2m1", group, pow2=True))
 
 
 def one(shape: str, config: str) -> dict:

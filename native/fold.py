@@ -482,6 +482,11 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
 WGMMA_BK = 128  # K of one TMA stage in the Gluon kernel
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def group_pow2(f: FoldedTensor) -> torch.Tensor:
     """2^R of every group as float32, group-major and flat (K / (32 group) runs of ``rows``
     values): ``f.pow2`` where the fold wrote it, else ``group_scales``'s."""
@@ -542,7 +547,7 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
         group_pow2(a), [2 * half], gl.NVMMASharedLayout.get_default_for([2 * half], gl.float32))
     pb_desc = TensorDescriptor.from_tensor(
         group_pow2(b), [bn], gl.NVMMASharedLayout.get_default_for([bn], gl.float32))
-    grid = (cdiv(m, 2 * half) * cdiv(n, bn),)
+    grid = (min(cdiv(m, 2 * half) * cdiv(n, bn), _sm_count(a.codes.device)),)
     fold_wgmma.folded_gemm_wgmma_kernel[grid](
         a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),

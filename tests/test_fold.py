@@ -1559,3 +1559,47 @@ def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeyp
     assert np.array_equal(got.exponents.cpu().numpy(), want.exponents)
     assert int(got.inexact.item()) == want.inexact > 0
     assert want.exponents[3, 0] == 130 - 127 - d_max and want.exponents[4, 0] == 200 - 127 - d_max
+
+
+@pytest.mark.parametrize("promote, group", [(True, 4), (False, 32), (True, 8), (False, 4)])
+@pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (200, 136, 2048), (130, 8, 1024)])
+def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k):
+    """The Gluon folded GEMM (``native.fold.folded_matmul_wgmma``: TMA, a producer warp, two
+    consumer warpgroups, persistent) gives ``folded_matmul``'s bits (the Triton kernel's, the
+    emulator's model) for each promotion and group, ragged tiles included, on operands with
+    block scales over 2^+-12 (float32 and bf16 outputs; 2^R from the fold's group-major
+    ``pow2`` and from the exponents); on a wide operand (an exponent past RANK1_EXP) it
+    computes nothing and the Triton kernel's general epilogue the whole GEMM. On the small
+    cases the emulator's sums as well."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an sm_90 GPU (the Gluon kernel is Hopper's)")
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    g = torch.Generator(device="cuda").manual_seed(m + n + k + group)
+
+    def operand(rows, big=0.0):
+        v = torch.randn(rows, k, device="cuda", generator=g)
+        s = torch.randint(-12, 13, (rows, k // 32), device="cuda", generator=g).float() + big
+        return native.quantize(v * torch.exp2(s).repeat_interleave(32, 1), "e2m1")
+    qa, qb = operand(m), operand(n)
+    for pow2 in (False, True):
+        fa, fb = native_fold.fold(qa, group), native_fold.fold(qb, group)
+        if pow2:  # as quantize_folded(pow2=True) writes them
+            fa.pow2 = native_fold.group_scales(fa).t().contiguous()
+            fb.pow2 = native_fold.group_scales(fb).t().contiguous()
+        for out, iv in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16)):
+            want = native_fold.folded_matmul(fa, fb, out, promote=promote)
+            got = native_fold.folded_matmul_wgmma(fa, fb, out, promote=promote)
+            diff = (got.view(iv) != want.view(iv)).sum().item()
+            assert diff == 0, f"{out}: {diff} of {m * n} outputs differ"
+    fw = native_fold.fold(operand(n, big=35.0), group)
+    assert fw.wide.item() != 0
+    want = native_fold.folded_matmul(fa, fw, promote=promote)
+    got = native_fold.folded_matmul_wgmma(fa, fw, promote=promote)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    if m * n <= 200 * 136:
+        ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
+        ref = folded_matmul(ea, eb, "hopper", promote=32 if promote else 32 * group)
+        got = native_fold.folded_matmul_wgmma(fa, fb, promote=promote).cpu().numpy()
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))

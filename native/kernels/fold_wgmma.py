@@ -47,89 +47,113 @@ def _ordered_add(x, y):
 
 
 @gluon.jit
-def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs, ready,
-                    empty, M, N, off_m, off_n, n_groups, STEPS: gl.constexpr, BK: gl.constexpr):
-    """The producer warp: each K step's A (128 rows) and B (BN rows) tiles into the next free
-    stage, and with a group's last step the group's 2^ea and 2^eb (group-major float32, one
-    row of ``pa``/``pb`` a group), the stage's ``ready`` barrier told the bytes to expect."""
-    STAGES: gl.constexpr = a_bufs.type.shape[0]
-    tile_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    scale_bytes: gl.constexpr = pa_desc.block_type.nbytes + pb_desc.block_type.nbytes
-    for g in range(n_groups):
-        for s in gl.static_range(STEPS):
-            i = g * STEPS + s
-            stage = i % STAGES
-            mbarrier.wait(empty.index(stage), ((i // STAGES) & 1) ^ 1)  # both consumers done
-            bar = ready.index(stage)
-            if s == STEPS - 1:
-                mbarrier.expect(bar, tile_bytes + scale_bytes)
-                tma.async_copy_global_to_shared(pa_desc, [g * M + off_m], bar,
-                                                pa_bufs.index(stage))
-                tma.async_copy_global_to_shared(pb_desc, [g * N + off_n], bar,
-                                                pb_bufs.index(stage))
-            else:
-                mbarrier.expect(bar, tile_bytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m, i * BK], bar, a_bufs.index(stage))
-            tma.async_copy_global_to_shared(b_desc, [off_n, i * BK], bar, b_bufs.index(stage))
+def _tile_offsets(tile, M, N, BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """(first row, first column) of output tile ``tile``, the tiles ordered in bands of
+    GROUP_M tile rows (the programs working at once share their A and B tiles in L2)."""
+    BM: gl.constexpr = 2 * HALF_M
+    num_n = gl.cdiv(N, BN)
+    band = GROUP_M * num_n
+    first_m = (tile // band) * GROUP_M
+    size_m = gl.minimum(gl.cdiv(M, BM) - first_m, GROUP_M)
+    return (first_m + (tile % band) % size_m) * BM, ((tile % band) // size_m) * BN
 
 
 @gluon.jit
-def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, n_groups,
-                   off_m, off_n, HALF: gl.constexpr, GROUP: gl.constexpr, BN: gl.constexpr,
-                   BK: gl.constexpr, PROMOTE: gl.constexpr, OUT_BF16: gl.constexpr):
-    """One consumer warpgroup: rows off_m + 64 HALF .. + 64 of the tile, every group's dot,
-    its scaled sum, the store through shared memory and TMA (rows and columns past M and N
-    are not written)."""
+def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs, ready,
+                    empty, M, N, n_tiles, n_groups, STEPS: gl.constexpr, BK: gl.constexpr,
+                    BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """The producer warp: for each of this program's tiles, each K step's A (128 rows) and B
+    (BN rows) tiles into the next free stage, and with a group's last step the group's 2^ea and
+    2^eb (group-major float32, one row of ``pa``/``pb`` a group), the stage's ``ready`` barrier
+    told the bytes to expect."""
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    tile_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    scale_bytes: gl.constexpr = pa_desc.block_type.nbytes + pb_desc.block_type.nbytes
+    i = 0  # K steps loaded so far (every tile's)
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        off_m, off_n = _tile_offsets(tile, M, N, BN, GROUP_M)
+        for g in range(n_groups):
+            for s in gl.static_range(STEPS):
+                stage = i % STAGES
+                mbarrier.wait(empty.index(stage), ((i // STAGES) & 1) ^ 1)  # consumers done
+                bar = ready.index(stage)
+                if s == STEPS - 1:
+                    mbarrier.expect(bar, tile_bytes + scale_bytes)
+                    tma.async_copy_global_to_shared(pa_desc, [g * M + off_m], bar,
+                                                    pa_bufs.index(stage))
+                    tma.async_copy_global_to_shared(pb_desc, [g * N + off_n], bar,
+                                                    pb_bufs.index(stage))
+                else:
+                    mbarrier.expect(bar, tile_bytes)
+                k = (g * STEPS + s) * BK
+                tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(stage))
+                tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_bufs.index(stage))
+                i += 1
+
+
+@gluon.jit
+def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
+                   n_tiles, n_groups, HALF: gl.constexpr, GROUP: gl.constexpr, BN: gl.constexpr,
+                   BK: gl.constexpr, PROMOTE: gl.constexpr, OUT_BF16: gl.constexpr,
+                   GROUP_M: gl.constexpr):
+    """One consumer warpgroup: for each of this program's tiles, rows 64 HALF .. + 64 of it:
+    every group's dot, its scaled sum, the store through shared memory and TMA (rows and
+    columns past M and N are not written), which completes under the next tile's K loop."""
     STAGES: gl.constexpr = a_bufs.type.shape[0]
     STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                      instr_shape=[16, BN, 32])
-    acc = gl.zeros([HALF_M, BN], gl.float32, layout)
     t = gl.zeros([HALF_M, BN], gl.float32, layout)  # a group's sum
     p = gl.zeros([HALF_M, BN], gl.float32, layout)  # a partial sum (PROMOTE)
-    for g in range(n_groups):
-        for s in gl.static_range(STEPS):
-            i = g * STEPS + s
-            stage = i % STAGES
-            mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
-            a = a_bufs.index(stage).slice(HALF * HALF_M, HALF_M)
-            b = b_bufs.index(stage).permute((1, 0))
-            if PROMOTE:  # each K = 32 wgmma into a fresh partial sum, added in K order; each
-                for j in gl.static_range(BK // 32):  # wgmma writes over a dead value's registers
-                    aj = a.slice(32 * j, 32, dim=1)
-                    bj = b.slice(32 * j, 32, dim=0)
-                    if s == 0 and j == 0:  # 0 + p is p but for a zero's sign, which
-                        t = warpgroup_mma(aj, bj, t, use_acc=False)  # acc + T cannot see
-                    else:
-                        p = warpgroup_mma(aj, bj, p, use_acc=False)
-                        t = _ordered_add(t, p)
-            else:  # chained; one wgmma in flight while the next stage is awaited
-                t = warpgroup_mma(a, b, t, use_acc=s > 0, is_async=True)
-                if s > 0:
-                    t = warpgroup_mma_wait(1, deps=(t,))
-                    mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-                if s == STEPS - 1:
-                    t = warpgroup_mma_wait(0, deps=(t,))
-            if s == STEPS - 1:  # the group's 2^ea, 2^eb came with its last step
-                sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
-                    gl.SliceLayout(1, layout))
-                sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
-            if PROMOTE or s == STEPS - 1:
-                mbarrier.arrive(empty.index(stage), count=1)
-        # acc + (T 2^ea) 2^eb: both products exact normal floats where every exponent lies in
-        # +-fold.RANK1_EXP (its comment), so the fused multiply-add's one rounding is the add's
-        acc = gl.fma(t * sa[:, None], sb[None, :], acc)
-    first = off_m + HALF * HALF_M
     c_smem = c_bufs.index(HALF)
-    if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
-        u = acc.to(gl.int32, bitcast=True)
-        r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-        r = gl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, r)
-        c_smem.store(r.to(gl.int16))
-    else:
-        c_smem.store(acc)
-    fence_async_shared()
-    tma.async_copy_shared_to_global(c_desc, [first, off_n], c_smem)
+    i = 0  # K steps consumed so far (every tile's)
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        off_m, off_n = _tile_offsets(tile, M, N, BN, GROUP_M)
+        acc = gl.zeros([HALF_M, BN], gl.float32, layout)
+        for g in range(n_groups):
+            for s in gl.static_range(STEPS):
+                stage = i % STAGES
+                mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+                a = a_bufs.index(stage).slice(HALF * HALF_M, HALF_M)
+                b = b_bufs.index(stage).permute((1, 0))
+                if PROMOTE:  # each K = 32 wgmma into a fresh partial sum, added in K order;
+                    for j in gl.static_range(BK // 32):  # each wgmma writes over a dead value
+                        aj = a.slice(32 * j, 32, dim=1)
+                        bj = b.slice(32 * j, 32, dim=0)
+                        if s == 0 and j == 0:  # 0 + p is p but for a zero's sign, which
+                            t = warpgroup_mma(aj, bj, t, use_acc=False)  # acc + T cannot see
+                        else:
+                            p = warpgroup_mma(aj, bj, p, use_acc=False)
+                            t = _ordered_add(t, p)
+                else:  # chained; one wgmma in flight while the next stage is awaited
+                    t = warpgroup_mma(a, b, t, use_acc=s > 0, is_async=True)
+                    if s > 0:
+                        t = warpgroup_mma_wait(1, deps=(t,))
+                        mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
+                    if s == STEPS - 1:
+                        t = warpgroup_mma_wait(0, deps=(t,))
+                if s == STEPS - 1:  # the group's 2^ea, 2^eb came with its last step
+                    sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
+                        gl.SliceLayout(1, layout))
+                    sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
+                if PROMOTE or s == STEPS - 1:
+                    mbarrier.arrive(empty.index(stage), count=1)
+                i += 1
+            # acc + (T 2^ea) 2^eb: both products exact normal floats where every exponent lies
+            # in +-fold.RANK1_EXP (its comment), so the fused multiply-add's one rounding is
+            # the add's
+            acc = gl.fma(t * sa[:, None], sb[None, :], acc)
+        tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
+        gl.thread_barrier()  # issued it waited; the barrier holds the others until it has)
+        if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
+            u = acc.to(gl.int32, bitcast=True)
+            r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+            r = gl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, r)
+            c_smem.store(r.to(gl.int16))
+        else:
+            c_smem.store(acc)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [off_m + HALF * HALF_M, off_n], c_smem)
     tma.store_wait(pendings=0)
 
 
@@ -138,21 +162,15 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                              OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr):
-    """C[M, N] = A Bᵀ of folded operands (module doc): A (M, K) and B (N, K) E4M3 through TMA
+    """C[M, N] = A Bᵀ of folded operands (module doc), persistent (a program per SM walks the
+    output tiles): A (M, K) and B (N, K) E4M3 through TMA
     descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
     [64, BN], the groups' 2^ea and 2^eb as flat group-major float32 (K / 32 GROUP groups of
     M, of N) through boxes of [128] and [BN]. Computes only where neither operand is wide."""
-    BM: gl.constexpr = 2 * HALF_M
-    pid = gl.program_id(0)
-    num_m = gl.cdiv(M, BM)
-    num_n = gl.cdiv(N, BN)
-    band = GROUP_M * num_n  # tile rows in bands of GROUP_M: neighbours share tiles in L2
-    first_m = (pid // band) * GROUP_M
-    size_m = gl.minimum(num_m - first_m, GROUP_M)
-    off_m = (first_m + (pid % band) % size_m) * BM
-    off_n = ((pid % band) // size_m) * BN
+    n_tiles = gl.cdiv(M, 2 * HALF_M) * gl.cdiv(N, BN)
     wide = gl.load(wide_a_ptr) | gl.load(wide_b_ptr)
-    n_groups = gl.where(wide == 0, K // (32 * GROUP), 0)  # a wide launch computes nothing
+    n_tiles = gl.where(wide == 0, n_tiles, 0)  # a wide launch computes nothing
+    n_groups = K // (32 * GROUP)
 
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
@@ -170,10 +188,10 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
         mbarrier.init(empty.index(s), count=2)  # both consumer warpgroups release a stage
     STEPS: gl.constexpr = GROUP * 32 // BK
     gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs,
-                          n_groups, off_m, off_n, 0, GROUP, BN, BK, PROMOTE, OUT_BF16)),
-        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs,
-                          n_groups, off_m, off_n, 1, GROUP, BN, BK, PROMOTE, OUT_BF16)),
+        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
+                          n_tiles, n_groups, 0, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M)),
+        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
+                          n_tiles, n_groups, 1, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M)),
         (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs,
-                           ready, empty, M, N, off_m, off_n, n_groups, STEPS, BK)),
+                           ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN, GROUP_M)),
     ], [4, 1], [232, 40])
