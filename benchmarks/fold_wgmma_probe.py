@@ -56,7 +56,7 @@ def one(shape: str, config: str) -> dict:
     for case in ("normal", "spread", "wide"):
         a, b = operands(m, n, k, group, case)
         for out in (torch.float32, torch.bfloat16):
-            ref = folded_matmul(a, b, out, promote=promote)
+            ref = folded_matmul(a, b, out, promote=promote, kernel="triton")
             got = folded_matmul_wgmma(a, b, out, promote=promote, bn=bn, stages=stages)
             iv = torch.int32 if out == torch.float32 else torch.int16
             diff = int((ref.view(iv) != got.view(iv)).sum())
@@ -74,7 +74,8 @@ def one(shape: str, config: str) -> dict:
     one_ = torch.ones((), device="cuda")
     fp8 = do_bench(lambda: torch._scaled_mm(x8, w8.T, one_, one_, out_dtype=torch.bfloat16),
                    warmup=50, rep=300, return_mode="median")
-    lib = do_bench(lambda: folded_matmul(a, b, torch.bfloat16, promote=promote), warmup=50,
+    lib = do_bench(lambda: folded_matmul(a, b, torch.bfloat16, promote=promote, kernel="triton"),
+                   warmup=50,
                    rep=300, return_mode="median")
     glu = do_bench(lambda: folded_matmul_wgmma(a, b, torch.bfloat16, promote=promote, bn=bn,
                                                stages=stages),

@@ -242,14 +242,20 @@ def section_gemm(rows):
         # autotuned per shape, outside the timing), at each method's group
         # (native.gemm.FOLD_GROUPS: 4 blocks promoted, 32 chained); fold time apart
         g_exact, g_fp8 = native.gemm.FOLD_GROUPS["fp8_exact"], native.gemm.FOLD_GROUPS["fp8"]
-        fa, fb = fold.fold(qa, g_exact), fold.fold(qb, g_exact)
-        fold.folded_matmul(fa, fb, torch.bfloat16)
+        # (the GEMM: the Gluon kernel on sm_90, ``folded_matmul(kernel='auto')``, beside the
+        # Triton kernel; the same bits)
+        fa, fb = fold.fold(qa, g_exact, pow2=True), fold.fold(qb, g_exact, pow2=True)
+        fold.folded_matmul(fa, fb, torch.bfloat16, kernel="triton")
         t_fgemm = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16))
+        t_fgemm_t = bench(lambda: fold.folded_matmul(fa, fb, torch.bfloat16, kernel="triton"))
         fcfg = fold.tuned_tile(True, m, n, k, g_exact)
-        ca, cb = fold.fold(qa, g_fp8), fold.fold(qb, g_fp8)
-        fold.folded_matmul(ca, cb, torch.bfloat16, promote=False)
+        ca, cb = fold.fold(qa, g_fp8, pow2=True), fold.fold(qb, g_fp8, pow2=True)
+        fold.folded_matmul(ca, cb, torch.bfloat16, promote=False, kernel="triton")
         t_fchain = bench(lambda: fold.folded_matmul(ca, cb, torch.bfloat16, promote=False))
+        t_fchain_t = bench(lambda: fold.folded_matmul(ca, cb, torch.bfloat16, promote=False,
+                                                      kernel="triton"))
         ccfg = fold.tuned_tile(False, m, n, k, g_fp8)
+        kern = "Gluon" if fold.wgmma_supported(fa, fb, torch.bfloat16) is None else "Triton"
         t_exact_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
                                                      method="fp8_exact"))
         t_fp8_e2e = bench(lambda: native.mx_matmul(qa, qb, out_dtype=torch.bfloat16,
@@ -274,8 +280,14 @@ def section_gemm(rows):
         cases = (("cuBLAS bf16", t_bf16, None), ("FP8 _scaled_mm", t_fp8, None),
                  ("dot_scaled mxfp4", t_mx, cfg), ("dot_scaled mxfp8", t_mx8, None),
                  ("mxfp4 method=bf16 (dequantize + cuBLAS bf16)", t_deq, None),
-                 (f"mxfp4 folded FP8 GEMM promoted (group {g_exact}, GEMM only)", t_fgemm, fcfg),
-                 (f"mxfp4 folded FP8 GEMM chained (group {g_fp8}, GEMM only)", t_fchain, ccfg),
+                 (f"mxfp4 method=fp8_exact (GEMM only: folded group {g_exact}, promoted, "
+                  f"{kern})", t_fgemm, None),
+                 (f"mxfp4 method=fp8 (GEMM only: folded group {g_fp8}, chained, {kern})",
+                  t_fchain, None),
+                 (f"mxfp4 folded FP8 GEMM promoted (group {g_exact}, GEMM only, Triton kernel)",
+                  t_fgemm_t, fcfg),
+                 (f"mxfp4 folded FP8 GEMM chained (group {g_fp8}, GEMM only, Triton kernel)",
+                  t_fchain_t, ccfg),
                  ("mxfp4 method=fp8_exact (fold both + GEMM)", t_exact_e2e, None),
                  ("mxfp4 method=fp8 (fold both + GEMM)", t_fp8_e2e, None),
                  (f"mxfp4 folded FP8 _scaled_mm blockwise 1x128 (group {g_exact}, GEMM only)",

@@ -128,12 +128,20 @@ def check_group(group: int, nblk: int) -> None:
                          f"or all of them (a whole row), got {group}")
 
 
-def fold(mx: MXTensor, group: int | None = 4) -> FoldedTensor:
+def fold(mx: MXTensor, group: int | None = 4, pow2: bool = False) -> FoldedTensor:
     """Fold an MX operand (its K-major rows, K along the last axis) with one exponent per
-    ``group`` blocks (``check_group``; None: the whole row, as ``emulator.fold.fold``)."""
+    ``group`` blocks (``check_group``; None: the whole row, as ``emulator.fold.fold``);
+    ``pow2``: also each group's 2^R, group-major (``FoldedTensor.pow2``)."""
     if mx.block_size != BLOCK_SIZE:
         raise ValueError(f"fold takes blocks of {BLOCK_SIZE}, got {mx.block_size}")
-    return fold_kmajor(mx.data, mx.scales_kmajor, mx.shape[mx.axis], mx.fmt, group)
+    return fold_kmajor(mx.data, mx.scales_kmajor, mx.shape[mx.axis], mx.fmt, group, pow2)
+
+
+def gluon_gemm_device(device: torch.device) -> bool:
+    """Whether ``folded_matmul`` runs the Gluon kernel on ``device`` (sm_90, not under the
+    interpreter), which reads the groups' 2^R: the folds that feed it write them
+    (``pow2=True``) rather than the GEMM building them on the host each call."""
+    return device.type == "cuda" and not interpreting() and hopper(device)
 
 
 def quantize_folded(x: torch.Tensor, fmt, group: int | None = 4, *, axis: int = -1,
@@ -428,7 +436,7 @@ def dot_model(device) -> str | None:
 def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
                   *, k_per_dot: int | None = None, promote: bool = True,
                   tile: tuple[int, int, int, int] | None = None,
-                  span: int | None = None) -> torch.Tensor:
+                  span: int | None = None, kernel: str = "auto") -> torch.Tensor:
     """A Bᵀ of two folded operands (rows, K): the emulator's ``folded_matmul`` with
     ``dot=dot_model(device)`` and ``promote=32`` (``promote=True``: every K = 32 dot leaves the
     tensor core at once) or ``promote=32 * group`` (False: the group's dots chained in the
@@ -438,7 +446,23 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     GPU). ``tile``: (BLOCK_M, BLOCK_N, warps, stages) instead of the autotuned tile (a tile
     never changes the bits; ``benchmarks/fold_tile_sweep.py``). ``span`` (chained only): the
     dots chained over spans of ``span`` blocks, the spans' sums added in float32
-    (``promote=32 * span``: ``emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE``'s sums)."""
+    (``promote=32 * span``: ``emulator.fold.HOPPER_FP8_CUBLAS_ROWWISE``'s sums).
+
+    ``kernel``: 'triton' (``kernels.fold.folded_gemm_kernel``), 'gluon'
+    (``folded_matmul_wgmma``: sm_90 only, groups of a multiple of 4 blocks, no span, tiles that
+    fit the operands) or 'auto' (the default): Gluon where it takes the GEMM and no tile or
+    ``k_per_dot`` is asked for, else Triton. The same sums either way (tested bit for bit on
+    an H200); Gluon is the fast one on Hopper (``results/native_gpu/fold_wgmma_h200.md``)."""
+    if kernel not in ("auto", "triton", "gluon"):
+        raise ValueError(f"kernel must be 'auto', 'triton' or 'gluon', got {kernel!r}")
+    if kernel != "triton" and not (tile or k_per_dot or span):
+        why = wgmma_supported(a, b, out_dtype)
+        if why is None:
+            return folded_matmul_wgmma(a, b, out_dtype, promote=promote)
+        if kernel == "gluon":
+            raise ValueError(f"folded_matmul(kernel='gluon'): {why}")
+    elif kernel == "gluon":
+        raise ValueError("folded_matmul(kernel='gluon') takes no tile, k_per_dot or span")
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
@@ -480,6 +504,9 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
 
 
 WGMMA_BK = 128  # K of one TMA stage in the Gluon kernel
+WGMMA_BN = 128  # its tile's columns (a consumer warpgroup's: a group sum and the accumulator
+WGMMA_HALF_M = 64  # of 64 x 128 float32 each) and a consumer warpgroup's rows (its HALF_M)
+WGMMA_STAGES = 4  # TMA stages (results/native_gpu/fold_wgmma_h200.md: 4 beat 3)
 
 
 @functools.lru_cache(maxsize=None)
@@ -494,11 +521,17 @@ def group_pow2(f: FoldedTensor) -> torch.Tensor:
     return p2.reshape(-1)
 
 
-def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype) -> str | None:
+def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
+                    bn: int = WGMMA_BN) -> str | None:
     """None where ``folded_matmul_wgmma`` can take these operands, else why not."""
     m, k = a.codes.shape
-    if a.codes.device.type != "cuda" or not hopper(a.codes.device):
+    n = b.codes.shape[0]
+    if not gluon_gemm_device(a.codes.device):
         return "the Gluon folded GEMM runs on sm_90 only"
+    if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
+        return "folded operands need the same K and the same group"
+    if m < 2 * WGMMA_HALF_M or n < bn:
+        return f"its tiles are {2 * WGMMA_HALF_M} x {bn}: M = {m}, N = {n} is smaller"
     if (32 * a.group) % WGMMA_BK:
         return f"a group of {a.group} blocks is not a multiple of {WGMMA_BK // 32} blocks"
     if b.codes.shape[0] % (4 if out_dtype == torch.float32 else 8):
@@ -510,16 +543,15 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype) ->
 
 
 def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
-                        *, promote: bool = True, bn: int = 128, stages: int = 4) -> torch.Tensor:
+                        *, promote: bool = True, bn: int = WGMMA_BN,
+                        stages: int = WGMMA_STAGES) -> torch.Tensor:
     """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
     (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
     operands (an exponent past ``RANK1_EXP``) go to the Triton kernel's general epilogue, as
     there: each launch checks the flags on the device and one of them computes."""
-    if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
-        raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
-    why = wgmma_supported(a, b, out_dtype)
+    why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")
     from triton.experimental.gluon import language as gl
@@ -531,7 +563,7 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     if not (m and n):
         return c
     bk = WGMMA_BK
-    half = int(fold_wgmma.HALF_M)
+    half = WGMMA_HALF_M
     e4m3 = gl.float8e4nv
     a_desc = TensorDescriptor.from_tensor(
         a.codes.view(torch.float8_e4m3fn), [2 * half, bk],

@@ -341,8 +341,9 @@ def _folded(da, sa, db, sb, fmt_a, fmt_b, k: int, out_dtype, model) -> torch.Ten
     """The folded FP8 GEMM (``native.fold``) with ``model``'s group and promotion; its dot is
     the device's (``fold.dot_model``)."""
     group = model.group_for(k)
-    fa = fold.fold_kmajor(da, sa, k, fmt_a, group)
-    fb = fold.fold_kmajor(db, sb, k, fmt_b, group)
+    pow2 = fold.gluon_gemm_device(da.device)
+    fa = fold.fold_kmajor(da, sa, k, fmt_a, group, pow2)
+    fb = fold.fold_kmajor(db, sb, k, fmt_b, group, pow2)
     return fold.folded_matmul(fa, fb, out_dtype, promote=not model.chained,
                               span=model.chain if model.chained else None)
 

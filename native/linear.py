@@ -38,7 +38,7 @@ from .. import emulator
 from ..spec import BLOCK_SIZE, Rotation, get_format, parse_rotation
 from .baselines import bf16_matmul, fp8_matmul
 from .dispatch import pick_backend
-from .fold import quantize_folded
+from .fold import gluon_gemm_device, quantize_folded
 from .gemm import (CUBLAS_METHODS, FOLD_METHODS, FOLD_MODELS, auto_method, bf16_product,
                    check_cublas_shapes, fit_method, folded_product, mx_matmul)
 from .ops import (both_axes_applies, dequantize, numerics, quantize, quantize_dequantize,
@@ -241,7 +241,10 @@ def _folded_gemm(method: str, gemm: str, g: GemmRecipe, a, a_axis: int, b, b_axi
     if method in CUBLAS_METHODS:
         check_cublas_shapes(a.device, m, n, k, method)
     group = FOLD_MODELS[method].group_for(k)
-    fa, fb = (quantize_folded(t, g.element, group, pow2=method in CUBLAS_METHODS, **kw)
+    # 2^R group-major for cuBLAS's scales and for the Gluon kernel (sm_90), which reads them
+    # through TMA: written in the quantize pass, not built on the host a call
+    pow2 = method in CUBLAS_METHODS or gluon_gemm_device(a.device)
+    fa, fb = (quantize_folded(t, g.element, group, pow2=pow2, **kw)
               for t, kw in zip((a, b), _operand_options(gemm, g, a_axis, b_axis, ctx, keys)))
     return folded_product(method, fa, fb, out_dtype)
 

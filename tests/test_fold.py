@@ -1562,7 +1562,7 @@ def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeyp
 
 
 @pytest.mark.parametrize("promote, group", [(True, 4), (False, 32), (True, 8), (False, 4)])
-@pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (200, 136, 2048), (130, 8, 1024)])
+@pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (200, 136, 2048), (130, 136, 1024)])
 def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k):
     """The Gluon folded GEMM (``native.fold.folded_matmul_wgmma``: TMA, a producer warp, two
     consumer warpgroups, persistent) gives ``folded_matmul``'s bits (the Triton kernel's, the
@@ -1589,17 +1589,38 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
             fa.pow2 = native_fold.group_scales(fa).t().contiguous()
             fb.pow2 = native_fold.group_scales(fb).t().contiguous()
         for out, iv in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16)):
-            want = native_fold.folded_matmul(fa, fb, out, promote=promote)
-            got = native_fold.folded_matmul_wgmma(fa, fb, out, promote=promote)
+            want = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="triton")
+            got = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="gluon")
             diff = (got.view(iv) != want.view(iv)).sum().item()
             assert diff == 0, f"{out}: {diff} of {m * n} outputs differ"
-    fw = native_fold.fold(operand(n, big=35.0), group)
+    fw = native_fold.fold(operand(n, big=60.0), group)
     assert fw.wide.item() != 0
-    want = native_fold.folded_matmul(fa, fw, promote=promote)
-    got = native_fold.folded_matmul_wgmma(fa, fw, promote=promote)
+    want = native_fold.folded_matmul(fa, fw, promote=promote, kernel="triton")
+    got = native_fold.folded_matmul(fa, fw, promote=promote)  # 'auto': Gluon's launch too
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     if m * n <= 200 * 136:
         ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
         ref = folded_matmul(ea, eb, "hopper", promote=32 if promote else 32 * group)
-        got = native_fold.folded_matmul_wgmma(fa, fb, promote=promote).cpu().numpy()
+        got = native_fold.folded_matmul(fa, fb, promote=promote, kernel="gluon").cpu().numpy()
         assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_folded_matmul_kernel_choice_is_checked():
+    """``folded_matmul(kernel=...)``: an unknown kernel and the Gluon one where it cannot run
+    (off sm_90, a span) are refused by name; 'auto' falls back to the Triton kernel."""
+    torch = pytest.importorskip("torch")
+    from ocpmx import native
+    from ocpmx.native import fold as native_fold
+    x = torch.randn(32, 256)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not native.interpreting():
+        pytest.skip("CPU tensors reach the Triton kernels through the interpreter only")
+    f = native_fold.fold(native.quantize(x.to(device), "e2m1"), 4)
+    with pytest.raises(ValueError, match="kernel must be"):
+        native_fold.folded_matmul(f, f, kernel="cutlass")
+    with pytest.raises(ValueError, match="no tile, k_per_dot or span"):
+        native_fold.folded_matmul(f, f, kernel="gluon", k_per_dot=32)
+    with pytest.raises(ValueError, match="sm_90 only|tiles are 128 x 128"):
+        native_fold.folded_matmul(f, f, kernel="gluon")
+    want = native_fold.folded_matmul(f, f, kernel="triton")
+    assert torch.equal(native_fold.folded_matmul(f, f).view(torch.int32), want.view(torch.int32))
