@@ -534,7 +534,9 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
         return f"its tiles are {2 * WGMMA_HALF_M} x {bn}: M = {m}, N = {n} is smaller"
     if (32 * a.group) % WGMMA_BK:
         return f"a group of {a.group} blocks is not a multiple of {WGMMA_BK // 32} blocks"
-    if b.codes.shape[0] % (4 if out_dtype == torch.float32 else 8):
+    if m % 4 or n % 4:  # a group's 2^R run of M (N) floats starts on 16 bytes; an H200
+        return f"TMA needs M and N in multiples of 4, got M = {m}, N = {n}"  # faulted at 130
+    if n % (4 if out_dtype == torch.float32 else 8):
         return "TMA stores need output rows of a multiple of 16 bytes"
     for t in (a.codes, b.codes):
         if t.data_ptr() % 16 or t.stride() != (k, 1):

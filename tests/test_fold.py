@@ -1562,7 +1562,7 @@ def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeyp
 
 
 @pytest.mark.parametrize("promote, group", [(True, 4), (False, 32), (True, 8), (False, 4)])
-@pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (200, 136, 2048), (130, 136, 1024)])
+@pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (200, 136, 2048), (132, 136, 1024)])
 def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k):
     """The Gluon folded GEMM (``native.fold.folded_matmul_wgmma``: TMA, a producer warp, two
     consumer warpgroups, persistent) gives ``folded_matmul``'s bits (the Triton kernel's, the
@@ -1598,7 +1598,7 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
     want = native_fold.folded_matmul(fa, fw, promote=promote, kernel="triton")
     got = native_fold.folded_matmul(fa, fw, promote=promote)  # 'auto': Gluon's launch too
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
-    if m * n <= 200 * 136:
+    if m * n <= 200 * 136:  # (M = 130 faulted: TMA reads 2^R rows starting on 16 bytes)
         ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
         ref = folded_matmul(ea, eb, "hopper", promote=32 if promote else 32 * group)
         got = native_fold.folded_matmul(fa, fb, promote=promote, kernel="gluon").cpu().numpy()
@@ -1620,7 +1620,33 @@ def test_folded_matmul_kernel_choice_is_checked():
         native_fold.folded_matmul(f, f, kernel="cutlass")
     with pytest.raises(ValueError, match="no tile, k_per_dot or span"):
         native_fold.folded_matmul(f, f, kernel="gluon", k_per_dot=32)
-    with pytest.raises(ValueError, match="sm_90 only|tiles are 128 x 128"):
+    with pytest.raises(ValueError, match="sm_90 only|tiles are 128 x 128"):  # M = 32
         native_fold.folded_matmul(f, f, kernel="gluon")
     want = native_fold.folded_matmul(f, f, kernel="triton")
     assert torch.equal(native_fold.folded_matmul(f, f).view(torch.int32), want.view(torch.int32))
+
+
+def test_gluon_gemm_refuses_rows_tma_cannot_take(monkeypatch):
+    """``fold.wgmma_supported`` names what the Gluon kernel cannot take (M or N not a
+    multiple of 4: a group's 2^R run would start off 16 bytes, which faulted on an H200; tiles
+    larger than the operands; groups of fewer than 4 blocks), so 'auto' keeps those on the
+    Triton kernel: checked on the host, as if on sm_90."""
+    torch = pytest.importorskip("torch")
+    from ocpmx.native import fold as native_fold
+    from ocpmx.spec import get_format
+    monkeypatch.setattr(native_fold, "gluon_gemm_device", lambda device: True)
+
+    def folded(rows, k=1024, group=4):
+        return native_fold.FoldedTensor(torch.zeros(rows, k, dtype=torch.uint8),
+                                        torch.zeros(rows, k // (32 * group), dtype=torch.int32),
+                                        torch.zeros(rows, k // 32, dtype=torch.uint8), group,
+                                        get_format("e2m1"), torch.zeros(2, dtype=torch.int64))
+    assert native_fold.wgmma_supported(folded(132), folded(136), torch.float32) is None
+    assert "multiples of 4" in native_fold.wgmma_supported(folded(130), folded(136),
+                                                           torch.float32)
+    assert "multiples of 4" in native_fold.wgmma_supported(folded(132), folded(138),
+                                                           torch.float32)
+    assert "16 bytes" in native_fold.wgmma_supported(folded(132), folded(132), torch.bfloat16)
+    assert "tiles are" in native_fold.wgmma_supported(folded(64), folded(136), torch.float32)
+    assert "multiple of 4 blocks" in native_fold.wgmma_supported(
+        folded(132, group=2), folded(136, group=2), torch.float32)
