@@ -586,7 +586,7 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
         a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, num_warps=4, maxnreg=168,
-        enable_fp_fusion=False)
+        enable_fp_fusion=False)  # the epilogue's product rounded, then added
     kt = 32 * math.gcd(a.group, 4)
     args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
             c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)

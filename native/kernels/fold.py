@@ -27,11 +27,11 @@ NAN_EXP = tl.constexpr(NAN_EXPONENT)
 
 # |exponent| bound of the per-row times per-column form (T * 2^ea) * 2^eb: T is 0 or a
 # multiple of 2^-18 below 2^42 (E4M3 products, at most 2^17.2 each, K < 2^24 of them: the host
-# checks K), so for |ea|, |eb| <= 40 both T * 2^ea and T * 2^(ea + eb) are exact normal float32
-# values (2^-98 <= |T 2^(ea + eb)| < 2^122): the epilogue's only rounding is the add into the
-# accumulator, which is why the Gluon kernel (``fold_wgmma``) may fuse the second product into
-# it. (Up to 50 the products stay exact but can overflow; 40 keeps the fused form exact.)
-RANK1_EXP = tl.constexpr(40)
+# checks K), so T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the
+# second multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it. (The Gluon kernel,
+# ``fold_wgmma``, computes the same form; a training step's gradients reach group exponents
+# near -40, so a smaller bound sends more of its GEMMs to the general epilogue.)
+RANK1_EXP = tl.constexpr(50)
 
 
 # the fold's target, E4M3 (``emulator.fold.TARGET``), as the kernels' constants

@@ -12,10 +12,10 @@ for the same group and promotion, because each element's arithmetic is the same 
 - chained (method ``fp8``, ``HOPPER_FP8_CHAINED``): the group's wgmmas accumulate into one
   another in the tensor core (no ``max_num_imprecise_acc``: Hopper's default for FP8 is
   never to promote), from a zero sum.
-- per group: acc += (T * 2^ea) * 2^eb, only where every group exponent of both operands lies
-  in +-RANK1_EXP (``fold.folded_gemm_kernel``'s RANK1 epilogue), where both products are
-  exact: one multiply and one fused multiply-add give the model's bits. A launch with a wide
-  operand computes nothing here and the Triton kernel's RANK1=False launch does the GEMM.
+- per group: acc += (T * 2^ea) * 2^eb, two rounded products then a rounded add (the launch
+  sets ``enable_fp_fusion=False``), only where every group exponent of both operands lies in
+  +-RANK1_EXP (``fold.folded_gemm_kernel``'s RANK1 epilogue). A launch with a wide operand
+  computes nothing here and the Triton kernel's RANK1=False launch does the whole GEMM.
   The groups' 2^ea and 2^eb come group-major (one row of M or N floats a group) through TMA
   with the group's last K step, so the epilogue never waits on a global load.
 
@@ -139,10 +139,10 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
                 if PROMOTE or s == STEPS - 1:
                     mbarrier.arrive(empty.index(stage), count=1)
                 i += 1
-            # acc + (T 2^ea) 2^eb: both products exact normal floats where every exponent lies
-            # in +-fold.RANK1_EXP (its comment), so the fused multiply-add's one rounding is
-            # the add's
-            acc = gl.fma(t * sa[:, None], sb[None, :], acc)
+            # acc + (T 2^ea) 2^eb: T 2^ea exact where every exponent lies in +-fold.RANK1_EXP
+            # (its comment), then the product's one rounding and the add's (the launch sets
+            # enable_fp_fusion=False: no fused multiply-add)
+            acc = acc + (t * sa[:, None]) * sb[None, :]
         tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
         gl.thread_barrier()  # issued it waited; the barrier holds the others until it has)
         if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
