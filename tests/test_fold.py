@@ -1650,3 +1650,71 @@ def test_gluon_gemm_refuses_rows_tma_cannot_take(monkeypatch):
     assert "tiles are" in native_fold.wgmma_supported(folded(64), folded(136), torch.float32)
     assert "multiple of 4 blocks" in native_fold.wgmma_supported(
         folded(132, group=2), folded(136, group=2), torch.float32)
+
+
+_SM90_GLUON = r"""
+import json, os, sys
+os.environ.pop("TRITON_INTERPRET", None)
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import mangle_type
+from ocpmx.audit.check import _nvidia_facts
+from ocpmx.native import fold
+from ocpmx.native.kernels import fold_wgmma
+fn = fold_wgmma.folded_gemm_wgmma_kernel
+half, bn, bk = fold.WGMMA_HALF_M, fold.WGMMA_BN, fold.WGMMA_BK
+
+def desc(shape, block, dtype, gtype):
+    return mangle_type(TensorDescriptor.from_tensor(
+        torch.empty(shape, dtype=dtype), block,
+        gl.NVMMASharedLayout.get_default_for(block, gtype)))
+out = []
+for promote, group in ((True, 4), (False, 32)):
+    sig = {"a_desc": desc((8192, 4096), [2 * half, bk], torch.float8_e4m3fn, gl.float8e4nv),
+           "b_desc": desc((4096, 4096), [bn, bk], torch.float8_e4m3fn, gl.float8e4nv),
+           "c_desc": desc((8192, 4096), [half, bn], torch.int16, gl.int16),
+           "pa_desc": desc((8192 * 32,), [2 * half], torch.float32, gl.float32),
+           "pb_desc": desc((4096 * 32,), [bn], torch.float32, gl.float32),
+           "wide_a_ptr": "*i64", "wide_b_ptr": "*i64", "M": "i32", "N": "i32", "K": "i32"}
+    consts = dict(GROUP=group, BN=bn, BK=bk, STAGES=fold.WGMMA_STAGES, PROMOTE=promote,
+                  OUT_BF16=True, GROUP_M=8)
+    sig.update({c: "constexpr" for c in consts})
+    src = GluonASTSource(fn, sig, {(fn.arg_names.index(c),): v for c, v in consts.items()},
+                         {(i,): [["tt.divisibility", 16]] for i in (5, 6)})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4, maxnreg=168, enable_fp_fusion=False))
+    facts = _nvidia_facts(k)
+    sass = facts["text"]
+    out.append(dict(promote=promote, spills=facts["spills"], shared=int(k.metadata.shared),
+                    qgmma=sass.count("QGMMA.64x128x32.F32.E4M3.E4M3"),
+                    setmaxnreg=sass.count("USETMAXREG")))
+print(json.dumps(out))
+"""
+
+
+def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
+    """The Gluon folded GEMM (``kernels.fold_wgmma``) compiled for sm_90a without the chip
+    (the installed Triton and its ptxas; the GPU host's Triton 3.6 gave the same SASS as the
+    tree whose bits were checked on an H200): both forms warp-specialized (register budgets
+    set per partition), no register spilled, its stages within Hopper's 227 KiB of shared
+    memory, and the wgmmas a consumer issues per K step: four K = 32 ones promoted one by one
+    (PROMOTE), or one K = 128 dot (chained); two consumers. A spill or a lost stage here is a
+    lost factor in speed, found on a CPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("triton.experimental.gluon")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _SM90_GLUON], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for f in json.loads(r.stdout.strip().splitlines()[-1]):
+        assert not f["spills"], f
+        assert f["setmaxnreg"] > 0 and f["shared"] <= 232448, f
+        # two consumers, 4 K = 32 wgmmas each per 128 of K; chained: one group of 8 steps,
+        # each step's K = 128 dot issued as 4 wgmmas, unrolled
+        assert f["qgmma"] == (2 * 4 if f["promote"] else 2 * 8 * 4), f

@@ -35,6 +35,34 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 HALF_M = gl.constexpr(64)  # rows of one warpgroup's wgmma tile
+# Triton 3.6 (the GPU host's) and 3.9 (CI's) name three things differently: the TMA copies
+# (async_copy_global_to_shared, async_copy_shared_to_global / async_load, async_store) and a
+# partition's barrier (thread_barrier / barrier); each helper is defined for the Triton here
+if hasattr(tma, "async_store"):
+    @gluon.jit
+    def _tma_load(desc, coord, bar, dst):
+        tma.async_load(desc, coord, bar, dst)
+
+    @gluon.jit
+    def _tma_store(desc, coord, src):
+        tma.async_store(desc, coord, src)
+else:
+    @gluon.jit
+    def _tma_load(desc, coord, bar, dst):
+        tma.async_copy_global_to_shared(desc, coord, bar, dst)
+
+    @gluon.jit
+    def _tma_store(desc, coord, src):
+        tma.async_copy_shared_to_global(desc, coord, src)
+
+if hasattr(gl, "barrier"):
+    @gluon.jit
+    def _partition_barrier():
+        gl.barrier()
+else:
+    @gluon.jit
+    def _partition_barrier():
+        gl.thread_barrier()
 
 
 @gluon.jit
@@ -79,15 +107,15 @@ def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, p
                 bar = ready.index(stage)
                 if s == STEPS - 1:
                     mbarrier.expect(bar, tile_bytes + scale_bytes)
-                    tma.async_copy_global_to_shared(pa_desc, [g * M + off_m], bar,
+                    _tma_load(pa_desc, [g * M + off_m], bar,
                                                     pa_bufs.index(stage))
-                    tma.async_copy_global_to_shared(pb_desc, [g * N + off_n], bar,
+                    _tma_load(pb_desc, [g * N + off_n], bar,
                                                     pb_bufs.index(stage))
                 else:
                     mbarrier.expect(bar, tile_bytes)
                 k = (g * STEPS + s) * BK
-                tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(stage))
-                tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_bufs.index(stage))
+                _tma_load(a_desc, [off_m, k], bar, a_bufs.index(stage))
+                _tma_load(b_desc, [off_n, k], bar, b_bufs.index(stage))
                 i += 1
 
 
@@ -144,7 +172,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
             # enable_fp_fusion=False: no fused multiply-add)
             acc = acc + (t * sa[:, None]) * sb[None, :]
         tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
-        gl.thread_barrier()  # issued it waited; the barrier holds the others until it has)
+        _partition_barrier()  # issued it waited; the barrier holds the others until it has)
         if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
             u = acc.to(gl.int32, bitcast=True)
             r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
@@ -153,7 +181,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
         else:
             c_smem.store(acc)
         fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [off_m + HALF * HALF_M, off_n], c_smem)
+        _tma_store(c_desc, [off_m + HALF * HALF_M, off_n], c_smem)
     tma.store_wait(pendings=0)
 
 
