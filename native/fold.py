@@ -451,8 +451,10 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     ``kernel``: 'triton' (``kernels.fold.folded_gemm_kernel``), 'gluon'
     (``folded_matmul_wgmma``: sm_90 only, groups of a multiple of 4 blocks, no span, tiles that
     fit the operands) or 'auto' (the default): Gluon where it takes the GEMM and no tile or
-    ``k_per_dot`` is asked for, else Triton. The same sums either way (tested bit for bit on
-    an H200); Gluon is the fast one on Hopper (``results/native_gpu/fold_wgmma_h200.md``)."""
+    ``k_per_dot`` is asked for, else Triton. The same sums either way (``tests/test_fold.py``
+    on an H200: ragged tiles, wide operands and the emulator at 4dd8575, the final epilogue
+    form at 8192 x 4096 x 4096 at 1607d21); Gluon is the fast one on Hopper
+    (``results/native_gpu/fold_wgmma_h200.md``)."""
     if kernel not in ("auto", "triton", "gluon"):
         raise ValueError(f"kernel must be 'auto', 'triton' or 'gluon', got {kernel!r}")
     if kernel != "triton" and not (tile or k_per_dot or span):
@@ -507,6 +509,21 @@ WGMMA_BK = 128  # K of one TMA stage in the Gluon kernel
 WGMMA_BN = 128  # its tile's columns (a consumer warpgroup's: a group sum and the accumulator
 WGMMA_HALF_M = 64  # of 64 x 128 float32 each) and a consumer warpgroup's rows (its HALF_M)
 WGMMA_STAGES = 4  # TMA stages (results/native_gpu/fold_wgmma_h200.md: 4 beat 3)
+WGMMA_MAX_GROUP = 32  # blocks: method fp8's groups; a whole row stays on the Triton kernel
+# wide operands (a group exponent past RANK1_EXP) through the Gluon kernel's own general
+# epilogue instead of the Triton kernel's: written, compiled for sm_90, NOT yet run on a GPU
+# (tests/test_fold.py's wgmma test forces it on there); until then the Triton kernel's
+WGMMA_WIDE = False
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_layout(block: tuple, dtype: torch.dtype):
+    """The NVMMA shared-memory layout of a TMA box of ``block`` elements of ``dtype`` (made
+    once per box: the Gluon launch's five descriptors take one each)."""
+    from triton.experimental.gluon import language as gl
+    gtype = {torch.float8_e4m3fn: gl.float8e4nv, torch.float32: gl.float32,
+             torch.int16: gl.int16}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), gtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -530,10 +547,13 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
         return "the Gluon folded GEMM runs on sm_90 only"
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         return "folded operands need the same K and the same group"
+    if BLOCK_M_MAX * k >= 2**31:  # the Triton kernel's offsets (its launch for wide operands)
+        return f"K = {k} is too long for the Triton kernel beside it"
     if m < 2 * WGMMA_HALF_M or n < bn:
         return f"its tiles are {2 * WGMMA_HALF_M} x {bn}: M = {m}, N = {n} is smaller"
-    if (32 * a.group) % WGMMA_BK:
-        return f"a group of {a.group} blocks is not a multiple of {WGMMA_BK // 32} blocks"
+    if (32 * a.group) % WGMMA_BK or a.group > WGMMA_MAX_GROUP:
+        return (f"its groups are multiples of {WGMMA_BK // 32} blocks up to "
+                f"{WGMMA_MAX_GROUP} (a group's K steps are unrolled), got {a.group}")
     if m % 4 or n % 4:  # a group's 2^R run of M (N) floats starts on 16 bytes; an H200
         return f"TMA needs M and N in multiples of 4, got M = {m}, N = {n}"  # faulted at 130
     if n % (4 if out_dtype == torch.float32 else 8):
@@ -553,10 +573,11 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     there: each launch checks the flags on the device and one of them computes."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
+    if stages < 2:  # the chained form holds a stage while it waits for the next
+        raise ValueError(f"folded_matmul_wgmma: at least 2 stages, got {stages}")
     why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from .kernels import fold_wgmma
     m, k = a.codes.shape
@@ -566,27 +587,23 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
         return c
     bk = WGMMA_BK
     half = WGMMA_HALF_M
-    e4m3 = gl.float8e4nv
-    a_desc = TensorDescriptor.from_tensor(
-        a.codes.view(torch.float8_e4m3fn), [2 * half, bk],
-        gl.NVMMASharedLayout.get_default_for([2 * half, bk], e4m3))
-    b_desc = TensorDescriptor.from_tensor(
-        b.codes.view(torch.float8_e4m3fn), [bn, bk],
-        gl.NVMMASharedLayout.get_default_for([bn, bk], e4m3))
     c_out = c if out_dtype == torch.float32 else c.view(torch.int16)
-    c_type = gl.float32 if out_dtype == torch.float32 else gl.int16
-    c_desc = TensorDescriptor.from_tensor(
-        c_out, [half, bn], gl.NVMMASharedLayout.get_default_for([half, bn], c_type))
-    pa_desc = TensorDescriptor.from_tensor(
-        group_pow2(a), [2 * half], gl.NVMMASharedLayout.get_default_for([2 * half], gl.float32))
-    pb_desc = TensorDescriptor.from_tensor(
-        group_pow2(b), [bn], gl.NVMMASharedLayout.get_default_for([bn], gl.float32))
+
+    def desc(t, block):
+        return TensorDescriptor.from_tensor(t, list(block), _smem_layout(block, t.dtype))
+    a_desc = desc(a.codes.view(torch.float8_e4m3fn), (2 * half, bk))
+    b_desc = desc(b.codes.view(torch.float8_e4m3fn), (bn, bk))
+    c_desc = desc(c_out, (half, bn))
+    pa_desc = desc(group_pow2(a), (2 * half,))
+    pb_desc = desc(group_pow2(b), (bn,))
     grid = (min(cdiv(m, 2 * half) * cdiv(n, bn), _sm_count(a.codes.device)),)
     fold_wgmma.folded_gemm_wgmma_kernel[grid](
         a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
-        OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, num_warps=4, maxnreg=168,
-        enable_fp_fusion=False)  # the epilogue's product rounded, then added
+        OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE, num_warps=4,
+        maxnreg=168, enable_fp_fusion=False)  # the epilogue's product rounded, then added
+    if WGMMA_WIDE:
+        return c
     kt = 32 * math.gcd(a.group, 4)
     args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
             c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)

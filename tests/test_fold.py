@@ -1563,7 +1563,7 @@ def test_whole_row_fold_every_code_under_every_shift(device, name, path, monkeyp
 
 @pytest.mark.parametrize("promote, group", [(True, 4), (False, 32), (True, 8), (False, 4)])
 @pytest.mark.parametrize("m, n, k", [(8192, 4096, 4096), (200, 136, 2048), (132, 136, 1024)])
-def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k):
+def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k, monkeypatch):
     """The Gluon folded GEMM (``native.fold.folded_matmul_wgmma``: TMA, a producer warp, two
     consumer warpgroups, persistent) gives ``folded_matmul``'s bits (the Triton kernel's, the
     emulator's model) for each promotion and group, ragged tiles included, on operands with
@@ -1584,10 +1584,9 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
         return native.quantize(v * torch.exp2(s).repeat_interleave(32, 1), "e2m1")
     qa, qb = operand(m), operand(n)
     for pow2 in (False, True):
-        fa, fb = native_fold.fold(qa, group), native_fold.fold(qb, group)
-        if pow2:  # as quantize_folded(pow2=True) writes them
-            fa.pow2 = native_fold.group_scales(fa).t().contiguous()
-            fb.pow2 = native_fold.group_scales(fb).t().contiguous()
+        # 2^R written by the fold kernel (pow2), or built from the exponents by the host
+        fa, fb = native_fold.fold(qa, group, pow2), native_fold.fold(qb, group, pow2)
+        assert (fa.pow2 is not None) == pow2
         for out, iv in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16)):
             want = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="triton")
             got = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="gluon")
@@ -1596,8 +1595,19 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
     fw = native_fold.fold(operand(n, big=60.0), group)
     assert fw.wide.item() != 0
     want = native_fold.folded_matmul(fa, fw, promote=promote, kernel="triton")
-    got = native_fold.folded_matmul(fa, fw, promote=promote)  # 'auto': Gluon's launch too
-    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    want_ab = native_fold.folded_matmul(fa, fb, promote=promote, kernel="triton")
+    # the wide GEMM: the Triton kernel's general epilogue behind the Gluon launch, then (WIDE)
+    # the Gluon kernel's own; and a GEMM without wide operands through the WIDE kernel
+    want_wa = native_fold.folded_matmul(fw, fa, promote=promote, kernel="triton")
+    for wide_in_gluon in (False, True):
+        monkeypatch.setattr(native_fold, "WGMMA_WIDE", wide_in_gluon)
+        got = native_fold.folded_matmul(fa, fw, promote=promote)  # 'auto': Gluon's launch
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), wide_in_gluon
+        got = native_fold.folded_matmul(fw, fa, promote=promote)  # A wide
+        assert torch.equal(got.view(torch.int32), want_wa.view(torch.int32)), wide_in_gluon
+        got = native_fold.folded_matmul(fa, fb, promote=promote)
+        assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), wide_in_gluon
+    monkeypatch.setattr(native_fold, "WGMMA_WIDE", False)
     if m * n <= 200 * 136:  # (M = 130 faulted: TMA reads 2^R rows starting on 16 bytes)
         ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
         ref = folded_matmul(ea, eb, "hopper", promote=32 if promote else 32 * group)
@@ -1648,8 +1658,14 @@ def test_gluon_gemm_refuses_rows_tma_cannot_take(monkeypatch):
                                                            torch.float32)
     assert "16 bytes" in native_fold.wgmma_supported(folded(132), folded(132), torch.bfloat16)
     assert "tiles are" in native_fold.wgmma_supported(folded(64), folded(136), torch.float32)
-    assert "multiple of 4 blocks" in native_fold.wgmma_supported(
+    assert "multiples of 4 blocks" in native_fold.wgmma_supported(
         folded(132, group=2), folded(136, group=2), torch.float32)
+    assert "up to 32" in native_fold.wgmma_supported(  # a whole row's group: Triton's
+        folded(132, k=2048, group=64), folded(136, k=2048, group=64), torch.float32)
+    assert native_fold.wgmma_supported(folded(132, group=32), folded(136, group=32),
+                                       torch.bfloat16) is None
+    with pytest.raises(ValueError, match="at least 2 stages"):
+        native_fold.folded_matmul_wgmma(folded(132), folded(136), stages=1)
 
 
 _SM90_GLUON = r"""
@@ -1672,7 +1688,8 @@ def desc(shape, block, dtype, gtype):
         torch.empty(shape, dtype=dtype), block,
         gl.NVMMASharedLayout.get_default_for(block, gtype)))
 out = []
-for promote, group in ((True, 4), (False, 32)):
+for promote, group, wide in ((True, 4, False), (False, 32, False), (True, 4, True),
+                            (False, 32, True)):
     sig = {"a_desc": desc((8192, 4096), [2 * half, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "b_desc": desc((4096, 4096), [bn, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "c_desc": desc((8192, 4096), [half, bn], torch.int16, gl.int16),
@@ -1680,7 +1697,7 @@ for promote, group in ((True, 4), (False, 32)):
            "pb_desc": desc((4096 * 32,), [bn], torch.float32, gl.float32),
            "wide_a_ptr": "*i64", "wide_b_ptr": "*i64", "M": "i32", "N": "i32", "K": "i32"}
     consts = dict(GROUP=group, BN=bn, BK=bk, STAGES=fold.WGMMA_STAGES, PROMOTE=promote,
-                  OUT_BF16=True, GROUP_M=8)
+                  OUT_BF16=True, GROUP_M=8, WIDE=wide)
     sig.update({c: "constexpr" for c in consts})
     src = GluonASTSource(fn, sig, {(fn.arg_names.index(c),): v for c, v in consts.items()},
                          {(i,): [["tt.divisibility", 16]] for i in (5, 6)})
@@ -1688,7 +1705,8 @@ for promote, group in ((True, 4), (False, 32)):
                        options=dict(num_warps=4, maxnreg=168, enable_fp_fusion=False))
     facts = _nvidia_facts(k)
     sass = facts["text"]
-    out.append(dict(promote=promote, spills=facts["spills"], shared=int(k.metadata.shared),
+    out.append(dict(promote=promote, wide=wide, spills=facts["spills"],
+                    shared=int(k.metadata.shared),
                     qgmma=sass.count("QGMMA.64x128x32.F32.E4M3.E4M3"),
                     setmaxnreg=sass.count("USETMAXREG")))
 print(json.dumps(out))
@@ -1702,7 +1720,8 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
     set per partition), no register spilled, its stages within Hopper's 227 KiB of shared
     memory, and the wgmmas a consumer issues per K step: four K = 32 ones promoted one by one
     (PROMOTE), or one K = 128 dot (chained); two consumers. A spill or a lost stage here is a
-    lost factor in speed, found on a CPU."""
+    lost factor in speed, found on a CPU. Also with WIDE (the general epilogue in the kernel,
+    ``native.fold.WGMMA_WIDE``)."""
     import json
     import os
     import subprocess

@@ -5,17 +5,22 @@ loads by a producer warp, two warpgroups of wgmma consumers, each with its own 6
 The sums are those of ``fold.folded_gemm_kernel`` (and so of ``emulator.fold.folded_matmul``)
 for the same group and promotion, because each element's arithmetic is the same sequence:
 
-- PROMOTE (method ``fp8_exact``, ``HOPPER_FP8_EXACT``): a group's dot is one
-  ``warpgroup_mma`` per 128 of K with ``max_num_imprecise_acc=32``, which Triton lowers into K
-  = 32 wgmmas, each into a zeroed partial sum, each partial added to the group sum in K order;
-  the group sum starts at zero, as ``tl.dot(a, b, zeros, max_num_imprecise_acc=32)``'s does.
+- PROMOTE (method ``fp8_exact``, ``HOPPER_FP8_EXACT``): each K = 32 slice of a stage is one
+  wgmma into a fresh partial sum, the partials added to the group sum in float32 in K order,
+  as the Triton kernel's ``tl.dot(a, b, zeros, max_num_imprecise_acc=32)`` does (Triton lowers
+  that into the same K = 32 wgmmas and adds); the group's first partial is written into the
+  group sum itself (0 + p is p up to a zero's sign, which acc + T cannot see: acc starts at
+  +0 and never becomes -0 under round to nearest).
 - chained (method ``fp8``, ``HOPPER_FP8_CHAINED``): the group's wgmmas accumulate into one
   another in the tensor core (no ``max_num_imprecise_acc``: Hopper's default for FP8 is
   never to promote), from a zero sum.
 - per group: acc += (T * 2^ea) * 2^eb, two rounded products then a rounded add (the launch
   sets ``enable_fp_fusion=False``), only where every group exponent of both operands lies in
   +-RANK1_EXP (``fold.folded_gemm_kernel``'s RANK1 epilogue). A launch with a wide operand
-  computes nothing here and the Triton kernel's RANK1=False launch does the whole GEMM.
+  computes nothing here and the Triton kernel's RANK1=False launch does the whole GEMM; with
+  WIDE this kernel computes it through the general form (``_wide_scaled``, the exponents read
+  back from the 2^R floats), not yet checked on a GPU, so off by default
+  (``native.fold.WGMMA_WIDE``).
   The groups' 2^ea and 2^eb come group-major (one row of M or N floats a group) through TMA
   with the group's last K step, so the epilogue never waits on a global load.
 
@@ -75,6 +80,35 @@ def _ordered_add(x, y):
 
 
 @gluon.jit
+def _pow2(e):
+    """2^e as float32 for integer e in [-126, 127]."""
+    return ((e + 127) << 23).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _exponent(s):
+    """R from s = 2^R as float32, R in [-149, 127] (the fold's group exponents, -133 .. 121
+    for E2M1, are all there, subnormal 2^R included; a NaN s is flagged by the caller): the
+    biased exponent field, or for a subnormal the field of its bits converted to float."""
+    u = s.to(gl.int32, bitcast=True) & 0x7FFFFFFF
+    biased = u >> 23
+    sub = (u.to(gl.float32).to(gl.int32, bitcast=True) >> 23) - 276  # - 127 - 149
+    return gl.where(biased == 0, sub, biased - 127)
+
+
+@gluon.jit
+def _wide_scaled(t, sa, sb):
+    """T 2^(R_a + R_b) as the Triton kernel's general epilogue (``fold._group_scale``) rounds
+    it, for any group exponents: (T * 2^e1) * 2^e2 with e1 the sum clamped to +-100 and e2
+    the rest clamped to [-126, 127]; NaN where either group holds a NaN block."""
+    e = _exponent(sa)[:, None] + _exponent(sb)[None, :]
+    e1 = gl.minimum(gl.maximum(e, -100), 100)
+    e2 = gl.minimum(gl.maximum(e - e1, -126), 127)
+    nan = (sa != sa)[:, None] | (sb != sb)[None, :]
+    return (t * gl.where(nan, float("nan"), _pow2(e1))) * _pow2(e2)
+
+
+@gluon.jit
 def _tile_offsets(tile, M, N, BN: gl.constexpr, GROUP_M: gl.constexpr):
     """(first row, first column) of output tile ``tile``, the tiles ordered in bands of
     GROUP_M tile rows (the programs working at once share their A and B tiles in L2)."""
@@ -121,9 +155,9 @@ def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, p
 
 @gluon.jit
 def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
-                   n_tiles, n_groups, HALF: gl.constexpr, GROUP: gl.constexpr, BN: gl.constexpr,
-                   BK: gl.constexpr, PROMOTE: gl.constexpr, OUT_BF16: gl.constexpr,
-                   GROUP_M: gl.constexpr):
+                   n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
+                   BN: gl.constexpr, BK: gl.constexpr, PROMOTE: gl.constexpr,
+                   OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr):
     """One consumer warpgroup: for each of this program's tiles, rows 64 HALF .. + 64 of it:
     every group's dot, its scaled sum, the store through shared memory and TMA (rows and
     columns past M and N are not written), which completes under the next tile's K loop."""
@@ -164,13 +198,20 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
                     sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
                         gl.SliceLayout(1, layout))
                     sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
-                if PROMOTE or s == STEPS - 1:
-                    mbarrier.arrive(empty.index(stage), count=1)
+                if PROMOTE or s == STEPS - 1:  # (Triton puts a partition barrier before the
+                    mbarrier.arrive(empty.index(stage), count=1)  # one thread's arrive)
                 i += 1
             # acc + (T 2^ea) 2^eb: T 2^ea exact where every exponent lies in +-fold.RANK1_EXP
             # (its comment), then the product's one rounding and the add's (the launch sets
-            # enable_fp_fusion=False: no fused multiply-add)
-            acc = acc + (t * sa[:, None]) * sb[None, :]
+            # enable_fp_fusion=False: no fused multiply-add); a wide launch (WIDE) the
+            # general form, the same bits for any exponents
+            if WIDE:
+                if wide != 0:
+                    acc = acc + _wide_scaled(t, sa, sb)
+                else:
+                    acc = acc + (t * sa[:, None]) * sb[None, :]
+            else:
+                acc = acc + (t * sa[:, None]) * sb[None, :]
         tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
         _partition_barrier()  # issued it waited; the barrier holds the others until it has)
         if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
@@ -189,15 +230,18 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
 def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_ptr, wide_b_ptr,
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
-                             OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr):
+                             OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr,
+                             WIDE: gl.constexpr = False):
     """C[M, N] = A Bᵀ of folded operands (module doc), persistent (a program per SM walks the
     output tiles): A (M, K) and B (N, K) E4M3 through TMA
     descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
     [64, BN], the groups' 2^ea and 2^eb as flat group-major float32 (K / 32 GROUP groups of
-    M, of N) through boxes of [128] and [BN]. Computes only where neither operand is wide."""
+    M, of N) through boxes of [128] and [BN]. Computes only where neither operand is wide, or
+    with WIDE every launch (a wide one through the general epilogue)."""
     n_tiles = gl.cdiv(M, 2 * HALF_M) * gl.cdiv(N, BN)
     wide = gl.load(wide_a_ptr) | gl.load(wide_b_ptr)
-    n_tiles = gl.where(wide == 0, n_tiles, 0)  # a wide launch computes nothing
+    if not WIDE:
+        n_tiles = gl.where(wide == 0, n_tiles, 0)  # a wide launch computes nothing here
     n_groups = K // (32 * GROUP)
 
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
@@ -217,9 +261,11 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
     STEPS: gl.constexpr = GROUP * 32 // BK
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
-                          n_tiles, n_groups, 0, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M)),
+                          n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M,
+                          WIDE)),
         (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
-                          n_tiles, n_groups, 1, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M)),
+                          n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M,
+                          WIDE)),
         (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs,
                            ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN, GROUP_M)),
     ], [4, 1], [232, 40])
