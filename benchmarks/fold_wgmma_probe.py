@@ -6,7 +6,9 @@ cuBLAS FP8 per tensor, in one process per configuration (a kernel fault loses on
   python benchmarks/fold_wgmma_probe.py [--shapes KxN ...] [--configs method,BN,STAGES ...]
 
 method: ``exact`` (group 4, every K = 32 promoted: method fp8_exact) or ``chained`` (group 32,
-the group's wgmmas chained: method fp8). Bits: float32 and bf16 outputs on three operand sets
+the group's wgmmas chained: method fp8); a fourth field ``pingpong`` (exact only) makes the two
+consumer warpgroups take turns at the tensor cores (e.g. ``exact,128,4,pingpong``).
+Bits: float32 and bf16 outputs on three operand sets
 (normal; rows scaled by 2^[-20, 20]; a wide operand, 2^60, which the Triton kernel's general
 epilogue computes), compared as integers. Times: ``triton.testing.do_bench`` medians, the GEMM
 alone (operands folded beforehand), TFLOP/s and the ratio to cuBLAS bf16 in the same process.
@@ -48,16 +50,19 @@ def one(shape: str, config: str) -> dict:
     from ocpmx.native.fold import folded_matmul, folded_matmul_wgmma
     k, n = (int(v) for v in shape.split("x"))
     m = TOKENS
-    method, bn, stages = config.split(",")
+    method, bn, stages, *extra = config.split(",")
     bn, stages = int(bn), int(stages)
+    pingpong = extra == ["pingpong"]
     group, promote = GROUPS[method]
-    row = dict(shape=f"{m}x{n}x{k}", method=method, bn=bn, stages=stages)
+    row = dict(shape=f"{m}x{n}x{k}", method=method + (" pingpong" if pingpong else ""), bn=bn,
+               stages=stages)
     bits = []
     for case in ("normal", "spread", "wide"):
         a, b = operands(m, n, k, group, case)
         for out in (torch.float32, torch.bfloat16):
             ref = folded_matmul(a, b, out, promote=promote, kernel="triton")
-            got = folded_matmul_wgmma(a, b, out, promote=promote, bn=bn, stages=stages)
+            got = folded_matmul_wgmma(a, b, out, promote=promote, bn=bn, stages=stages,
+                                      pingpong=pingpong)
             iv = torch.int32 if out == torch.float32 else torch.int16
             diff = int((ref.view(iv) != got.view(iv)).sum())
             bits.append(f"{case}/{str(out)[6:]}:{'equal' if diff == 0 else f'{diff} differ'}")
@@ -78,7 +83,7 @@ def one(shape: str, config: str) -> dict:
                    warmup=50,
                    rep=300, return_mode="median")
     glu = do_bench(lambda: folded_matmul_wgmma(a, b, torch.bfloat16, promote=promote, bn=bn,
-                                               stages=stages),
+                                               stages=stages, pingpong=pingpong),
                    warmup=50, rep=300, return_mode="median")
     row.update(bf16_tflops=tf(bf16), fp8_tflops=tf(fp8), triton_tflops=tf(lib),
                gluon_tflops=tf(glu), gluon_of_bf16=round(bf16 / glu, 3),
@@ -103,8 +108,12 @@ def main():
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols), flush=True)
     for config in args.configs:
         for shape in args.shapes:
-            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", shape,
-                                config], capture_output=True, text=True, timeout=600)
+            try:  # a hung kernel (a synchronization bug) costs 3 minutes, not the hold
+                r = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", shape,
+                                    config], capture_output=True, text=True, timeout=180)
+            except subprocess.TimeoutExpired:
+                print(f"| {shape} | {config} | FAILED: no result in 180 s (hung?) |", flush=True)
+                continue
             rows = [line[4:] for line in r.stdout.splitlines() if line.startswith("ROW ")]
             if rows:
                 row = json.loads(rows[0])

@@ -514,6 +514,9 @@ WGMMA_MAX_GROUP = 32  # blocks: method fp8's groups; a whole row stays on the Tr
 # epilogue instead of the Triton kernel's: written, compiled for sm_90, NOT yet run on a GPU
 # (tests/test_fold.py's wgmma test forces it on there); until then the Triton kernel's
 WGMMA_WIDE = False
+# the promoted form's two consumers taking turns at the tensor cores (kernels.fold_wgmma's
+# PINGPONG): written and compiled for sm_90, NOT yet timed or run on a GPU: off until then
+WGMMA_PINGPONG = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -566,11 +569,14 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
 
 def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
                         *, promote: bool = True, bn: int = WGMMA_BN,
-                        stages: int = WGMMA_STAGES) -> torch.Tensor:
+                        stages: int = WGMMA_STAGES, pingpong: bool | None = None
+                        ) -> torch.Tensor:
     """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
     (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
     operands (an exponent past ``RANK1_EXP``) go to the Triton kernel's general epilogue, as
-    there: each launch checks the flags on the device and one of them computes."""
+    there: each launch checks the flags on the device and one of them computes. ``pingpong``:
+    the promoted form's consumers take turns at the tensor cores (default
+    ``WGMMA_PINGPONG``); the same bits."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if stages < 2:  # the chained form holds a stage while it waits for the next
@@ -600,7 +606,9 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     fold_wgmma.folded_gemm_wgmma_kernel[grid](
         a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
-        OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE, num_warps=4,
+        OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
+        PINGPONG=bool(promote) and (WGMMA_PINGPONG if pingpong is None else pingpong),
+        num_warps=4,
         maxnreg=168, enable_fp_fusion=False)  # the epilogue's product rounded, then added
     if WGMMA_WIDE:
         return c

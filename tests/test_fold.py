@@ -1578,10 +1578,13 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
     from ocpmx.native import fold as native_fold
     g = torch.Generator(device="cuda").manual_seed(m + n + k + group)
 
-    def operand(rows, big=0.0):
+    def operand(rows, big=0.0, nan=False):
         v = torch.randn(rows, k, device="cuda", generator=g)
         s = torch.randint(-12, 13, (rows, k // 32), device="cuda", generator=g).float() + big
-        return native.quantize(v * torch.exp2(s).repeat_interleave(32, 1), "e2m1")
+        x = v * torch.exp2(s).repeat_interleave(32, 1)
+        if nan:  # a NaN block: its group's exponent NAN_EXPONENT, NaN down its row's outputs
+            x[3, 40] = float("nan")
+        return native.quantize(x, "e2m1")
     qa, qb = operand(m), operand(n)
     for pow2 in (False, True):
         # 2^R written by the fold kernel (pow2), or built from the exponents by the host
@@ -1592,13 +1595,14 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
             got = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="gluon")
             diff = (got.view(iv) != want.view(iv)).sum().item()
             assert diff == 0, f"{out}: {diff} of {m * n} outputs differ"
-    fw = native_fold.fold(operand(n, big=60.0), group)
+    fw = native_fold.fold(operand(n, big=60.0, nan=True), group)
     assert fw.wide.item() != 0
     want = native_fold.folded_matmul(fa, fw, promote=promote, kernel="triton")
     want_ab = native_fold.folded_matmul(fa, fb, promote=promote, kernel="triton")
     # the wide GEMM: the Triton kernel's general epilogue behind the Gluon launch, then (WIDE)
     # the Gluon kernel's own; and a GEMM without wide operands through the WIDE kernel
     want_wa = native_fold.folded_matmul(fw, fa, promote=promote, kernel="triton")
+    assert want_wa[3].isnan().all() and want[:, 3].isnan().all()
     for wide_in_gluon in (False, True):
         monkeypatch.setattr(native_fold, "WGMMA_WIDE", wide_in_gluon)
         got = native_fold.folded_matmul(fa, fw, promote=promote)  # 'auto': Gluon's launch
@@ -1688,8 +1692,9 @@ def desc(shape, block, dtype, gtype):
         torch.empty(shape, dtype=dtype), block,
         gl.NVMMASharedLayout.get_default_for(block, gtype)))
 out = []
-for promote, group, wide in ((True, 4, False), (False, 32, False), (True, 4, True),
-                            (False, 32, True)):
+for promote, group, wide, pingpong in ((True, 4, False, False), (False, 32, False, False),
+                                      (True, 4, True, False), (False, 32, True, False),
+                                      (True, 4, False, True)):
     sig = {"a_desc": desc((8192, 4096), [2 * half, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "b_desc": desc((4096, 4096), [bn, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "c_desc": desc((8192, 4096), [half, bn], torch.int16, gl.int16),
@@ -1697,7 +1702,7 @@ for promote, group, wide in ((True, 4, False), (False, 32, False), (True, 4, Tru
            "pb_desc": desc((4096 * 32,), [bn], torch.float32, gl.float32),
            "wide_a_ptr": "*i64", "wide_b_ptr": "*i64", "M": "i32", "N": "i32", "K": "i32"}
     consts = dict(GROUP=group, BN=bn, BK=bk, STAGES=fold.WGMMA_STAGES, PROMOTE=promote,
-                  OUT_BF16=True, GROUP_M=8, WIDE=wide)
+                  OUT_BF16=True, GROUP_M=8, WIDE=wide, PINGPONG=pingpong)
     sig.update({c: "constexpr" for c in consts})
     src = GluonASTSource(fn, sig, {(fn.arg_names.index(c),): v for c, v in consts.items()},
                          {(i,): [["tt.divisibility", 16]] for i in (5, 6)})
@@ -1705,7 +1710,7 @@ for promote, group, wide in ((True, 4, False), (False, 32, False), (True, 4, Tru
                        options=dict(num_warps=4, maxnreg=168, enable_fp_fusion=False))
     facts = _nvidia_facts(k)
     sass = facts["text"]
-    out.append(dict(promote=promote, wide=wide, spills=facts["spills"],
+    out.append(dict(promote=promote, wide=wide, pingpong=pingpong, spills=facts["spills"],
                     shared=int(k.metadata.shared),
                     qgmma=sass.count("QGMMA.64x128x32.F32.E4M3.E4M3"),
                     setmaxnreg=sass.count("USETMAXREG")))
@@ -1721,7 +1726,8 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
     memory, and the wgmmas a consumer issues per K step: four K = 32 ones promoted one by one
     (PROMOTE), or one K = 128 dot (chained); two consumers. A spill or a lost stage here is a
     lost factor in speed, found on a CPU. Also with WIDE (the general epilogue in the kernel,
-    ``native.fold.WGMMA_WIDE``)."""
+    ``native.fold.WGMMA_WIDE``) and PINGPONG (``native.fold.WGMMA_PINGPONG``), both off until a
+    GPU has run them."""
     import json
     import os
     import subprocess

@@ -42,32 +42,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 HALF_M = gl.constexpr(64)  # rows of one warpgroup's wgmma tile
 # Triton 3.6 (the GPU host's) and 3.9 (CI's) name three things differently: the TMA copies
 # (async_copy_global_to_shared, async_copy_shared_to_global / async_load, async_store) and a
-# partition's barrier (thread_barrier / barrier); each helper is defined for the Triton here
-if hasattr(tma, "async_store"):
-    @gluon.jit
-    def _tma_load(desc, coord, bar, dst):
-        tma.async_load(desc, coord, bar, dst)
-
-    @gluon.jit
-    def _tma_store(desc, coord, src):
-        tma.async_store(desc, coord, src)
-else:
-    @gluon.jit
-    def _tma_load(desc, coord, bar, dst):
-        tma.async_copy_global_to_shared(desc, coord, bar, dst)
-
-    @gluon.jit
-    def _tma_store(desc, coord, src):
-        tma.async_copy_shared_to_global(desc, coord, src)
-
-if hasattr(gl, "barrier"):
-    @gluon.jit
-    def _partition_barrier():
-        gl.barrier()
-else:
-    @gluon.jit
-    def _partition_barrier():
-        gl.thread_barrier()
+# partition's barrier (thread_barrier / barrier); each is bound here for the Triton installed
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_partition_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 @gluon.jit
@@ -154,13 +132,19 @@ def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, p
 
 
 @gluon.jit
-def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
-                   n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
+def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs, M,
+                   N, n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
                    BN: gl.constexpr, BK: gl.constexpr, PROMOTE: gl.constexpr,
-                   OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr):
+                   OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr,
+                   PINGPONG: gl.constexpr):
     """One consumer warpgroup: for each of this program's tiles, rows 64 HALF .. + 64 of it:
     every group's dot, its scaled sum, the store through shared memory and TMA (rows and
-    columns past M and N are not written), which completes under the next tile's K loop."""
+    columns past M and N are not written), which completes under the next tile's K loop.
+
+    PINGPONG (promoted only): the two consumers take turns issuing their K = 32 wgmmas
+    (``turn``: warpgroup h waits on turn[h], issues, then hands the turn to the other), so
+    that one's float32 adds run while the other's wgmma holds the tensor cores, instead of
+    both issuing at once and then both adding. The arithmetic is the same: the same bits."""
     STAGES: gl.constexpr = a_bufs.type.shape[0]
     STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -182,10 +166,20 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
                     for j in gl.static_range(BK // 32):  # each wgmma writes over a dead value
                         aj = a.slice(32 * j, 32, dim=1)
                         bj = b.slice(32 * j, 32, dim=0)
+                        if PINGPONG:  # this warpgroup's n-th turn (n counts every slice)
+                            n = i * (BK // 32) + j
+                            mbarrier.wait(turn.index(HALF), (n & 1) ^ (1 - HALF))
                         if s == 0 and j == 0:  # 0 + p is p but for a zero's sign, which
-                            t = warpgroup_mma(aj, bj, t, use_acc=False)  # acc + T cannot see
+                            t = warpgroup_mma(aj, bj, t, use_acc=False,  # acc + T cannot see
+                                              is_async=PINGPONG)
+                            if PINGPONG:
+                                mbarrier.arrive(turn.index(1 - HALF), count=1)
+                                t = warpgroup_mma_wait(0, deps=(t,))
                         else:
-                            p = warpgroup_mma(aj, bj, p, use_acc=False)
+                            p = warpgroup_mma(aj, bj, p, use_acc=False, is_async=PINGPONG)
+                            if PINGPONG:
+                                mbarrier.arrive(turn.index(1 - HALF), count=1)
+                                p = warpgroup_mma_wait(0, deps=(p,))
                             t = _ordered_add(t, p)
                 else:  # chained; one wgmma in flight while the next stage is awaited
                     t = warpgroup_mma(a, b, t, use_acc=s > 0, is_async=True)
@@ -231,7 +225,7 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                              OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr,
-                             WIDE: gl.constexpr = False):
+                             WIDE: gl.constexpr = False, PINGPONG: gl.constexpr = False):
     """C[M, N] = A Bᵀ of folded operands (module doc), persistent (a program per SM walks the
     output tiles): A (M, K) and B (N, K) E4M3 through TMA
     descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
@@ -258,14 +252,20 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # both consumer warpgroups release a stage
+    if PINGPONG:
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for h in gl.static_range(2):
+            mbarrier.init(turn.index(h), count=1)
+    else:
+        turn = empty  # not used
     STEPS: gl.constexpr = GROUP * 32 // BK
     gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
-                          n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M,
-                          WIDE)),
-        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
-                          n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE, OUT_BF16, GROUP_M,
-                          WIDE)),
+        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs,
+                          M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE, OUT_BF16,
+                          GROUP_M, WIDE, PINGPONG)),
+        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs,
+                          M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE, OUT_BF16,
+                          GROUP_M, WIDE, PINGPONG)),
         (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs,
                            ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN, GROUP_M)),
     ], [4, 1], [232, 40])
