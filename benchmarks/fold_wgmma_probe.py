@@ -25,7 +25,7 @@ import torch
 
 TOKENS = 8192
 SHAPES = ["4096x4096", "4096x14336", "14336x4096", "4096x6144"]  # K (in) x N (out)
-CONFIGS = ["exact,128,4", "exact,128,3", "chained,128,4", "chained,128,3"]
+CONFIGS = ["exact,128,4", "exact,128,4,pingpong", "chained,128,4"]
 GROUPS = {"exact": (4, True), "chained": (32, False)}
 
 
