@@ -24,10 +24,13 @@ for the same group and promotion, because each element's arithmetic is the same 
   The groups' 2^ea and 2^eb come group-major (one row of M or N floats a group) through TMA
   with the group's last K step, so the epilogue never waits on a global load.
 
-Why two warpgroups that never wait for each other: with promotion every 32 of K, the float32
-adds of a partial sum take as long as the wgmma that made it (a 64 x BN partial: 64 BN adds
-over 128 lanes, against 2 * 64 * BN * 32 flops at 8192 flops a clock). While one warpgroup
-adds, the other's wgmma keeps the tensor cores busy; the warp scheduler interleaves them.
+Why two warpgroups: with promotion every 32 of K, the float32 adds of a partial sum take as
+long as the wgmma that made it (a 64 x BN partial: 64 BN adds over 128 lanes, against
+2 * 64 * BN * 32 flops at 8192 flops a clock), so the tensor cores stay busy only while one
+warpgroup adds and the other's wgmma runs. Left to the warp scheduler they overlap little:
+the promoted form runs at about half the bound the adds set (results/native_gpu/
+fold_wgmma_h200.md). PINGPONG makes them take turns (``native.fold.WGMMA_PINGPONG``, not yet
+run on a GPU). The chained form adds once per group and is bound by the tensor cores.
 
 GPU-only: Gluon has no interpreter. On CPU the module imports and compiles for sm_90
 (``tests/test_fold.py``); the bits are checked on an H100/H200 against the Triton kernel.
@@ -119,10 +122,8 @@ def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, p
                 bar = ready.index(stage)
                 if s == STEPS - 1:
                     mbarrier.expect(bar, tile_bytes + scale_bytes)
-                    _tma_load(pa_desc, [g * M + off_m], bar,
-                                                    pa_bufs.index(stage))
-                    _tma_load(pb_desc, [g * N + off_n], bar,
-                                                    pb_bufs.index(stage))
+                    _tma_load(pa_desc, [g * M + off_m], bar, pa_bufs.index(stage))
+                    _tma_load(pb_desc, [g * N + off_n], bar, pb_bufs.index(stage))
                 else:
                     mbarrier.expect(bar, tile_bytes)
                 k = (g * STEPS + s) * BK
