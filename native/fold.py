@@ -457,18 +457,18 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     (``results/native_gpu/fold_wgmma_h200.md``)."""
     if kernel not in ("auto", "triton", "gluon"):
         raise ValueError(f"kernel must be 'auto', 'triton' or 'gluon', got {kernel!r}")
-    if kernel != "triton" and not (tile or k_per_dot or span):
-        why = wgmma_supported(a, b, out_dtype)
-        if why is None:
-            return folded_matmul_wgmma(a, b, out_dtype, promote=promote)
-        if kernel == "gluon":
-            raise ValueError(f"folded_matmul(kernel='gluon'): {why}")
-    elif kernel == "gluon":
-        raise ValueError("folded_matmul(kernel='gluon') takes no tile, k_per_dot or span")
     if a.codes.shape[1] != b.codes.shape[1] or a.group != b.group:
         raise ValueError("folded operands need the same K and the same group")
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
+    if kernel != "triton" and not (tile or k_per_dot or span):
+        why = wgmma_supported(a, b, out_dtype)
+        if why is None:
+            return _wgmma_launch(a, b, out_dtype, promote, WGMMA_BN, WGMMA_STAGES, None)
+        if kernel == "gluon":
+            raise ValueError(f"folded_matmul(kernel='gluon'): {why}")
+    elif kernel == "gluon":
+        raise ValueError("folded_matmul(kernel='gluon') takes no tile, k_per_dot or span")
     m, k = a.codes.shape
     n = b.codes.shape[0]
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
@@ -486,11 +486,7 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
         if bm_max * k >= 2**31:
             raise ValueError(f"folded_matmul: K = {k} is too long for the kernel's 32-bit "
                              f"offsets inside a tile (K < {2**31 // bm_max})")
-        args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
-                c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
-        # enable_fp_fusion=False: the epilogue's product is rounded, then added
-        common = dict(GROUP=a.group, KT=kt, OUT_BF16=out_dtype == torch.bfloat16,
-                      PROMOTE=bool(promote), SPAN=span or 0, enable_fp_fusion=False)
+        args, common = _triton_gemm_args(a, b, c, kt, promote, span)
         # two launches, one computing: RANK1=True unless an operand is wide (its kernel
         # returns at once otherwise), then RANK1=False (the kernel's doc says why)
         for rank1 in (True, False):
@@ -584,13 +580,30 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")
+    return _wgmma_launch(a, b, out_dtype, promote, bn, stages, pingpong)
+
+
+def _triton_gemm_args(a: FoldedTensor, b: FoldedTensor, c: torch.Tensor, kt: int,
+                      promote: bool, span: int | None) -> tuple[tuple, dict]:
+    """``kernels.fold.folded_gemm_kernel``'s runtime arguments and constexprs for C = A Bᵀ
+    (less RANK1 and the tile), as ``folded_matmul`` and the Gluon launch's fallback pass them.
+    enable_fp_fusion=False: the epilogue's product is rounded, then added."""
+    m, k = a.codes.shape
+    out16 = c.dtype == torch.bfloat16
+    args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
+            c.view(torch.int16) if out16 else c, m, b.codes.shape[0], k)
+    return args, dict(GROUP=a.group, KT=kt, OUT_BF16=out16, PROMOTE=bool(promote),
+                      SPAN=span or 0, enable_fp_fusion=False)
+
+
+def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, promote: bool,
+                  bn: int, stages: int, pingpong: bool | None) -> torch.Tensor:
+    """``folded_matmul_wgmma`` on operands ``wgmma_supported`` took."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from .kernels import fold_wgmma
     m, k = a.codes.shape
     n = b.codes.shape[0]
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
-    if not (m and n):
-        return c
     bk = WGMMA_BK
     half = WGMMA_HALF_M
     c_out = c if out_dtype == torch.float32 else c.view(torch.int16)
@@ -608,17 +621,10 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
         PINGPONG=bool(promote) and (WGMMA_PINGPONG if pingpong is None else pingpong),
-        num_warps=4,
-        maxnreg=168, enable_fp_fusion=False)  # the epilogue's product rounded, then added
-    if WGMMA_WIDE:
-        return c
-    kt = 32 * math.gcd(a.group, 4)
-    args = (a.codes, b.codes, a.exponents, b.exponents, a.wide, b.wide,
-            c.view(torch.int16) if out_dtype == torch.bfloat16 else c, m, n, k)
-    tuned_launch(promote, args, False, dict(GROUP=a.group, KT=kt,
-                                            OUT_BF16=out_dtype == torch.bfloat16,
-                                            PROMOTE=bool(promote), SPAN=0,
-                                            enable_fp_fusion=False))
+        num_warps=4, maxnreg=168, enable_fp_fusion=False)  # the product rounded, then added
+    if not WGMMA_WIDE:  # the Triton kernel's general epilogue computes a wide GEMM
+        args, common = _triton_gemm_args(a, b, c, 32 * math.gcd(a.group, 4), promote, None)
+        tuned_launch(promote, args, False, common)
     return c
 
 

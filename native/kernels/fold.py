@@ -29,8 +29,9 @@ NAN_EXP = tl.constexpr(NAN_EXPONENT)
 # multiple of 2^-18 below 2^42 (E4M3 products, at most 2^17.2 each, K < 2^24 of them: the host
 # checks K), so T * 2^ea is an exact normal float32 for |ea| <= 50 and the one rounding is the
 # second multiply's: fl32(T * 2^(ea + eb)), as _group_scale's form gives it. (The Gluon kernel,
-# ``fold_wgmma``, computes the same form; a training step's gradients reach group exponents
-# near -40, so a smaller bound sends more of its GEMMs to the general epilogue.)
+# ``fold_wgmma``, computes the same form; some operands of an 8B training step have group
+# exponents between 40 and 50 in magnitude, so a bound of 40 sent most of its GEMMs to the
+# general epilogue: results/train_speed/h200_8b_fp8_gluon/.)
 RANK1_EXP = tl.constexpr(50)
 
 
