@@ -6,8 +6,9 @@ cuBLAS FP8 per tensor, in one process per configuration (a kernel fault loses on
   python benchmarks/fold_wgmma_probe.py [--shapes KxN ...] [--configs method,BN,STAGES ...]
 
 method: ``exact`` (group 4, every K = 32 promoted: method fp8_exact) or ``chained`` (group 32,
-the group's wgmmas chained: method fp8); a fourth field ``pingpong`` (exact only) makes the two
-consumer warpgroups take turns at the tensor cores (e.g. ``exact,128,4,pingpong``).
+the group's wgmmas chained: method fp8); further fields (exact only): ``pingpong`` makes the two
+consumer warpgroups take turns at the tensor cores (e.g. ``exact,128,4,pingpong``),
+``lookahead`` issues the next wgmma before the last partial is added (``exact,64,4,lookahead``).
 Bits: float32 and bf16 outputs on three operand sets
 (normal; rows scaled by 2^[-20, 20]; a wide operand, 2^60, which the Triton kernel's general
 epilogue computes), compared as integers. Times: ``triton.testing.do_bench`` medians, the GEMM
@@ -52,17 +53,16 @@ def one(shape: str, config: str) -> dict:
     m = TOKENS
     method, bn, stages, *extra = config.split(",")
     bn, stages = int(bn), int(stages)
-    pingpong = extra == ["pingpong"]
+    pingpong, lookahead = "pingpong" in extra, "lookahead" in extra
     group, promote = GROUPS[method]
-    row = dict(shape=f"{m}x{n}x{k}", method=method + (" pingpong" if pingpong else ""), bn=bn,
-               stages=stages)
+    row = dict(shape=f"{m}x{n}x{k}", method=" ".join([method, *extra]), bn=bn, stages=stages)
     bits = []
     for case in ("normal", "spread", "wide"):
         a, b = operands(m, n, k, group, case)
         for out in (torch.float32, torch.bfloat16):
             ref = folded_matmul(a, b, out, promote=promote, kernel="triton")
             got = folded_matmul_wgmma(a, b, out, promote=promote, bn=bn, stages=stages,
-                                      pingpong=pingpong)
+                                      pingpong=pingpong, lookahead=lookahead)
             iv = torch.int32 if out == torch.float32 else torch.int16
             diff = int((ref.view(iv) != got.view(iv)).sum())
             bits.append(f"{case}/{str(out)[6:]}:{'equal' if diff == 0 else f'{diff} differ'}")
@@ -83,7 +83,8 @@ def one(shape: str, config: str) -> dict:
                    warmup=50,
                    rep=300, return_mode="median")
     glu = do_bench(lambda: folded_matmul_wgmma(a, b, torch.bfloat16, promote=promote, bn=bn,
-                                               stages=stages, pingpong=pingpong),
+                                               stages=stages, pingpong=pingpong,
+                                               lookahead=lookahead),
                    warmup=50, rep=300, return_mode="median")
     row.update(bf16_tflops=tf(bf16), fp8_tflops=tf(fp8), triton_tflops=tf(lib),
                gluon_tflops=tf(glu), gluon_of_bf16=round(bf16 / glu, 3),

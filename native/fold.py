@@ -507,12 +507,16 @@ WGMMA_HALF_M = 64  # of 64 x 128 float32 each) and a consumer warpgroup's rows (
 WGMMA_STAGES = 4  # TMA stages (results/native_gpu/fold_wgmma_h200.md: 4 beat 3)
 WGMMA_MAX_GROUP = 32  # blocks: method fp8's groups; a whole row stays on the Triton kernel
 # wide operands (a group exponent past RANK1_EXP) through the Gluon kernel's own general
-# epilogue instead of the Triton kernel's: written, compiled for sm_90, NOT yet run on a GPU
-# (tests/test_fold.py's wgmma test forces it on there); until then the Triton kernel's
-WGMMA_WIDE = False
+# epilogue instead of a second launch of the Triton kernel's: the same bits (tests/test_fold.py's
+# wgmma test, on an H200); an 8B training step 1.10x bf16 with it, 1.07x without
+# (results/train_speed/h200_8b_fp8_gluon/)
+WGMMA_WIDE = True
 # the promoted form's two consumers taking turns at the tensor cores (kernels.fold_wgmma's
-# PINGPONG): written and compiled for sm_90, NOT yet timed or run on a GPU: off until then
+# PINGPONG): the same bits, slower on an H200 (results/native_gpu/fold_wgmma_h200.md): off
 WGMMA_PINGPONG = False
+# the promoted form's next K = 32 wgmma issued before the last one's partial is added (a second
+# partial sum: three 64 x BN float32 tiles live beside the accumulator, so BN <= 96)
+WGMMA_LOOKAHEAD = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -565,14 +569,15 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
 
 def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
                         *, promote: bool = True, bn: int = WGMMA_BN,
-                        stages: int = WGMMA_STAGES, pingpong: bool | None = None
-                        ) -> torch.Tensor:
+                        stages: int = WGMMA_STAGES, pingpong: bool | None = None,
+                        lookahead: bool | None = None) -> torch.Tensor:
     """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
     (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
     operands (an exponent past ``RANK1_EXP``) go to the Triton kernel's general epilogue, as
     there: each launch checks the flags on the device and one of them computes. ``pingpong``:
     the promoted form's consumers take turns at the tensor cores (default
-    ``WGMMA_PINGPONG``); the same bits."""
+    ``WGMMA_PINGPONG``); ``lookahead``: the promoted form's next wgmma runs while the last
+    partial sum is added (default ``WGMMA_LOOKAHEAD``); the same bits either way."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if stages < 2:  # the chained form holds a stage while it waits for the next
@@ -580,7 +585,7 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")
-    return _wgmma_launch(a, b, out_dtype, promote, bn, stages, pingpong)
+    return _wgmma_launch(a, b, out_dtype, promote, bn, stages, pingpong, lookahead)
 
 
 def _triton_gemm_args(a: FoldedTensor, b: FoldedTensor, c: torch.Tensor, kt: int,
@@ -597,7 +602,8 @@ def _triton_gemm_args(a: FoldedTensor, b: FoldedTensor, c: torch.Tensor, kt: int
 
 
 def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, promote: bool,
-                  bn: int, stages: int, pingpong: bool | None) -> torch.Tensor:
+                  bn: int, stages: int, pingpong: bool | None,
+                  lookahead: bool | None = None) -> torch.Tensor:
     """``folded_matmul_wgmma`` on operands ``wgmma_supported`` took."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from .kernels import fold_wgmma
@@ -621,7 +627,8 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
         PINGPONG=bool(promote) and (WGMMA_PINGPONG if pingpong is None else pingpong),
-        num_warps=4, maxnreg=168, enable_fp_fusion=False)  # the product rounded, then added
+        LOOKAHEAD=bool(promote) and (WGMMA_LOOKAHEAD if lookahead is None else lookahead),
+        num_warps=4, maxnreg=168, enable_fp_fusion=False)  # _wide_scaled: rounded, then added
     if not WGMMA_WIDE:  # the Triton kernel's general epilogue computes a wide GEMM
         args, common = _triton_gemm_args(a, b, c, 32 * math.gcd(a.group, 4), promote, None)
         tuned_launch(promote, args, False, common)

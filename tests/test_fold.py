@@ -1611,6 +1611,10 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
         assert torch.equal(got.view(torch.int32), want_wa.view(torch.int32)), wide_in_gluon
         got = native_fold.folded_matmul(fa, fb, promote=promote)
         assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), wide_in_gluon
+    if promote:  # the promoted form's variants: the same sums in another order of issue
+        for kw in (dict(pingpong=True), dict(bn=64, lookahead=True)):
+            got = native_fold.folded_matmul_wgmma(fa, fb, promote=True, **kw)
+            assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), kw
     monkeypatch.setattr(native_fold, "WGMMA_WIDE", False)
     if m * n <= 200 * 136:  # (M = 130 faulted: TMA reads 2^R rows starting on 16 bytes)
         ea, eb = fold(qa.to_emulator(), group), fold(qb.to_emulator(), group)
@@ -1685,16 +1689,19 @@ from ocpmx.audit.check import _nvidia_facts
 from ocpmx.native import fold
 from ocpmx.native.kernels import fold_wgmma
 fn = fold_wgmma.folded_gemm_wgmma_kernel
-half, bn, bk = fold.WGMMA_HALF_M, fold.WGMMA_BN, fold.WGMMA_BK
+half, bk = fold.WGMMA_HALF_M, fold.WGMMA_BK
 
 def desc(shape, block, dtype, gtype):
     return mangle_type(TensorDescriptor.from_tensor(
         torch.empty(shape, dtype=dtype), block,
         gl.NVMMASharedLayout.get_default_for(block, gtype)))
 out = []
-for promote, group, wide, pingpong in ((True, 4, False, False), (False, 32, False, False),
-                                      (True, 4, True, False), (False, 32, True, False),
-                                      (True, 4, False, True)):
+W = fold.WGMMA_BN
+for promote, group, wide, pingpong, lookahead, bn in (
+        (True, 4, False, False, False, W), (False, 32, False, False, False, W),
+        (True, 4, True, False, False, W), (False, 32, True, False, False, W),
+        (True, 4, False, True, False, W), (True, 4, True, False, True, 64),
+        (True, 8, False, False, True, 64)):
     sig = {"a_desc": desc((8192, 4096), [2 * half, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "b_desc": desc((4096, 4096), [bn, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "c_desc": desc((8192, 4096), [half, bn], torch.int16, gl.int16),
@@ -1702,7 +1709,7 @@ for promote, group, wide, pingpong in ((True, 4, False, False), (False, 32, Fals
            "pb_desc": desc((4096 * 32,), [bn], torch.float32, gl.float32),
            "wide_a_ptr": "*i64", "wide_b_ptr": "*i64", "M": "i32", "N": "i32", "K": "i32"}
     consts = dict(GROUP=group, BN=bn, BK=bk, STAGES=fold.WGMMA_STAGES, PROMOTE=promote,
-                  OUT_BF16=True, GROUP_M=8, WIDE=wide, PINGPONG=pingpong)
+                  OUT_BF16=True, GROUP_M=8, WIDE=wide, PINGPONG=pingpong, LOOKAHEAD=lookahead)
     sig.update({c: "constexpr" for c in consts})
     src = GluonASTSource(fn, sig, {(fn.arg_names.index(c),): v for c, v in consts.items()},
                          {(i,): [["tt.divisibility", 16]] for i in (5, 6)})
@@ -1710,9 +1717,10 @@ for promote, group, wide, pingpong in ((True, 4, False, False), (False, 32, Fals
                        options=dict(num_warps=4, maxnreg=168, enable_fp_fusion=False))
     facts = _nvidia_facts(k)
     sass = facts["text"]
-    out.append(dict(promote=promote, wide=wide, pingpong=pingpong, spills=facts["spills"],
-                    shared=int(k.metadata.shared),
-                    qgmma=sass.count("QGMMA.64x128x32.F32.E4M3.E4M3"),
+    out.append(dict(promote=promote, group=group, wide=wide, pingpong=pingpong,
+                    lookahead=lookahead, spills=facts["spills"], shared=int(k.metadata.shared),
+                    qgmma=sass.count(f"QGMMA.64x{bn}x32.F32.E4M3.E4M3"),
+                    depbar=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1"),
                     setmaxnreg=sass.count("USETMAXREG")))
 print(json.dumps(out))
 """
@@ -1726,8 +1734,9 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
     memory, and the wgmmas a consumer issues per K step: four K = 32 ones promoted one by one
     (PROMOTE), or one K = 128 dot (chained); two consumers. A spill or a lost stage here is a
     lost factor in speed, found on a CPU. Also with WIDE (the general epilogue in the kernel,
-    ``native.fold.WGMMA_WIDE``) and PINGPONG (``native.fold.WGMMA_PINGPONG``), both off until a
-    GPU has run them."""
+    ``native.fold.WGMMA_WIDE``), PINGPONG (``native.fold.WGMMA_PINGPONG``) and LOOKAHEAD at
+    64 columns (``WGMMA_LOOKAHEAD``: a wgmma left in flight while the last partial is added,
+    waits that leave one pending)."""
     import json
     import os
     import subprocess
@@ -1742,4 +1751,9 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
         assert f["setmaxnreg"] > 0 and f["shared"] <= 232448, f
         # two consumers, 4 K = 32 wgmmas each per 128 of K; chained: one group of 8 steps,
         # each step's K = 128 dot issued as 4 wgmmas, unrolled
-        assert f["qgmma"] == (2 * 4 if f["promote"] else 2 * 8 * 4), f
+        # (K = 256 groups: two steps, unrolled)
+        assert f["qgmma"] == (2 * 4 * f["group"] // 4 if f["promote"] else 2 * 8 * 4), f
+        # promoted with lookahead: each slice but a group's first waits for the one before
+        # it only; without, every wgmma is waited for at once (chained: one step behind)
+        want = 2 * (f["group"] - 1) if f["lookahead"] else 0 if f["promote"] else 2 * 7
+        assert f["depbar"] == want, f

@@ -14,13 +14,13 @@ for the same group and promotion, because each element's arithmetic is the same 
 - chained (method ``fp8``, ``HOPPER_FP8_CHAINED``): the group's wgmmas accumulate into one
   another in the tensor core (no ``max_num_imprecise_acc``: Hopper's default for FP8 is
   never to promote), from a zero sum.
-- per group: acc += (T * 2^ea) * 2^eb, two rounded products then a rounded add (the launch
-  sets ``enable_fp_fusion=False``), only where every group exponent of both operands lies in
-  +-RANK1_EXP (``fold.folded_gemm_kernel``'s RANK1 epilogue). A launch with a wide operand
-  computes nothing here and the Triton kernel's RANK1=False launch does the whole GEMM; with
-  WIDE this kernel computes it through the general form (``_wide_scaled``, the exponents read
-  back from the 2^R floats), not yet checked on a GPU, so off by default
-  (``native.fold.WGMMA_WIDE``).
+- per group: acc += (T * 2^ea) * 2^eb, two rounded products then a rounded add, only where
+  every group exponent of both operands lies in +-RANK1_EXP (``fold.folded_gemm_kernel``'s
+  RANK1 epilogue); there both products are exact, so the promoted form computes it as one
+  fused multiply-add (``_rank1_add``). A launch with a wide operand computes through the general
+  form (``_wide_scaled``, the exponents read back from the 2^R floats) with WIDE
+  (``native.fold.WGMMA_WIDE``, on by default; checked on an H200), or without it nothing
+  here and the Triton kernel's RANK1=False launch does the whole GEMM.
   The groups' 2^ea and 2^eb come group-major (one row of M or N floats a group) through TMA
   with the group's last K step, so the epilogue never waits on a global load.
 
@@ -29,8 +29,9 @@ long as the wgmma that made it (a 64 x BN partial: 64 BN adds over 128 lanes, ag
 2 * 64 * BN * 32 flops at 8192 flops a clock), so the tensor cores stay busy only while one
 warpgroup adds and the other's wgmma runs. Left to the warp scheduler they overlap little:
 the promoted form runs at about half the bound the adds set (results/native_gpu/
-fold_wgmma_h200.md). PINGPONG makes them take turns (``native.fold.WGMMA_PINGPONG``, not yet
-run on a GPU). The chained form adds once per group and is bound by the tensor cores.
+fold_wgmma_h200.md). PINGPONG makes them take turns (``native.fold.WGMMA_PINGPONG``): the
+same bits, but slower on an H200 (a barrier wait per 32 of K), so off. The chained form adds
+once per group and is bound by the tensor cores.
 
 GPU-only: Gluon has no interpreter. On CPU the module imports and compiles for sm_90
 (``tests/test_fold.py``); the bits are checked on an H100/H200 against the Triton kernel.
@@ -90,6 +91,27 @@ def _wide_scaled(t, sa, sb):
 
 
 @gluon.jit
+def _rank1_add(acc, t, sa, sb, FUSED: gl.constexpr):
+    """acc + (T * 2^ea) * 2^eb, both products exact, as one fused multiply-add: acc + T * s
+    with s = 2^(ea + eb) built from the bits of sa = 2^ea and sb = 2^eb by one integer add
+    per element. The same bits as the three rounded operations, for |ea|, |eb| <= RANK1_EXP
+    and groups of at most 32 blocks (``native.fold.WGMMA_MAX_GROUP``): T is 0 or a multiple
+    of 2^-18 below 2^27.7 (at most 1024 E4M3 products, each at most 448^2 < 2^17.7), so T * s
+    is 0 or a normal float32 within 2^-118 .. 2^127.7, never rounded, and the add's rounding is the one
+    rounding either way. Why: the promoted form is bound by its float32 pipe (module doc);
+    this moves the scale's product to the integer pipe and leaves one float32 operation of
+    the three (the exponent bias is taken off the per-row vector, once a group). Only where
+    FUSED (the promoted form, an epilogue per 4 wgmmas); the chained form's epilogue, once per
+    group of up to 32 blocks, keeps the three operations (fewer registers live)."""
+    if not FUSED:
+        return acc + (t * sa[:, None]) * sb[None, :]
+    ia = sa.to(gl.int32, bitcast=True) - (127 << 23)
+    ib = sb.to(gl.int32, bitcast=True)
+    s = (ia[:, None] + ib[None, :]).to(gl.float32, bitcast=True)
+    return gl.fma(t, s, acc)
+
+
+@gluon.jit
 def _tile_offsets(tile, M, N, BN: gl.constexpr, GROUP_M: gl.constexpr):
     """(first row, first column) of output tile ``tile``, the tiles ordered in bands of
     GROUP_M tile rows (the programs working at once share their A and B tiles in L2)."""
@@ -137,7 +159,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                    N, n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
                    BN: gl.constexpr, BK: gl.constexpr, PROMOTE: gl.constexpr,
                    OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr,
-                   PINGPONG: gl.constexpr):
+                   PINGPONG: gl.constexpr, LOOKAHEAD: gl.constexpr):
     """One consumer warpgroup: for each of this program's tiles, rows 64 HALF .. + 64 of it:
     every group's dot, its scaled sum, the store through shared memory and TMA (rows and
     columns past M and N are not written), which completes under the next tile's K loop.
@@ -152,6 +174,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                                                      instr_shape=[16, BN, 32])
     t = gl.zeros([HALF_M, BN], gl.float32, layout)  # a group's sum
     p = gl.zeros([HALF_M, BN], gl.float32, layout)  # a partial sum (PROMOTE)
+    q = gl.zeros([HALF_M, BN], gl.float32, layout)  # the other partial sum (LOOKAHEAD)
     c_smem = c_bufs.index(HALF)
     i = 0  # K steps consumed so far (every tile's)
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
@@ -163,7 +186,36 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                 mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
                 a = a_bufs.index(stage).slice(HALF * HALF_M, HALF_M)
                 b = b_bufs.index(stage).permute((1, 0))
-                if PROMOTE:  # each K = 32 wgmma into a fresh partial sum, added in K order;
+                if PROMOTE and LOOKAHEAD:  # slice u's wgmma runs while u - 1's partial is
+                    for j in gl.static_range(BK // 32):  # added: partials alternate p, q
+                        aj = a.slice(32 * j, 32, dim=1)
+                        bj = b.slice(32 * j, 32, dim=0)
+                        if s == 0 and j == 0:  # (BK // 32 = 4 slices a step: slice
+                            t = warpgroup_mma(aj, bj, t, use_acc=False, is_async=True)
+                        elif s == 0 and j == 1:  # j's parity is the group slice's)
+                            p = warpgroup_mma(aj, bj, p, use_acc=False, is_async=True)
+                            t = warpgroup_mma_wait(1, deps=(t,))
+                        elif j % 2 == 0:
+                            q = warpgroup_mma(aj, bj, q, use_acc=False, is_async=True)
+                            p = warpgroup_mma_wait(1, deps=(p,))
+                            t = _ordered_add(t, p)
+                        else:
+                            p = warpgroup_mma(aj, bj, p, use_acc=False, is_async=True)
+                            q = warpgroup_mma_wait(1, deps=(q,))
+                            t = _ordered_add(t, q)
+                        if j == 0 and s > 0:  # the previous stage's last slice is done
+                            mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
+                    if s == STEPS - 1:  # the group's last partial
+                        LAST: gl.constexpr = STEPS * (BK // 32) - 1
+                        if LAST == 0:
+                            t = warpgroup_mma_wait(0, deps=(t,))
+                        elif LAST % 2 == 1:
+                            p = warpgroup_mma_wait(0, deps=(p,))
+                            t = _ordered_add(t, p)
+                        else:
+                            q = warpgroup_mma_wait(0, deps=(q,))
+                            t = _ordered_add(t, q)
+                elif PROMOTE:  # each K = 32 wgmma into a fresh partial sum, added in K order;
                     for j in gl.static_range(BK // 32):  # each wgmma writes over a dead value
                         aj = a.slice(32 * j, 32, dim=1)
                         bj = b.slice(32 * j, 32, dim=0)
@@ -193,8 +245,8 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                     sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
                         gl.SliceLayout(1, layout))
                     sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
-                if PROMOTE or s == STEPS - 1:  # (Triton puts a partition barrier before the
-                    mbarrier.arrive(empty.index(stage), count=1)  # one thread's arrive)
+                if (PROMOTE and not LOOKAHEAD) or s == STEPS - 1:  # (Triton puts a partition
+                    mbarrier.arrive(empty.index(stage), count=1)  # barrier before the arrive)
                 i += 1
             # acc + (T 2^ea) 2^eb: T 2^ea exact where every exponent lies in +-fold.RANK1_EXP
             # (its comment), then the product's one rounding and the add's (the launch sets
@@ -204,9 +256,9 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                 if wide != 0:
                     acc = acc + _wide_scaled(t, sa, sb)
                 else:
-                    acc = acc + (t * sa[:, None]) * sb[None, :]
+                    acc = _rank1_add(acc, t, sa, sb, PROMOTE)
             else:
-                acc = acc + (t * sa[:, None]) * sb[None, :]
+                acc = _rank1_add(acc, t, sa, sb, PROMOTE)
         tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
         _partition_barrier()  # issued it waited; the barrier holds the others until it has)
         if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
@@ -226,7 +278,8 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                              OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr,
-                             WIDE: gl.constexpr = False, PINGPONG: gl.constexpr = False):
+                             WIDE: gl.constexpr = False, PINGPONG: gl.constexpr = False,
+                             LOOKAHEAD: gl.constexpr = False):
     """C[M, N] = A Bᵀ of folded operands (module doc), persistent (a program per SM walks the
     output tiles): A (M, K) and B (N, K) E4M3 through TMA
     descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
@@ -263,10 +316,10 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
     gl.warp_specialize([
         (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs,
                           M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE, OUT_BF16,
-                          GROUP_M, WIDE, PINGPONG)),
+                          GROUP_M, WIDE, PINGPONG, LOOKAHEAD)),
         (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs,
                           M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE, OUT_BF16,
-                          GROUP_M, WIDE, PINGPONG)),
+                          GROUP_M, WIDE, PINGPONG, LOOKAHEAD)),
         (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs,
                            ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN, GROUP_M)),
     ], [4, 1], [232, 40])
