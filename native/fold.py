@@ -514,8 +514,8 @@ WGMMA_WIDE = True
 # the promoted form's two consumers taking turns at the tensor cores (kernels.fold_wgmma's
 # PINGPONG): the same bits, slower on an H200 (results/native_gpu/fold_wgmma_h200.md): off
 WGMMA_PINGPONG = False
-# the promoted form's next K = 32 wgmma issued before the last one's partial is added (a second
-# partial sum: three 64 x BN float32 tiles live beside the accumulator, so BN <= 96)
+# the promoted form's wgmmas issued per column half of the tile, each in flight while the
+# partial before it is added (kernels.fold_wgmma._lookahead_partition)
 WGMMA_LOOKAHEAD = False
 
 
@@ -618,7 +618,8 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
         return TensorDescriptor.from_tensor(t, list(block), _smem_layout(block, t.dtype))
     a_desc = desc(a.codes.view(torch.float8_e4m3fn), (2 * half, bk))
     b_desc = desc(b.codes.view(torch.float8_e4m3fn), (bn, bk))
-    c_desc = desc(c_out, (half, bn))
+    lookahead = bool(promote) and (WGMMA_LOOKAHEAD if lookahead is None else lookahead)
+    c_desc = desc(c_out, (half, bn // 2 if lookahead else bn))  # (lookahead: column halves)
     pa_desc = desc(group_pow2(a), (2 * half,))
     pb_desc = desc(group_pow2(b), (bn,))
     grid = (min(cdiv(m, 2 * half) * cdiv(n, bn), _sm_count(a.codes.device)),)
@@ -627,7 +628,7 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
         PINGPONG=bool(promote) and (WGMMA_PINGPONG if pingpong is None else pingpong),
-        LOOKAHEAD=bool(promote) and (WGMMA_LOOKAHEAD if lookahead is None else lookahead),
+        LOOKAHEAD=lookahead,
         num_warps=4, maxnreg=168, enable_fp_fusion=False)  # _wide_scaled: rounded, then added
     if not WGMMA_WIDE:  # the Triton kernel's general epilogue computes a wide GEMM
         args, common = _triton_gemm_args(a, b, c, 32 * math.gcd(a.group, 4), promote, None)

@@ -1612,7 +1612,7 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
         got = native_fold.folded_matmul(fa, fb, promote=promote)
         assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), wide_in_gluon
     if promote:  # the promoted form's variants: the same sums in another order of issue
-        for kw in (dict(pingpong=True), dict(bn=64, lookahead=True)):
+        for kw in (dict(pingpong=True), dict(lookahead=True), dict(bn=64, lookahead=True)):
             got = native_fold.folded_matmul_wgmma(fa, fb, promote=True, **kw)
             assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), kw
     monkeypatch.setattr(native_fold, "WGMMA_WIDE", False)
@@ -1700,11 +1700,12 @@ W = fold.WGMMA_BN
 for promote, group, wide, pingpong, lookahead, bn in (
         (True, 4, False, False, False, W), (False, 32, False, False, False, W),
         (True, 4, True, False, False, W), (False, 32, True, False, False, W),
-        (True, 4, False, True, False, W), (True, 4, True, False, True, 64),
-        (True, 8, False, False, True, 64)):
+        (True, 4, False, True, False, W), (True, 4, True, False, True, W),
+        (True, 8, False, False, True, W), (True, 4, False, False, True, 64)):
     sig = {"a_desc": desc((8192, 4096), [2 * half, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "b_desc": desc((4096, 4096), [bn, bk], torch.float8_e4m3fn, gl.float8e4nv),
-           "c_desc": desc((8192, 4096), [half, bn], torch.int16, gl.int16),
+           "c_desc": desc((8192, 4096), [half, bn // 2 if lookahead else bn], torch.int16,
+                          gl.int16),
            "pa_desc": desc((8192 * 32,), [2 * half], torch.float32, gl.float32),
            "pb_desc": desc((4096 * 32,), [bn], torch.float32, gl.float32),
            "wide_a_ptr": "*i64", "wide_b_ptr": "*i64", "M": "i32", "N": "i32", "K": "i32"}
@@ -1719,7 +1720,7 @@ for promote, group, wide, pingpong, lookahead, bn in (
     sass = facts["text"]
     out.append(dict(promote=promote, group=group, wide=wide, pingpong=pingpong,
                     lookahead=lookahead, spills=facts["spills"], shared=int(k.metadata.shared),
-                    qgmma=sass.count(f"QGMMA.64x{bn}x32.F32.E4M3.E4M3"),
+                    qgmma=sass.count(f"QGMMA.64x{bn // 2 if lookahead else bn}x32.F32.E4M3.E4M3"),
                     depbar=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1"),
                     setmaxnreg=sass.count("USETMAXREG")))
 print(json.dumps(out))
@@ -1734,9 +1735,9 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
     memory, and the wgmmas a consumer issues per K step: four K = 32 ones promoted one by one
     (PROMOTE), or one K = 128 dot (chained); two consumers. A spill or a lost stage here is a
     lost factor in speed, found on a CPU. Also with WIDE (the general epilogue in the kernel,
-    ``native.fold.WGMMA_WIDE``), PINGPONG (``native.fold.WGMMA_PINGPONG``) and LOOKAHEAD at
-    64 columns (``WGMMA_LOOKAHEAD``: a wgmma left in flight while the last partial is added,
-    waits that leave one pending)."""
+    ``native.fold.WGMMA_WIDE``), PINGPONG (``native.fold.WGMMA_PINGPONG``) and LOOKAHEAD
+    (``WGMMA_LOOKAHEAD``: a wgmma per column half, each left in flight while the partial before
+    it is added: waits that leave one pending)."""
     import json
     import os
     import subprocess
@@ -1751,9 +1752,11 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
         assert f["setmaxnreg"] > 0 and f["shared"] <= 232448, f
         # two consumers, 4 K = 32 wgmmas each per 128 of K; chained: one group of 8 steps,
         # each step's K = 128 dot issued as 4 wgmmas, unrolled
-        # (K = 256 groups: two steps, unrolled)
-        assert f["qgmma"] == (2 * 4 * f["group"] // 4 if f["promote"] else 2 * 8 * 4), f
-        # promoted with lookahead: each slice but a group's first waits for the one before
-        # it only; without, every wgmma is waited for at once (chained: one step behind)
-        want = 2 * (f["group"] - 1) if f["lookahead"] else 0 if f["promote"] else 2 * 7
+        # (K = 256 groups: two steps, unrolled; lookahead: a wgmma per column half)
+        halves = 2 if f["lookahead"] else 1
+        assert f["qgmma"] == (2 * halves * f["group"] if f["promote"] else 2 * 8 * 4), f
+        # promoted with lookahead: each half-slice wgmma after a group's first slice waits
+        # for the one before it only; without, every wgmma is waited for at once (chained:
+        # one step behind)
+        want = 2 * 2 * (f["group"] - 1) if f["lookahead"] else 0 if f["promote"] else 2 * 7
         assert f["depbar"] == want, f

@@ -159,7 +159,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                    N, n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
                    BN: gl.constexpr, BK: gl.constexpr, PROMOTE: gl.constexpr,
                    OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr,
-                   PINGPONG: gl.constexpr, LOOKAHEAD: gl.constexpr):
+                   PINGPONG: gl.constexpr):
     """One consumer warpgroup: for each of this program's tiles, rows 64 HALF .. + 64 of it:
     every group's dot, its scaled sum, the store through shared memory and TMA (rows and
     columns past M and N are not written), which completes under the next tile's K loop.
@@ -175,7 +175,6 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                                                      instr_shape=[16, BN, 32])
     t = gl.zeros([HALF_M, BN], gl.float32, layout)  # a group's sum
     p = gl.zeros([HALF_M, BN], gl.float32, layout)  # a partial sum (PROMOTE)
-    q = gl.zeros([HALF_M, BN], gl.float32, layout)  # the other partial sum (LOOKAHEAD)
     c_smem = c_bufs.index(HALF)
     i = 0  # K steps consumed so far (every tile's)
     for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
@@ -187,36 +186,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                 mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
                 a = a_bufs.index(stage).slice(HALF * HALF_M, HALF_M)
                 b = b_bufs.index(stage).permute((1, 0))
-                if PROMOTE and LOOKAHEAD:  # slice u's wgmma runs while u - 1's partial is
-                    for j in gl.static_range(BK // 32):  # added: partials alternate p, q
-                        aj = a.slice(32 * j, 32, dim=1)
-                        bj = b.slice(32 * j, 32, dim=0)
-                        if s == 0 and j == 0:  # (BK // 32 = 4 slices a step: slice
-                            t = warpgroup_mma(aj, bj, t, use_acc=False, is_async=True)
-                        elif s == 0 and j == 1:  # j's parity is the group slice's)
-                            p = warpgroup_mma(aj, bj, p, use_acc=False, is_async=True)
-                            t = warpgroup_mma_wait(1, deps=(t,))
-                        elif j % 2 == 0:
-                            q = warpgroup_mma(aj, bj, q, use_acc=False, is_async=True)
-                            p = warpgroup_mma_wait(1, deps=(p,))
-                            t = _ordered_add(t, p)
-                        else:
-                            p = warpgroup_mma(aj, bj, p, use_acc=False, is_async=True)
-                            q = warpgroup_mma_wait(1, deps=(q,))
-                            t = _ordered_add(t, q)
-                        if j == 0 and s > 0:  # the previous stage's last slice is done
-                            mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-                    if s == STEPS - 1:  # the group's last partial
-                        LAST: gl.constexpr = STEPS * (BK // 32) - 1
-                        if LAST == 0:
-                            t = warpgroup_mma_wait(0, deps=(t,))
-                        elif LAST % 2 == 1:
-                            p = warpgroup_mma_wait(0, deps=(p,))
-                            t = _ordered_add(t, p)
-                        else:
-                            q = warpgroup_mma_wait(0, deps=(q,))
-                            t = _ordered_add(t, q)
-                elif PROMOTE:  # each K = 32 wgmma into a fresh partial sum, added in K order;
+                if PROMOTE:  # each K = 32 wgmma into a fresh partial sum, added in K order;
                     for j in gl.static_range(BK // 32):  # each wgmma writes over a dead value
                         aj = a.slice(32 * j, 32, dim=1)
                         bj = b.slice(32 * j, 32, dim=0)
@@ -246,8 +216,8 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                     sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
                         gl.SliceLayout(1, layout))
                     sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
-                if (PROMOTE and not LOOKAHEAD) or s == STEPS - 1:  # (Triton puts a partition
-                    mbarrier.arrive(empty.index(stage), count=1)  # barrier before the arrive)
+                if PROMOTE or s == STEPS - 1:  # (Triton puts a partition barrier before the
+                    mbarrier.arrive(empty.index(stage), count=1)  # one thread's arrive)
                 i += 1
             # acc + (T 2^ea) 2^eb: T 2^ea exact where every exponent lies in +-fold.RANK1_EXP
             # (its comment), then the product's one rounding and the add's (the launch sets
@@ -262,15 +232,102 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                 acc = _rank1_add(acc, t, sa, sb, PROMOTE)
         tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
         _partition_barrier()  # issued it waited; the barrier holds the others until it has)
-        if OUT_BF16:  # the bf16 output viewed as int16; round to nearest even on the bits
-            u = acc.to(gl.int32, bitcast=True)
-            r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-            r = gl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, r)
-            c_smem.store(r.to(gl.int16))
-        else:
-            c_smem.store(acc)
-        fence_async_shared()
+        _store(acc, c_smem, OUT_BF16)
         _tma_store(c_desc, [off_m + HALF * HALF_M, off_n], c_smem)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _store(acc, c_smem, OUT_BF16: gl.constexpr):
+    """acc into shared memory for a TMA store: float32, or bf16 (as int16) rounded to nearest
+    even on the bits (NaN kept quiet)."""
+    if OUT_BF16:
+        u = acc.to(gl.int32, bitcast=True)
+        r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        r = gl.where((u & 0x7FFFFFFF) > 0x7F800000, (u >> 16) | 0x40, r)
+        c_smem.store(r.to(gl.int16))
+    else:
+        c_smem.store(acc)
+    fence_async_shared()
+
+
+@gluon.jit
+def _lookahead_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
+                         n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
+                         BN: gl.constexpr, BK: gl.constexpr, OUT_BF16: gl.constexpr,
+                         GROUP_M: gl.constexpr, WIDE: gl.constexpr):
+    """``_mma_partition``'s promoted form (the same sums, the same bits) with LOOKAHEAD:
+    each K = 32 slice as two wgmmas, one per column half of the tile (64 x BN/2 each), and
+    each left in flight while the partial before it is added: issue the slice's left half
+    into p, wait for the previous slice's right half (q) and add it, issue the right half into
+    q, wait for p and add it. A group's first slice goes into its sums t0, t1 themselves. The
+    registers: accumulators, group sums and partials of 64 x BN/2 each, as many as the plain
+    form's three tiles of 64 x BN. The C tile goes out as its two halves (C boxes of
+    [64, BN/2])."""
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
+    NH: gl.constexpr = BN // 2
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, NH, 32])
+    t0 = gl.zeros([HALF_M, NH], gl.float32, layout)  # a group's sums (left, right half)
+    t1 = gl.zeros([HALF_M, NH], gl.float32, layout)
+    p = gl.zeros([HALF_M, NH], gl.float32, layout)  # a slice's partial sums
+    q = gl.zeros([HALF_M, NH], gl.float32, layout)
+    i = 0  # K steps consumed so far (every tile's)
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        off_m, off_n = _tile_offsets(tile, M, N, BN, GROUP_M)
+        acc0 = gl.zeros([HALF_M, NH], gl.float32, layout)
+        acc1 = gl.zeros([HALF_M, NH], gl.float32, layout)
+        for g in range(n_groups):
+            for s in gl.static_range(STEPS):
+                stage = i % STAGES
+                mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+                a = a_bufs.index(stage).slice(HALF * HALF_M, HALF_M)
+                b0 = b_bufs.index(stage).slice(0, NH).permute((1, 0))
+                b1 = b_bufs.index(stage).slice(NH, NH).permute((1, 0))
+                for j in gl.static_range(BK // 32):
+                    aj = a.slice(32 * j, 32, dim=1)
+                    b0j = b0.slice(32 * j, 32, dim=0)
+                    b1j = b1.slice(32 * j, 32, dim=0)
+                    if s == 0 and j == 0:
+                        t0 = warpgroup_mma(aj, b0j, t0, use_acc=False, is_async=True)
+                        t1 = warpgroup_mma(aj, b1j, t1, use_acc=False, is_async=True)
+                    else:
+                        p = warpgroup_mma(aj, b0j, p, use_acc=False, is_async=True)
+                        if s == 0 and j == 1:  # the first slice's: the sums themselves
+                            t0, t1 = warpgroup_mma_wait(1, deps=(t0, t1))
+                        else:  # the previous slice's right half
+                            q = warpgroup_mma_wait(1, deps=(q,))
+                            t1 = _ordered_add(t1, q)
+                        if j == 0:  # the previous stage's last slice is done
+                            mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
+                        q = warpgroup_mma(aj, b1j, q, use_acc=False, is_async=True)
+                        p = warpgroup_mma_wait(1, deps=(p,))
+                        t0 = _ordered_add(t0, p)
+                i += 1
+            q = warpgroup_mma_wait(0, deps=(q,))  # the group's last right half
+            t1 = _ordered_add(t1, q)
+            stage = (i - 1) % STAGES  # the group's 2^ea, 2^eb came with its last step
+            sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(gl.SliceLayout(1, layout))
+            sb0 = pb_bufs.index(stage).slice(0, NH).load(gl.SliceLayout(0, layout))
+            sb1 = pb_bufs.index(stage).slice(NH, NH).load(gl.SliceLayout(0, layout))
+            mbarrier.arrive(empty.index(stage), count=1)
+            if WIDE:
+                if wide != 0:
+                    acc0 = acc0 + _wide_scaled(t0, sa, sb0)
+                    acc1 = acc1 + _wide_scaled(t1, sa, sb1)
+                else:
+                    acc0 = _rank1_add(acc0, t0, sa, sb0, True)
+                    acc1 = _rank1_add(acc1, t1, sa, sb1, True)
+            else:
+                acc0 = _rank1_add(acc0, t0, sa, sb0, True)
+                acc1 = _rank1_add(acc1, t1, sa, sb1, True)
+        tma.store_wait(pendings=0)  # the last tile's stores have left c_bufs
+        _partition_barrier()
+        _store(acc0, c_bufs.index(2 * HALF), OUT_BF16)
+        _tma_store(c_desc, [off_m + HALF * HALF_M, off_n], c_bufs.index(2 * HALF))
+        _store(acc1, c_bufs.index(2 * HALF + 1), OUT_BF16)
+        _tma_store(c_desc, [off_m + HALF * HALF_M, off_n + NH], c_bufs.index(2 * HALF + 1))
     tma.store_wait(pendings=0)
 
 
@@ -301,7 +358,8 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                                         pa_desc.layout)
     pb_bufs = gl.allocate_shared_memory(pb_desc.dtype, [STAGES] + pb_desc.block_type.shape,
                                         pb_desc.layout)
-    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [4 if LOOKAHEAD else 2] +
+                                       c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
@@ -314,13 +372,25 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
     else:
         turn = empty  # not used
     STEPS: gl.constexpr = GROUP * 32 // BK
-    gl.warp_specialize([
-        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs,
-                          M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE, OUT_BF16,
-                          GROUP_M, WIDE, PINGPONG, LOOKAHEAD)),
-        (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs,
-                          M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE, OUT_BF16,
-                          GROUP_M, WIDE, PINGPONG, LOOKAHEAD)),
-        (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, pb_bufs,
-                           ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN, GROUP_M)),
-    ], [4, 1], [232, 40])
+    if PROMOTE and LOOKAHEAD:
+        gl.warp_specialize([
+            (_lookahead_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
+                                    c_bufs, M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK,
+                                    OUT_BF16, GROUP_M, WIDE)),
+            (_lookahead_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
+                                    c_bufs, M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK,
+                                    OUT_BF16, GROUP_M, WIDE)),
+            (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs,
+                               pb_bufs, ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN,
+                               GROUP_M))], [4, 1], [232, 40])
+    else:
+        gl.warp_specialize([
+            (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
+                              c_bufs, M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE,
+                              OUT_BF16, GROUP_M, WIDE, PINGPONG)),
+            (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
+                              c_bufs, M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE,
+                              OUT_BF16, GROUP_M, WIDE, PINGPONG)),
+            (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs,
+                               pb_bufs, ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN,
+                               GROUP_M))], [4, 1], [232, 40])
