@@ -216,7 +216,7 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                     sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(
                         gl.SliceLayout(1, layout))
                     sb = pb_bufs.index(stage).load(gl.SliceLayout(0, layout))
-                if PROMOTE or s == STEPS - 1:  # (Triton puts a partition barrier before the
+                if PROMOTE and s < STEPS - 1:  # (Triton puts a partition barrier before the
                     mbarrier.arrive(empty.index(stage), count=1)  # one thread's arrive)
                 i += 1
             # acc + (T 2^ea) 2^eb: T 2^ea exact where every exponent lies in +-fold.RANK1_EXP
@@ -230,6 +230,11 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                     acc = _rank1_add(acc, t, sa, sb, PROMOTE)
             else:
                 acc = _rank1_add(acc, t, sa, sb, PROMOTE)
+            # the group's last stage goes back only now that its 2^ea, 2^eb have been used: an
+            # arrive between their shared-memory loads and the values' first use let the next
+            # TMA write overtake the loads (an H200, WIDE on: the epilogue's branch had moved
+            # every use past the arrive; benchmarks/fold_wgmma_stress.py)
+            mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
         tma.store_wait(pendings=0)  # the last tile's store has left c_smem (the thread that
         _partition_barrier()  # issued it waited; the barrier holds the others until it has)
         _store(acc, c_smem, OUT_BF16)
@@ -311,7 +316,6 @@ def _lookahead_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
             sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(gl.SliceLayout(1, layout))
             sb0 = pb_bufs.index(stage).slice(0, NH).load(gl.SliceLayout(0, layout))
             sb1 = pb_bufs.index(stage).slice(NH, NH).load(gl.SliceLayout(0, layout))
-            mbarrier.arrive(empty.index(stage), count=1)
             if WIDE:
                 if wide != 0:
                     acc0 = acc0 + _wide_scaled(t0, sa, sb0)
@@ -322,6 +326,7 @@ def _lookahead_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
             else:
                 acc0 = _rank1_add(acc0, t0, sa, sb0, True)
                 acc1 = _rank1_add(acc1, t1, sa, sb1, True)
+            mbarrier.arrive(empty.index(stage), count=1)  # (2^ea, 2^eb used: _mma_partition)
         tma.store_wait(pendings=0)  # the last tile's stores have left c_bufs
         _partition_barrier()
         _store(acc0, c_bufs.index(2 * HALF), OUT_BF16)
