@@ -6,9 +6,9 @@ cuBLAS FP8 per tensor, in one process per configuration (a kernel fault loses on
   python benchmarks/fold_wgmma_probe.py [--shapes KxN ...] [--configs method,BN,STAGES ...]
 
 method: ``exact`` (group 4, every K = 32 promoted: method fp8_exact) or ``chained`` (group 32,
-the group's wgmmas chained: method fp8); further fields (exact only): ``pingpong`` makes the two
-consumer warpgroups take turns at the tensor cores (e.g. ``exact,128,4,pingpong``),
-``lookahead`` issues the next wgmma before the last partial is added (``exact,64,4,lookahead``).
+the group's wgmmas chained: method fp8); a fourth field (exact only): ``lookahead`` (wgmmas per
+column half, each in flight while the partial before it is added) or ``plain`` (one wgmma per
+K = 32 slice, waited for at once); without it, ``native.fold.WGMMA_LOOKAHEAD`` decides.
 Bits: float32 and bf16 outputs on three operand sets
 (normal; rows scaled by 2^[-20, 20]; a wide operand, 2^60, which the Triton kernel's general
 epilogue computes), compared as integers. Times: ``triton.testing.do_bench`` medians, the GEMM
@@ -26,7 +26,7 @@ import torch
 
 TOKENS = 8192
 SHAPES = ["4096x4096", "4096x14336", "14336x4096", "4096x6144"]  # K (in) x N (out)
-CONFIGS = ["exact,128,4", "exact,128,4,pingpong", "chained,128,4"]
+CONFIGS = ["exact,128,4,plain", "exact,128,4,lookahead", "chained,128,4"]
 GROUPS = {"exact": (4, True), "chained": (32, False)}
 
 
@@ -53,7 +53,7 @@ def one(shape: str, config: str) -> dict:
     m = TOKENS
     method, bn, stages, *extra = config.split(",")
     bn, stages = int(bn), int(stages)
-    pingpong, lookahead = "pingpong" in extra, "lookahead" in extra
+    lookahead = True if extra == ["lookahead"] else False if extra == ["plain"] else None
     group, promote = GROUPS[method]
     row = dict(shape=f"{m}x{n}x{k}", method=" ".join([method, *extra]), bn=bn, stages=stages)
     bits = []
@@ -62,7 +62,7 @@ def one(shape: str, config: str) -> dict:
         for out in (torch.float32, torch.bfloat16):
             ref = folded_matmul(a, b, out, promote=promote, kernel="triton")
             got = folded_matmul_wgmma(a, b, out, promote=promote, bn=bn, stages=stages,
-                                      pingpong=pingpong, lookahead=lookahead)
+                                      lookahead=lookahead)
             iv = torch.int32 if out == torch.float32 else torch.int16
             diff = int((ref.view(iv) != got.view(iv)).sum())
             bits.append(f"{case}/{str(out)[6:]}:{'equal' if diff == 0 else f'{diff} differ'}")
@@ -83,8 +83,7 @@ def one(shape: str, config: str) -> dict:
                    warmup=50,
                    rep=300, return_mode="median")
     glu = do_bench(lambda: folded_matmul_wgmma(a, b, torch.bfloat16, promote=promote, bn=bn,
-                                               stages=stages, pingpong=pingpong,
-                                               lookahead=lookahead),
+                                               stages=stages, lookahead=lookahead),
                    warmup=50, rep=300, return_mode="median")
     row.update(bf16_tflops=tf(bf16), fp8_tflops=tf(fp8), triton_tflops=tf(lib),
                gluon_tflops=tf(glu), gluon_of_bf16=round(bf16 / glu, 3),

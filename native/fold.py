@@ -464,7 +464,7 @@ def folded_matmul(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = tor
     if kernel != "triton" and not (tile or k_per_dot or span):
         why = wgmma_supported(a, b, out_dtype)
         if why is None:
-            return _wgmma_launch(a, b, out_dtype, promote, WGMMA_BN, WGMMA_STAGES, None)
+            return _wgmma_launch(a, b, out_dtype, promote, WGMMA_BN, WGMMA_STAGES)
         if kernel == "gluon":
             raise ValueError(f"folded_matmul(kernel='gluon'): {why}")
     elif kernel == "gluon":
@@ -511,12 +511,10 @@ WGMMA_MAX_GROUP = 32  # blocks: method fp8's groups; a whole row stays on the Tr
 # wgmma test, on an H200); an 8B training step 1.10x bf16 with it, 1.07x without
 # (results/train_speed/h200_8b_fp8_gluon/)
 WGMMA_WIDE = True
-# the promoted form's two consumers taking turns at the tensor cores (kernels.fold_wgmma's
-# PINGPONG): the same bits, slower on an H200 (results/native_gpu/fold_wgmma_h200.md): off
-WGMMA_PINGPONG = False
 # the promoted form's wgmmas issued per column half of the tile, each in flight while the
-# partial before it is added (kernels.fold_wgmma._lookahead_partition)
-WGMMA_LOOKAHEAD = False
+# partial before it is added (kernels.fold_wgmma._lookahead_partition): the same bits, 4%
+# faster on an H200 (results/native_gpu/fold_wgmma_h200.md)
+WGMMA_LOOKAHEAD = True
 
 
 @functools.lru_cache(maxsize=None)
@@ -569,15 +567,14 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
 
 def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
                         *, promote: bool = True, bn: int = WGMMA_BN,
-                        stages: int = WGMMA_STAGES, pingpong: bool | None = None,
-                        lookahead: bool | None = None) -> torch.Tensor:
+                        stages: int = WGMMA_STAGES, lookahead: bool | None = None
+                        ) -> torch.Tensor:
     """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
     (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
     operands (an exponent past ``RANK1_EXP``) go to the Triton kernel's general epilogue, as
-    there: each launch checks the flags on the device and one of them computes. ``pingpong``:
-    the promoted form's consumers take turns at the tensor cores (default
-    ``WGMMA_PINGPONG``); ``lookahead``: the promoted form's next wgmma runs while the last
-    partial sum is added (default ``WGMMA_LOOKAHEAD``); the same bits either way."""
+    there: each launch checks the flags on the device and one of them computes. ``lookahead``:
+    the promoted form's wgmmas per column half, each in flight while the partial before it is
+    added (default ``WGMMA_LOOKAHEAD``); the same bits either way."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if stages < 2:  # the chained form holds a stage while it waits for the next
@@ -585,7 +582,7 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
     why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")
-    return _wgmma_launch(a, b, out_dtype, promote, bn, stages, pingpong, lookahead)
+    return _wgmma_launch(a, b, out_dtype, promote, bn, stages, lookahead)
 
 
 def _triton_gemm_args(a: FoldedTensor, b: FoldedTensor, c: torch.Tensor, kt: int,
@@ -602,8 +599,7 @@ def _triton_gemm_args(a: FoldedTensor, b: FoldedTensor, c: torch.Tensor, kt: int
 
 
 def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, promote: bool,
-                  bn: int, stages: int, pingpong: bool | None,
-                  lookahead: bool | None = None) -> torch.Tensor:
+                  bn: int, stages: int, lookahead: bool | None = None) -> torch.Tensor:
     """``folded_matmul_wgmma`` on operands ``wgmma_supported`` took."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from .kernels import fold_wgmma
@@ -627,7 +623,6 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
         a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
-        PINGPONG=bool(promote) and (WGMMA_PINGPONG if pingpong is None else pingpong),
         LOOKAHEAD=lookahead,
         num_warps=4, maxnreg=168, enable_fp_fusion=False)  # _wide_scaled: rounded, then added
     if not WGMMA_WIDE:  # the Triton kernel's general epilogue computes a wide GEMM

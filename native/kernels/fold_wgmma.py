@@ -29,9 +29,11 @@ long as the wgmma that made it (a 64 x BN partial: 64 BN adds over 128 lanes, ag
 2 * 64 * BN * 32 flops at 8192 flops a clock), so the tensor cores stay busy only while one
 warpgroup adds and the other's wgmma runs. Left to the warp scheduler they overlap little:
 the promoted form runs at about half the bound the adds set (results/native_gpu/
-fold_wgmma_h200.md). PINGPONG makes them take turns (``native.fold.WGMMA_PINGPONG``): the
-same bits, but slower on an H200 (a barrier wait per 32 of K), so off. The chained form adds
-once per group and is bound by the tensor cores.
+fold_wgmma_h200.md). Two attempts at making them take turns at the tensor cores through a pair
+of barriers (handing the turn on at issue, or once the wgmma is done) were slower on an H200
+and are gone; LOOKAHEAD (``_lookahead_partition``) keeps a wgmma of the same warpgroup in
+flight while it adds instead: 4% faster. The chained form adds once per group and is bound
+by the tensor cores.
 
 GPU-only: Gluon has no interpreter. On CPU the module imports and compiles for sm_90
 (``tests/test_fold.py``); the bits are checked on an H100/H200 against the Triton kernel.
@@ -155,20 +157,13 @@ def _load_partition(a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs, p
 
 
 @gluon.jit
-def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc, c_bufs, M,
+def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M,
                    N, n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
                    BN: gl.constexpr, BK: gl.constexpr, PROMOTE: gl.constexpr,
-                   OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr,
-                   PINGPONG: gl.constexpr):
+                   OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr, WIDE: gl.constexpr):
     """One consumer warpgroup: for each of this program's tiles, rows 64 HALF .. + 64 of it:
     every group's dot, its scaled sum, the store through shared memory and TMA (rows and
-    columns past M and N are not written), which completes under the next tile's K loop.
-
-    PINGPONG (promoted only): the two consumers take turns issuing their K = 32 wgmmas
-    (``turn``: warpgroup h waits on turn[h], issues, waits for its wgmma, then hands the turn
-    to the other), so that one's float32 adds run while the other's wgmma holds the tensor
-    cores, instead of both issuing at once and then both adding. (Handing the turn on at
-    issue, before the wgmma is done, was slower on an H200 than no turns at all.) The arithmetic is the same: the same bits."""
+    columns past M and N are not written), which completes under the next tile's K loop."""
     STAGES: gl.constexpr = a_bufs.type.shape[0]
     STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -190,20 +185,10 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
                     for j in gl.static_range(BK // 32):  # each wgmma writes over a dead value
                         aj = a.slice(32 * j, 32, dim=1)
                         bj = b.slice(32 * j, 32, dim=0)
-                        if PINGPONG:  # this warpgroup's n-th turn (n counts every slice)
-                            n = i * (BK // 32) + j
-                            mbarrier.wait(turn.index(HALF), (n & 1) ^ (1 - HALF))
                         if s == 0 and j == 0:  # 0 + p is p but for a zero's sign, which
-                            t = warpgroup_mma(aj, bj, t, use_acc=False,  # acc + T cannot see
-                                              is_async=PINGPONG)
-                            if PINGPONG:  # the turn passes once the tensor cores are free
-                                t = warpgroup_mma_wait(0, deps=(t,))
-                                mbarrier.arrive(turn.index(1 - HALF), count=1)
+                            t = warpgroup_mma(aj, bj, t, use_acc=False)  # acc + T cannot see
                         else:
-                            p = warpgroup_mma(aj, bj, p, use_acc=False, is_async=PINGPONG)
-                            if PINGPONG:
-                                p = warpgroup_mma_wait(0, deps=(p,))
-                                mbarrier.arrive(turn.index(1 - HALF), count=1)
+                            p = warpgroup_mma(aj, bj, p, use_acc=False)
                             t = _ordered_add(t, p)
                 else:  # chained; one wgmma in flight while the next stage is awaited
                     t = warpgroup_mma(a, b, t, use_acc=s > 0, is_async=True)
@@ -341,8 +326,7 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                              OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr,
-                             WIDE: gl.constexpr = False, PINGPONG: gl.constexpr = False,
-                             LOOKAHEAD: gl.constexpr = False):
+                             WIDE: gl.constexpr = False, LOOKAHEAD: gl.constexpr = False):
     """C[M, N] = A Bᵀ of folded operands (module doc), persistent (a program per SM walks the
     output tiles): A (M, K) and B (N, K) E4M3 through TMA
     descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
@@ -370,12 +354,6 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # both consumer warpgroups release a stage
-    if PINGPONG:
-        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for h in gl.static_range(2):
-            mbarrier.init(turn.index(h), count=1)
-    else:
-        turn = empty  # not used
     STEPS: gl.constexpr = GROUP * 32 // BK
     if PROMOTE and LOOKAHEAD:
         gl.warp_specialize([
@@ -390,12 +368,12 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                                GROUP_M))], [4, 1], [232, 40])
     else:
         gl.warp_specialize([
-            (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
-                              c_bufs, M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE,
-                              OUT_BF16, GROUP_M, WIDE, PINGPONG)),
-            (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, turn, c_desc,
-                              c_bufs, M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE,
-                              OUT_BF16, GROUP_M, WIDE, PINGPONG)),
+            (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs,
+                              M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK, PROMOTE, OUT_BF16,
+                              GROUP_M, WIDE)),
+            (_mma_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs,
+                              M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK, PROMOTE, OUT_BF16,
+                              GROUP_M, WIDE)),
             (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs,
                                pb_bufs, ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN,
                                GROUP_M))], [4, 1], [232, 40])
