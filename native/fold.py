@@ -571,8 +571,9 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
                         ) -> torch.Tensor:
     """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
     (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
-    operands (an exponent past ``RANK1_EXP``) go to the Triton kernel's general epilogue, as
-    there: each launch checks the flags on the device and one of them computes. ``lookahead``:
+    operands (an exponent past ``RANK1_EXP``) take the general epilogue: the kernel's own
+    (``WGMMA_WIDE``, the default) or, without it, the Triton kernel's, launched behind it (each
+    launch checks the flags on the device and one of them computes). ``lookahead``:
     the promoted form's wgmmas per column half, each in flight while the partial before it is
     added (default ``WGMMA_LOOKAHEAD``); the same bits either way."""
     if out_dtype not in (torch.float32, torch.bfloat16):
@@ -624,7 +625,7 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
         GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
         OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
         LOOKAHEAD=lookahead,
-        num_warps=4, maxnreg=168, enable_fp_fusion=False)  # _wide_scaled: rounded, then added
+        num_warps=4, maxnreg=168, enable_fp_fusion=False)  # products rounded, then added
     if not WGMMA_WIDE:  # the Triton kernel's general epilogue computes a wide GEMM
         args, common = _triton_gemm_args(a, b, c, 32 * math.gcd(a.group, 4), promote, None)
         tuned_launch(promote, args, False, common)

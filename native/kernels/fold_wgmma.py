@@ -6,7 +6,8 @@ The sums are those of ``fold.folded_gemm_kernel`` (and so of ``emulator.fold.fol
 for the same group and promotion, because each element's arithmetic is the same sequence:
 
 - PROMOTE (method ``fp8_exact``, ``HOPPER_FP8_EXACT``): each K = 32 slice of a stage is one
-  wgmma into a fresh partial sum, the partials added to the group sum in float32 in K order,
+  wgmma into a fresh partial sum (exact: 32 products of folded E4M3 operands, so each output's
+  partial is the same whatever the instruction's N), the partials added to the group sum in float32 in K order,
   as the Triton kernel's ``tl.dot(a, b, zeros, max_num_imprecise_acc=32)`` does (Triton lowers
   that into the same K = 32 wgmmas and adds); the group's first partial is written into the
   group sum itself (0 + p is p up to a zero's sign, which acc + T cannot see: acc starts at
@@ -99,10 +100,10 @@ def _rank1_add(acc, t, sa, sb, FUSED: gl.constexpr):
     per element. The same bits as the three rounded operations, for |ea|, |eb| <= RANK1_EXP
     and groups of at most 32 blocks (``native.fold.WGMMA_MAX_GROUP``): T is 0 or a multiple
     of 2^-18 below 2^27.7 (at most 1024 E4M3 products, each at most 448^2 < 2^17.7), so T * s
-    is 0 or a normal float32 within 2^-118 .. 2^127.7, never rounded, and the add's rounding is the one
-    rounding either way. Why: the promoted form is bound by its float32 pipe (module doc);
-    this moves the scale's product to the integer pipe and leaves one float32 operation of
-    the three (the exponent bias is taken off the per-row vector, once a group). Only where
+    is 0 or a normal float32 within 2^-118 .. 2^127.7, never rounded, and the add's rounding
+    is the one rounding either way. It leaves one float32 operation of the three (the scale's
+    product moves to the integer pipe; the exponent bias comes off the per-row vector once a
+    group): +1.5% for the promoted form on an H200 (module doc: not its bound). Only where
     FUSED (the promoted form, an epilogue per 4 wgmmas); the chained form's epilogue, once per
     group of up to 32 blocks, keeps the three operations (fewer registers live)."""
     if not FUSED:
@@ -205,9 +206,9 @@ def _mma_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_buf
                     mbarrier.arrive(empty.index(stage), count=1)  # one thread's arrive)
                 i += 1
             # acc + (T 2^ea) 2^eb: T 2^ea exact where every exponent lies in +-fold.RANK1_EXP
-            # (its comment), then the product's one rounding and the add's (the launch sets
-            # enable_fp_fusion=False: no fused multiply-add); a wide launch (WIDE) the
-            # general form, the same bits for any exponents
+            # (its comment), then the product's one rounding and the add's (_rank1_add; the
+            # launch sets enable_fp_fusion=False, so no contraction but its explicit one); a
+            # wide launch (WIDE) the general form, the same bits for any exponents
             if WIDE:
                 if wide != 0:
                     acc = acc + _wide_scaled(t, sa, sb)
@@ -253,7 +254,8 @@ def _lookahead_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
     q, wait for p and add it. A group's first slice goes into its sums t0, t1 themselves. The
     registers: accumulators, group sums and partials of 64 x BN/2 each, as many as the plain
     form's three tiles of 64 x BN. The C tile goes out as its two halves (C boxes of
-    [64, BN/2])."""
+    [64, BN/2]). Each output's K = 32 dot is exact in either form (module doc), so splitting
+    the instruction's N cannot change a partial sum."""
     STAGES: gl.constexpr = a_bufs.type.shape[0]
     STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
     NH: gl.constexpr = BN // 2
@@ -338,6 +340,8 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
     if not WIDE:
         n_tiles = gl.where(wide == 0, n_tiles, 0)  # a wide launch computes nothing here
     n_groups = K // (32 * GROUP)
+    gl.static_assert(GROUP <= 32, "groups of at most 32 blocks (_rank1_add's exactness)")
+    gl.static_assert(BK % 64 == 0, "K steps of whole pairs of K = 32 slices (LOOKAHEAD)")
 
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
