@@ -11,7 +11,7 @@
 # Steps: env tests sass bench sr fold gemm linear linear_both launch columns colboth colprobe
 # colcheck colfold shapes both gemms foldsweep foldws kernels host probe sweep cublas cublas_profile cublas_model emulate accum conform
 # conform_fold speed speed8b (Llama-8B's layers, LAYERS blocks) speed_both speed_cols foldrows (FOLDROWS_ARGS: its arguments) rowwise linear_ab
-# methods foldhost wgmma (WGMMA_ARGS: fold_wgmma_probe.py's arguments).
+# methods foldhost wgmma (WGMMA_ARGS: fold_wgmma_probe.py's arguments) stress (STRESS_ARGS) gluonhost.
 # Logs and results go to /tmp/ocpmx_run/ (OCPMX_RUN: another folder, for a second session on
 # another GPU of the same machine, CUDA_VISIBLE_DEVICES set).
 RUN=${OCPMX_RUN:-/tmp/ocpmx_run}
@@ -135,6 +135,14 @@ for s in "$@"; do
     wgmma)
       # the Gluon folded FP8 GEMM against the library's Triton kernel: bits and speed
       python3 benchmarks/fold_wgmma_probe.py ${WGMMA_ARGS:-} > $RUN/fold_wgmma_probe.md 2>&1
+      done_ $s $? ;;
+    stress)
+      # the Gluon folded GEMM launched many times against the Triton kernel's bits (races)
+      python3 benchmarks/fold_wgmma_stress.py ${STRESS_ARGS:-} > $RUN/fold_wgmma_stress.txt 2>&1
+      done_ $s $? ;;
+    gluonhost)
+      # host time of a folded GEMM call: Gluon kernel[grid], fastlaunch, the Triton kernel
+      python3 benchmarks/fold_wgmma_host.py > $RUN/fold_wgmma_host.md 2>&1
       done_ $s $? ;;
     foldsweep)
       # the fold of stored codes per program shape (FOLD_BLOCKS, FOLD_WARPS), bits and time

@@ -15,9 +15,11 @@ other argument, the device, and every constexpr and launch option by value. A fi
 costs a compile more, never a wrong kernel; the bits are the kernel's either way (the GPU tests
 compare the two paths, ``tests/test_fastlaunch.py``).
 
-Only plain ``triton.jit`` kernels on CUDA/ROCm tensors take this path; the interpreter, an
-autotuned kernel and any argument of another kind go through ``kernel[grid]``. Launch hooks
-(a profiler's) are called either way: the compiled kernel's launcher calls them. ``OCPMX_FAST_LAUNCH=0`` turns it off.
+Only plain ``triton.jit`` (and Gluon) kernels on CUDA/ROCm tensors and host TMA descriptors of
+them take this path (a descriptor's tensor map is encoded at each launch, by the launcher
+Triton wraps for that); the interpreter, an autotuned kernel and any argument of another kind
+go through ``kernel[grid]``. Launch hooks (a profiler's) are called either way: the compiled
+kernel's launcher calls them. ``OCPMX_FAST_LAUNCH=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -56,13 +58,25 @@ def clear() -> None:
 _TENSOR = torch.Tensor
 
 
+def _is_descriptor(t: type) -> bool:
+    """Whether ``t`` is one of Triton's host TMA descriptor classes (``triton.tools.
+    tensor_descriptor.TensorDescriptor``, Gluon's ``...nvidia.hopper.TensorDescriptor``)."""
+    return t.__name__ == "TensorDescriptor" and t.__module__.startswith("triton.")
+
+
 def arg_key(a):
     """The specialization of one runtime argument, or ``_EMPTY`` for a kind not handled here:
     a tensor's dtype and 16-byte alignment; an integer's equality to 1 (then Triton makes it a
-    constant), divisibility by 16 and type (i32, i64 or u64 by range); the type of the rest."""
+    constant), divisibility by 16 and type (i32, i64 or u64 by range); a host TMA descriptor's
+    class, element type, block shape, shared-memory layout and padding (Triton specializes on
+    its type ``tensordesc<dtype[block], layout>``: shapes, strides and the address travel at
+    launch in the descriptor the launcher encodes); the type of the rest."""
     t = type(a)
     if t is _TENSOR or (t is not bool and t is not int and isinstance(a, _TENSOR)):
         return (a.dtype, a.data_ptr() & 15 == 0)
+    if _is_descriptor(t):
+        return (t, a.base.dtype, tuple(a.block_shape), getattr(a, "layout", None),
+                getattr(a, "padding", None), getattr(a, "round_f32_to_tf32", None))
     if t is int:
         return (a == 1, a & 15 == 0, -0x80000000 <= a < 0x80000000, a >= 1 << 63)
     if t is bool:
@@ -118,8 +132,10 @@ def launch(kernel, grid, args: tuple, constexprs: dict):
     """Launch through a cached compiled kernel; returns it, or None where the caller must
     launch through Triton (``kernel[grid]``)."""
     sig = signature(kernel)
-    if sig is None or not args or not isinstance(args[0], torch.Tensor) \
-            or args[0].device.type != "cuda":
+    first = args[0] if args else None
+    if first is not None and _is_descriptor(type(first)):
+        first = first.base  # (the Gluon folded GEMM's first argument)
+    if sig is None or not isinstance(first, torch.Tensor) or first.device.type != "cuda":
         STATS.other += 1
         return None
     device = torch.cuda.current_device()  # where Triton launches (and so here)

@@ -515,6 +515,11 @@ WGMMA_WIDE = True
 # partial before it is added (kernels.fold_wgmma._lookahead_partition): the same bits, 4%
 # faster on an H200 (results/native_gpu/fold_wgmma_h200.md)
 WGMMA_LOOKAHEAD = True
+# the Gluon launch through launch.run (fastlaunch: the compiled kernel called directly, its
+# descriptors encoded by Triton's launcher) instead of Gluon's kernel[grid], which binds and
+# hashes every argument each call: written and tested on the CPU (the key), NOT yet run on a
+# GPU (tests/test_fold.py's wgmma test turns it on and counts the direct launches)
+WGMMA_FAST_LAUNCH = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -620,12 +625,15 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
     pa_desc = desc(group_pow2(a), (2 * half,))
     pb_desc = desc(group_pow2(b), (bn,))
     grid = (min(cdiv(m, 2 * half) * cdiv(n, bn), _sm_count(a.codes.device)),)
-    fold_wgmma.folded_gemm_wgmma_kernel[grid](
-        a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k,
-        GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
-        OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
-        LOOKAHEAD=lookahead,
-        num_warps=4, maxnreg=168, enable_fp_fusion=False)  # products rounded, then added
+    args = (a_desc, b_desc, c_desc, pa_desc, pb_desc, a.wide, b.wide, m, n, k)
+    consts = dict(GROUP=a.group, BN=bn, BK=bk, STAGES=stages, PROMOTE=bool(promote),
+                  OUT_BF16=out_dtype == torch.bfloat16, GROUP_M=8, WIDE=WGMMA_WIDE,
+                  LOOKAHEAD=lookahead, num_warps=4, maxnreg=168,
+                  enable_fp_fusion=False)  # products rounded, then added
+    if WGMMA_FAST_LAUNCH:  # the compiled kernel called directly after the first launch
+        launch.run(fold_wgmma.folded_gemm_wgmma_kernel, grid, *args, **consts)
+    else:
+        fold_wgmma.folded_gemm_wgmma_kernel[grid](*args, **consts)
     if not WGMMA_WIDE:  # the Triton kernel's general epilogue computes a wide GEMM
         args, common = _triton_gemm_args(a, b, c, 32 * math.gcd(a.group, 4), promote, None)
         tuned_launch(promote, args, False, common)

@@ -35,8 +35,8 @@ def cdiv(a: int, b: int) -> int:
 
 def run(kernel, grid, *args, **constexprs):
     """Launch ``kernel`` on ``grid``: every ``triton.jit`` kernel launch of ``ocpmx.native``
-    goes through here (the Gluon folded GEMM, ``fold.folded_matmul_wgmma``, launches through
-    Gluon's own ``kernel[grid]``: its TMA descriptor arguments).
+    goes through here (the Gluon folded GEMM, ``fold.folded_matmul_wgmma``, too where
+    ``fold.WGMMA_FAST_LAUNCH`` is on: its arguments are TMA descriptors).
 
     A compiled ``triton.jit`` kernel on a GPU is launched through ``fastlaunch`` (the compiled
     kernel cached per specialization, called directly: Triton's own launch binds and hashes

@@ -45,6 +45,44 @@ def test_key_separates_what_triton_specializes():
     assert fastlaunch.arg_key(torch.zeros(8)) == fastlaunch.arg_key(torch.ones(4))
 
 
+def _descriptors():
+    """Gluon's host TMA descriptors over CPU tensors (building one needs no GPU): shapes,
+    offsets and dtypes, blocks and layouts."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    def desc(rows, cols, block, dtype=torch.float8_e4m3fn, gtype=None, off=0, swizzle=None):
+        gtype = gtype or gl.float8e4nv
+        t = torch.zeros(rows * cols + off, dtype=dtype)[off:].view(rows, cols)
+        layout = gl.NVMMASharedLayout.get_default_for(block, gtype) if swizzle is None else \
+            gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=8, rank=2)
+        return TensorDescriptor.from_tensor(t, block, layout)
+    return [desc(256, 256, [128, 128]), desc(8192, 4096, [128, 128]),
+            desc(200, 2048, [128, 128], off=16), desc(256, 256, [64, 128]),
+            desc(256, 256, [128, 64]), desc(256, 256, [128, 128], swizzle=64),
+            desc(256, 256, [64, 64], torch.int16, gl.int16)]
+
+
+@pytest.mark.skipif(native_specialize_impl is None, reason="Triton without specialize_impl")
+def test_key_of_tma_descriptors_follows_triton():
+    """Host TMA descriptors (the Gluon folded GEMM's arguments): descriptors Triton compiles
+    differently for (element type, block, layout) get different keys, and those it compiles
+    alike share one whatever their shapes and addresses (the launcher encodes those each
+    launch); a launch over descriptors of CPU tensors is left to Triton."""
+    pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    descs = _descriptors()
+    for a, b in itertools.combinations(descs, 2):
+        same = _triton_spec(a) == _triton_spec(b)
+        assert (fastlaunch.arg_key(a) == fastlaunch.arg_key(b)) == same, (a, b)
+    assert fastlaunch.arg_key(descs[0]) == fastlaunch.arg_key(descs[2])  # not trivial
+    assert fastlaunch.arg_key(descs[0]) != fastlaunch.arg_key(torch.zeros(8))
+    n0 = fastlaunch.STATS.other
+    from ocpmx.native.kernels import fold_wgmma
+    assert fastlaunch.launch(fold_wgmma.folded_gemm_wgmma_kernel, (1,), tuple(descs[:5]),
+                             {}) is None  # CPU: Triton's path (which would refuse it)
+    assert fastlaunch.STATS.other == n0 + 1
+
+
 def test_key_refuses_other_kinds():
     for a in ("x", (1, 2), [1], 1 + 2j, object()):
         assert fastlaunch.arg_key(a) is fastlaunch._EMPTY

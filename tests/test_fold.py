@@ -1569,7 +1569,8 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
     emulator's model) for each promotion and group, ragged tiles included, on operands with
     block scales over 2^+-12 (float32 and bf16 outputs; 2^R from the fold's group-major
     ``pow2`` and from the exponents), and again over 20 launches (a race shows in some launches
-    only: benchmarks/fold_wgmma_stress.py found one in 11-20% of them); the promoted form
+    only: benchmarks/fold_wgmma_stress.py found one in 11-20% of them), these through
+    fastlaunch's direct call of the compiled kernel (``WGMMA_FAST_LAUNCH``); the promoted form
     plain and with LOOKAHEAD (128 and 64 columns); on a wide operand (an exponent past
     RANK1_EXP) the kernel's own general epilogue (WIDE) or, without it, the Triton kernel's
     behind a launch that computes nothing. On the small cases the emulator's sums as well."""
@@ -1597,9 +1598,14 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
             got = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="gluon")
             diff = (got.view(iv) != want.view(iv)).sum().item()
             assert diff == 0, f"{out}: {diff} of {m * n} outputs differ"
+    from ocpmx.native import fastlaunch
+    monkeypatch.setattr(native_fold, "WGMMA_FAST_LAUNCH", True)  # launches after the first:
+    fast = fastlaunch.STATS.fast  # the compiled kernel called directly (fastlaunch)
     for launch in range(20):  # (the loop's last: bf16 from the fold's 2^R)
         again = native_fold.folded_matmul(fa, fb, out, promote=promote, kernel="gluon")
         assert torch.equal(again.view(iv), want.view(iv)), f"launch {launch}"
+    assert fastlaunch.STATS.fast - fast >= 19 or not fastlaunch.ENABLED
+    monkeypatch.setattr(native_fold, "WGMMA_FAST_LAUNCH", False)
     fw = native_fold.fold(operand(n, big=60.0, nan=True), group)
     assert fw.wide.item() != 0
     want = native_fold.folded_matmul(fa, fw, promote=promote, kernel="triton")
