@@ -53,7 +53,8 @@ def main():
             torch.cuda.synchronize()
             host = (time.perf_counter() - t0) / args.calls * 1e6
             gpu = start.elapsed_time(end) / args.calls * 1e3
-            bits = "equal" if torch.equal(got.view(torch.int16), want.view(torch.int16)) else "DIFFER"
+            same = torch.equal(got.view(torch.int16), want.view(torch.int16))
+            bits = "equal" if same else "DIFFER"
             direct = fastlaunch.STATS.fast - fast0
             print(f"| {method} | {path}{f' ({direct} direct)' if direct else ''} | {host:.1f} | "
                   f"{gpu:.1f} | {bits} |", flush=True)

@@ -7,8 +7,9 @@ cuBLAS FP8 per tensor, in one process per configuration (a kernel fault loses on
 
 method: ``exact`` (group 4, every K = 32 promoted: method fp8_exact) or ``chained`` (group 32,
 the group's wgmmas chained: method fp8); a fourth field (exact only): ``lookahead`` (wgmmas per
-column half, each in flight while the partial before it is added) or ``plain`` (one wgmma per
-K = 32 slice, waited for at once); without it, ``native.fold.WGMMA_LOOKAHEAD`` decides.
+column half, each in flight while the partial before it is added), ``quarters`` (per column
+quarter, two in flight) or ``plain`` (one wgmma per K = 32 slice, waited for at once); without
+it, ``native.fold.WGMMA_LOOKAHEAD`` decides.
 Bits: float32 and bf16 outputs on three operand sets
 (normal; rows scaled by 2^[-20, 20]; a wide operand, 2^60, which the Triton kernel's general
 epilogue computes), compared as integers. Times: ``triton.testing.do_bench`` medians, the GEMM
@@ -53,7 +54,7 @@ def one(shape: str, config: str) -> dict:
     m = TOKENS
     method, bn, stages, *extra = config.split(",")
     bn, stages = int(bn), int(stages)
-    lookahead = True if extra == ["lookahead"] else False if extra == ["plain"] else None
+    lookahead = {"plain": 0, "lookahead": 1, "quarters": 2}[extra[0]] if extra else None
     group, promote = GROUPS[method]
     row = dict(shape=f"{m}x{n}x{k}", method=" ".join([method, *extra]), bn=bn, stages=stages)
     bits = []

@@ -6,8 +6,8 @@ launches; the count of such launches and of the outputs is printed per configura
 
   python benchmarks/fold_wgmma_stress.py [--shape MxNxK] [--repeats R] [--configs ...]
 
-configs: ``promote,group[,lookahead|plain]`` (promote 0 or 1; the promoted form's kernel, else
-``native.fold.WGMMA_LOOKAHEAD`` decides), e.g. ``0,4 0,32 1,4,plain 1,4,lookahead``.
+configs: ``promote,group[,plain|lookahead|quarters]`` (promote 0 or 1; the promoted form's
+kernel, else ``native.fold.WGMMA_LOOKAHEAD`` decides), e.g. ``0,4 0,32 1,4,plain 1,4,quarters``.
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def main():
             bad, outputs = 0, 0
             for _ in range(args.repeats):
                 # (passed only where asked: an older tree's kernel may lack the argument)
-                kw = {"lookahead": extra == ["lookahead"]} if extra else {}
+                kw = {"lookahead": {"plain": 0, "lookahead": 1, "quarters": 2}[extra[0]]} \
+                    if extra else {}
                 got = fold.folded_matmul_wgmma(fa, fb, out, promote=promote, **kw).view(iv)
                 d = int((got != want).sum())
                 bad += d > 0

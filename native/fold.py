@@ -512,9 +512,10 @@ WGMMA_MAX_GROUP = 32  # blocks: method fp8's groups; a whole row stays on the Tr
 # (results/train_speed/h200_8b_fp8_gluon/)
 WGMMA_WIDE = True
 # the promoted form's wgmmas issued per column half of the tile, each in flight while the
-# partial before it is added (kernels.fold_wgmma._lookahead_partition): the same bits, 4%
-# faster on an H200 (results/native_gpu/fold_wgmma_h200.md)
-WGMMA_LOOKAHEAD = True
+# partial before it is added (1: kernels.fold_wgmma._lookahead_partition): the same bits, 4%
+# faster on an H200 (results/native_gpu/fold_wgmma_h200.md); 2: per column quarter with two
+# in flight (_quarter_partition), compiled for sm_90 without spills, NOT yet run on a GPU
+WGMMA_LOOKAHEAD = 1
 # the Gluon launch through launch.run (fastlaunch: the compiled kernel called directly, its
 # descriptors encoded by Triton's launcher) instead of Gluon's kernel[grid], which binds and
 # hashes every argument each call: written and tested on the CPU (the key), NOT yet run on a
@@ -572,19 +573,22 @@ def wgmma_supported(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype,
 
 def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype = torch.float32,
                         *, promote: bool = True, bn: int = WGMMA_BN,
-                        stages: int = WGMMA_STAGES, lookahead: bool | None = None
+                        stages: int = WGMMA_STAGES, lookahead: bool | int | None = None
                         ) -> torch.Tensor:
     """``folded_matmul(a, b, out_dtype, promote=promote)``'s bits through the Gluon kernel
     (``kernels.fold_wgmma``: TMA, a producer warp, two consumer warpgroups; sm_90 only). Wide
     operands (an exponent past ``RANK1_EXP``) take the general epilogue: the kernel's own
     (``WGMMA_WIDE``, the default) or, without it, the Triton kernel's, launched behind it (each
-    launch checks the flags on the device and one of them computes). ``lookahead``:
-    the promoted form's wgmmas per column half, each in flight while the partial before it is
-    added (default ``WGMMA_LOOKAHEAD``); the same bits either way."""
+    launch checks the flags on the device and one of them computes). ``lookahead`` (the
+    promoted form's): 0 or False, one wgmma per K = 32 slice, waited for at once; 1 or True,
+    per column half, each in flight while the partial before it is added; 2, per column
+    quarter with two in flight (default ``WGMMA_LOOKAHEAD``); the same bits every way."""
     if out_dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if stages < 2:  # the chained form holds a stage while it waits for the next
         raise ValueError(f"folded_matmul_wgmma: at least 2 stages, got {stages}")
+    if lookahead not in (None, False, True, 0, 1, 2):
+        raise ValueError(f"folded_matmul_wgmma: lookahead is 0, 1 or 2, got {lookahead!r}")
     why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")
@@ -605,7 +609,8 @@ def _triton_gemm_args(a: FoldedTensor, b: FoldedTensor, c: torch.Tensor, kt: int
 
 
 def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, promote: bool,
-                  bn: int, stages: int, lookahead: bool | None = None) -> torch.Tensor:
+                  bn: int, stages: int, lookahead: bool | int | None = None
+                  ) -> torch.Tensor:
     """``folded_matmul_wgmma`` on operands ``wgmma_supported`` took."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from .kernels import fold_wgmma
@@ -620,8 +625,8 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
         return TensorDescriptor.from_tensor(t, list(block), _smem_layout(block, t.dtype))
     a_desc = desc(a.codes.view(torch.float8_e4m3fn), (2 * half, bk))
     b_desc = desc(b.codes.view(torch.float8_e4m3fn), (bn, bk))
-    lookahead = bool(promote) and (WGMMA_LOOKAHEAD if lookahead is None else lookahead)
-    c_desc = desc(c_out, (half, bn // 2 if lookahead else bn))  # (lookahead: column halves)
+    lookahead = int(bool(promote) and (WGMMA_LOOKAHEAD if lookahead is None else lookahead))
+    c_desc = desc(c_out, (half, bn // (4 if lookahead == 2 else 2 if lookahead else 1)))
     pa_desc = desc(group_pow2(a), (2 * half,))
     pb_desc = desc(group_pow2(b), (bn,))
     grid = (min(cdiv(m, 2 * half) * cdiv(n, bn), _sm_count(a.codes.device)),)

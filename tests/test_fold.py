@@ -1571,9 +1571,10 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
     ``pow2`` and from the exponents), and again over 20 launches (a race shows in some launches
     only: benchmarks/fold_wgmma_stress.py found one in 11-20% of them), these through
     fastlaunch's direct call of the compiled kernel (``WGMMA_FAST_LAUNCH``); the promoted form
-    plain and with LOOKAHEAD (128 and 64 columns); on a wide operand (an exponent past
-    RANK1_EXP) the kernel's own general epilogue (WIDE) or, without it, the Triton kernel's
-    behind a launch that computes nothing. On the small cases the emulator's sums as well."""
+    plain and with LOOKAHEAD (halves at 128 and 64 columns, quarters); on a wide operand (an
+    exponent past RANK1_EXP) the kernel's own general epilogue (WIDE) or, without it, the
+    Triton kernel's behind a launch that computes nothing. On the small cases the emulator's
+    sums as well."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs an sm_90 GPU (the Gluon kernel is Hopper's)")
@@ -1623,7 +1624,8 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
         got = native_fold.folded_matmul(fa, fb, promote=promote)
         assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), wide_in_gluon
     if promote:  # the promoted form's variants: the same sums in another order of issue
-        for kw in (dict(lookahead=False), dict(lookahead=True), dict(bn=64, lookahead=True)):
+        for kw in (dict(lookahead=False), dict(lookahead=True), dict(bn=64, lookahead=True),
+                   dict(lookahead=2)):
             got = native_fold.folded_matmul_wgmma(fa, fb, promote=True, **kw)
             assert torch.equal(got.view(torch.int32), want_ab.view(torch.int32)), kw
     monkeypatch.setattr(native_fold, "WGMMA_WIDE", False)
@@ -1636,7 +1638,8 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
 
 def test_folded_matmul_kernel_choice_is_checked():
     """``folded_matmul(kernel=...)``: an unknown kernel and the Gluon one where it cannot run
-    (off sm_90, a span) are refused by name; 'auto' falls back to the Triton kernel."""
+    (off sm_90, a span) are refused by name, and so are the Gluon kernel's bad options (a
+    lookahead not 0, 1 or 2; fewer than 2 stages); 'auto' falls back to the Triton kernel."""
     torch = pytest.importorskip("torch")
     from ocpmx import native
     from ocpmx.native import fold as native_fold
@@ -1651,6 +1654,10 @@ def test_folded_matmul_kernel_choice_is_checked():
         native_fold.folded_matmul(f, f, kernel="gluon", k_per_dot=32)
     with pytest.raises(ValueError, match="sm_90 only|tiles are 128 x 128"):  # M = 32
         native_fold.folded_matmul(f, f, kernel="gluon")
+    with pytest.raises(ValueError, match="lookahead is 0, 1 or 2, got 3"):
+        native_fold.folded_matmul_wgmma(f, f, lookahead=3)
+    with pytest.raises(ValueError, match="at least 2 stages"):
+        native_fold.folded_matmul_wgmma(f, f, stages=1)
     want = native_fold.folded_matmul(f, f, kernel="triton")
     assert torch.equal(native_fold.folded_matmul(f, f).view(torch.int32), want.view(torch.int32))
 
@@ -1709,13 +1716,13 @@ def desc(shape, block, dtype, gtype):
 out = []
 W = fold.WGMMA_BN
 for promote, group, wide, lookahead, bn in (
-        (True, 4, False, False, W), (False, 32, False, False, W), (True, 4, True, False, W),
-        (False, 32, True, False, W), (True, 4, True, True, W), (True, 8, False, True, W),
-        (True, 4, False, True, 64)):
+        (True, 4, False, 0, W), (False, 32, False, 0, W), (True, 4, True, 0, W),
+        (False, 32, True, 0, W), (True, 4, True, 1, W), (True, 8, False, 1, W),
+        (True, 4, False, 1, 64), (True, 4, True, 2, W), (True, 8, False, 2, W)):
+    parts = (1, 2, 4)[lookahead]  # wgmmas per K = 32 slice (column parts of the tile)
     sig = {"a_desc": desc((8192, 4096), [2 * half, bk], torch.float8_e4m3fn, gl.float8e4nv),
            "b_desc": desc((4096, 4096), [bn, bk], torch.float8_e4m3fn, gl.float8e4nv),
-           "c_desc": desc((8192, 4096), [half, bn // 2 if lookahead else bn], torch.int16,
-                          gl.int16),
+           "c_desc": desc((8192, 4096), [half, bn // parts], torch.int16, gl.int16),
            "pa_desc": desc((8192 * 32,), [2 * half], torch.float32, gl.float32),
            "pb_desc": desc((4096 * 32,), [bn], torch.float32, gl.float32),
            "wide_a_ptr": "*i64", "wide_b_ptr": "*i64", "M": "i32", "N": "i32", "K": "i32"}
@@ -1730,8 +1737,9 @@ for promote, group, wide, lookahead, bn in (
     sass = facts["text"]
     out.append(dict(promote=promote, group=group, wide=wide, lookahead=lookahead,
                     spills=facts["spills"], shared=int(k.metadata.shared),
-                    qgmma=sass.count(f"QGMMA.64x{bn // 2 if lookahead else bn}x32.F32.E4M3.E4M3"),
+                    qgmma=sass.count(f"QGMMA.64x{bn // parts}x32.F32.E4M3.E4M3"),
                     depbar=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1"),
+                    depbar2=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x2"),
                     setmaxnreg=sass.count("USETMAXREG")))
 print(json.dumps(out))
 """
@@ -1745,8 +1753,9 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
     memory, and the wgmmas a consumer issues per K step: four K = 32 ones promoted one by one
     (PROMOTE), or one K = 128 dot (chained); two consumers. A spill or a lost stage here is a
     lost factor in speed, found on a CPU. Also with WIDE (the general epilogue in the kernel,
-    ``native.fold.WGMMA_WIDE``) and LOOKAHEAD (``WGMMA_LOOKAHEAD``: a wgmma per column half,
-    each left in flight while the partial before it is added: waits that leave one pending)."""
+    ``native.fold.WGMMA_WIDE``) and LOOKAHEAD (``WGMMA_LOOKAHEAD``: 1, a wgmma per column half,
+    each left in flight while the partial before it is added: waits that leave one pending;
+    2, per column quarter with two in flight)."""
     import json
     import os
     import subprocess
@@ -1761,11 +1770,14 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
         assert f["setmaxnreg"] > 0 and f["shared"] <= 232448, f
         # two consumers, 4 K = 32 wgmmas each per 128 of K; chained: one group of 8 steps,
         # each step's K = 128 dot issued as 4 wgmmas, unrolled
-        # (K = 256 groups: two steps, unrolled; lookahead: a wgmma per column half)
-        halves = 2 if f["lookahead"] else 1
-        assert f["qgmma"] == (2 * halves * f["group"] if f["promote"] else 2 * 8 * 4), f
-        # promoted with lookahead: each half-slice wgmma after a group's first slice waits
-        # for the one before it only; without, every wgmma is waited for at once (chained:
-        # one step behind)
-        want = 2 * 2 * (f["group"] - 1) if f["lookahead"] else 0 if f["promote"] else 2 * 7
-        assert f["depbar"] == want, f
+        # (K = 256 groups: two steps, unrolled; lookahead: a wgmma per column half or
+        # quarter)
+        parts = (1, 2, 4)[f["lookahead"]]
+        assert f["qgmma"] == (2 * parts * f["group"] if f["promote"] else 2 * 8 * 4), f
+        # promoted with lookahead 1: each half-slice wgmma after a group's first slice waits
+        # for the one before it only; with 2, every quarter wgmma from the third waits for
+        # the one two before it, and the group's last but one is waited for with one left;
+        # without, every wgmma is waited for at once (chained: one step behind)
+        want = {0: 0 if f["promote"] else 2 * 7, 1: 2 * 2 * (f["group"] - 1), 2: 2}
+        assert f["depbar"] == want[f["lookahead"]], f
+        assert f["depbar2"] == (2 * (4 * f["group"] - 2) if f["lookahead"] == 2 else 0), f

@@ -7,9 +7,10 @@ for the same group and promotion, because each element's arithmetic is the same 
 
 - PROMOTE (method ``fp8_exact``, ``HOPPER_FP8_EXACT``): each K = 32 slice of a stage is one
   wgmma into a fresh partial sum (exact: 32 products of folded E4M3 operands, so each output's
-  partial is the same whatever the instruction's N), the partials added to the group sum in float32 in K order,
-  as the Triton kernel's ``tl.dot(a, b, zeros, max_num_imprecise_acc=32)`` does (Triton lowers
-  that into the same K = 32 wgmmas and adds); the group's first partial is written into the
+  partial is the same whatever the instruction's N: LOOKAHEAD splits it into column halves or
+  quarters), the partials added to the group sum in float32 in K order, as the Triton
+  kernel's ``tl.dot(a, b, zeros, max_num_imprecise_acc=32)`` does (Triton lowers that into
+  the same K = 32 wgmmas and adds); the group's first partial is written into the
   group sum itself (0 + p is p up to a zero's sign, which acc + T cannot see: acc starts at
   +0 and never becomes -0 under round to nearest).
 - chained (method ``fp8``, ``HOPPER_FP8_CHAINED``): the group's wgmmas accumulate into one
@@ -324,6 +325,148 @@ def _lookahead_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
 
 
 @gluon.jit
+def _quarter_partition(a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc, c_bufs, M, N,
+                       n_tiles, n_groups, wide, HALF: gl.constexpr, GROUP: gl.constexpr,
+                       BN: gl.constexpr, BK: gl.constexpr, OUT_BF16: gl.constexpr,
+                       GROUP_M: gl.constexpr, WIDE: gl.constexpr):
+    """``_lookahead_partition`` over column quarters with two wgmmas in flight (LOOKAHEAD = 2;
+    the same sums, the same bits): each K = 32 slice as four wgmmas of 64 x BN/4, units
+    u = 4 (slice) + quarter in K order; after issuing unit u, wait for unit u - 2 and add its
+    partial to its quarter's group sum, so two wgmmas run while one partial is added. A
+    group's first slice goes into the sums t0 .. t3 themselves; later units into the partials
+    p0, p1, p2 in turn (unit u into p[u % 3], free again once unit u - 3 has been added). The
+    registers: four accumulators, four group sums and three partials of 64 x BN/4, fewer than
+    the plain form's three tiles of 64 x BN. C goes out as its four quarters."""
+    STAGES: gl.constexpr = a_bufs.type.shape[0]
+    STEPS: gl.constexpr = GROUP * 32 // BK  # K steps a group
+    NQ: gl.constexpr = BN // 4
+    UNITS: gl.constexpr = (BK // 32) * 4  # wgmmas a K step
+    LAST: gl.constexpr = STEPS * UNITS - 1  # a group's last unit
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, NQ, 32])
+    t0 = gl.zeros([HALF_M, NQ], gl.float32, layout)  # a group's sums, one per quarter
+    t1 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+    t2 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+    t3 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+    p0 = gl.zeros([HALF_M, NQ], gl.float32, layout)  # partial sums, in turn
+    p1 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+    p2 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+    i = 0  # K steps consumed so far (every tile's)
+    for tile in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        off_m, off_n = _tile_offsets(tile, M, N, BN, GROUP_M)
+        acc0 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+        acc1 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+        acc2 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+        acc3 = gl.zeros([HALF_M, NQ], gl.float32, layout)
+        for g in range(n_groups):
+            for s in gl.static_range(STEPS):
+                stage = i % STAGES
+                mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+                a = a_bufs.index(stage).slice(HALF * HALF_M, HALF_M)
+                for j in gl.static_range(BK // 32):
+                    aj = a.slice(32 * j, 32, dim=1)
+                    for h in gl.static_range(4):
+                        bj = b_bufs.index(stage).slice(h * NQ, NQ).permute((1, 0)).slice(
+                            32 * j, 32, dim=0)
+                        # unit u = (s (BK // 32) + j) 4 + h, written out in each
+                        # condition: a name assigned an int is a tensor to Triton (dynamic ifs)
+                        if s == 0 and j == 0:  # the group's first slice: into its sums
+                            if h == 0:
+                                t0 = warpgroup_mma(aj, bj, t0, use_acc=False, is_async=True)
+                            elif h == 1:
+                                t1 = warpgroup_mma(aj, bj, t1, use_acc=False, is_async=True)
+                            elif h == 2:
+                                t2 = warpgroup_mma(aj, bj, t2, use_acc=False, is_async=True)
+                            else:
+                                t3 = warpgroup_mma(aj, bj, t3, use_acc=False, is_async=True)
+                        elif ((s * (BK // 32) + j) * 4 + h) % 3 == 0:
+                            p0 = warpgroup_mma(aj, bj, p0, use_acc=False, is_async=True)
+                        elif ((s * (BK // 32) + j) * 4 + h) % 3 == 1:
+                            p1 = warpgroup_mma(aj, bj, p1, use_acc=False, is_async=True)
+                        else:
+                            p2 = warpgroup_mma(aj, bj, p2, use_acc=False, is_async=True)
+                        if (s * (BK // 32) + j) * 4 + h >= 2:  # unit u - 2 is done (in
+                            t0, t1, t2, t3, p0, p1, p2 = _unit_done(  # order), its partial added
+                                (s * (BK // 32) + j) * 4 + h - 2, 2, t0, t1, t2, t3, p0, p1, p2)
+                            if ((s * (BK // 32) + j) * 4 + h) % UNITS == 1:  # u - 2: the last
+                                mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)  # unit
+                                # of the previous stage
+                i += 1
+            t0, t1, t2, t3, p0, p1, p2 = _unit_done(LAST - 1, 1, t0, t1, t2, t3, p0, p1, p2)
+            t0, t1, t2, t3, p0, p1, p2 = _unit_done(LAST, 0, t0, t1, t2, t3, p0, p1, p2)
+            stage = (i - 1) % STAGES  # the group's 2^ea, 2^eb came with its last step
+            sa = pa_bufs.index(stage).slice(HALF * HALF_M, HALF_M).load(gl.SliceLayout(1, layout))
+            sb0 = pb_bufs.index(stage).slice(0, NQ).load(gl.SliceLayout(0, layout))
+            sb1 = pb_bufs.index(stage).slice(NQ, NQ).load(gl.SliceLayout(0, layout))
+            sb2 = pb_bufs.index(stage).slice(2 * NQ, NQ).load(gl.SliceLayout(0, layout))
+            sb3 = pb_bufs.index(stage).slice(3 * NQ, NQ).load(gl.SliceLayout(0, layout))
+            if WIDE:
+                if wide != 0:
+                    acc0 = acc0 + _wide_scaled(t0, sa, sb0)
+                    acc1 = acc1 + _wide_scaled(t1, sa, sb1)
+                    acc2 = acc2 + _wide_scaled(t2, sa, sb2)
+                    acc3 = acc3 + _wide_scaled(t3, sa, sb3)
+                else:
+                    acc0 = _rank1_add(acc0, t0, sa, sb0, True)
+                    acc1 = _rank1_add(acc1, t1, sa, sb1, True)
+                    acc2 = _rank1_add(acc2, t2, sa, sb2, True)
+                    acc3 = _rank1_add(acc3, t3, sa, sb3, True)
+            else:
+                acc0 = _rank1_add(acc0, t0, sa, sb0, True)
+                acc1 = _rank1_add(acc1, t1, sa, sb1, True)
+                acc2 = _rank1_add(acc2, t2, sa, sb2, True)
+                acc3 = _rank1_add(acc3, t3, sa, sb3, True)
+            mbarrier.arrive(empty.index(stage), count=1)  # (2^ea, 2^eb used: _mma_partition)
+        tma.store_wait(pendings=0)  # the last tile's stores have left c_bufs
+        _partition_barrier()
+        row = off_m + HALF * HALF_M
+        _store(acc0, c_bufs.index(4 * HALF), OUT_BF16)
+        _tma_store(c_desc, [row, off_n], c_bufs.index(4 * HALF))
+        _store(acc1, c_bufs.index(4 * HALF + 1), OUT_BF16)
+        _tma_store(c_desc, [row, off_n + NQ], c_bufs.index(4 * HALF + 1))
+        _store(acc2, c_bufs.index(4 * HALF + 2), OUT_BF16)
+        _tma_store(c_desc, [row, off_n + 2 * NQ], c_bufs.index(4 * HALF + 2))
+        _store(acc3, c_bufs.index(4 * HALF + 3), OUT_BF16)
+        _tma_store(c_desc, [row, off_n + 3 * NQ], c_bufs.index(4 * HALF + 3))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _unit_done(v: gl.constexpr, PENDING: gl.constexpr, t0, t1, t2, t3, p0, p1, p2):
+    """``_quarter_partition``'s unit v done (a wait that leaves PENDING later wgmmas in
+    flight), and its partial added to its quarter's sum (the first slice's units, v < 4,
+    wrote the sums themselves)."""
+    if v < 4:
+        if v == 0:
+            t0 = warpgroup_mma_wait(PENDING, deps=(t0,))
+        elif v == 1:
+            t1 = warpgroup_mma_wait(PENDING, deps=(t1,))
+        elif v == 2:
+            t2 = warpgroup_mma_wait(PENDING, deps=(t2,))
+        else:
+            t3 = warpgroup_mma_wait(PENDING, deps=(t3,))
+    else:
+        if v % 3 == 0:
+            p0 = warpgroup_mma_wait(PENDING, deps=(p0,))
+            x = p0
+        elif v % 3 == 1:
+            p1 = warpgroup_mma_wait(PENDING, deps=(p1,))
+            x = p1
+        else:
+            p2 = warpgroup_mma_wait(PENDING, deps=(p2,))
+            x = p2
+        if v % 4 == 0:
+            t0 = _ordered_add(t0, x)
+        elif v % 4 == 1:
+            t1 = _ordered_add(t1, x)
+        elif v % 4 == 2:
+            t2 = _ordered_add(t2, x)
+        else:
+            t3 = _ordered_add(t3, x)
+    return t0, t1, t2, t3, p0, p1, p2
+
+
+@gluon.jit
 def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_ptr, wide_b_ptr,
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
@@ -351,7 +494,8 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                                         pa_desc.layout)
     pb_bufs = gl.allocate_shared_memory(pb_desc.dtype, [STAGES] + pb_desc.block_type.shape,
                                         pb_desc.layout)
-    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [4 if LOOKAHEAD else 2] +
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * (4 if LOOKAHEAD == 2 else 2 if
+                                                          LOOKAHEAD else 1)] +
                                        c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -359,7 +503,18 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # both consumer warpgroups release a stage
     STEPS: gl.constexpr = GROUP * 32 // BK
-    if PROMOTE and LOOKAHEAD:
+    if PROMOTE and LOOKAHEAD == 2:
+        gl.warp_specialize([
+            (_quarter_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
+                                  c_bufs, M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK,
+                                  OUT_BF16, GROUP_M, WIDE)),
+            (_quarter_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
+                                  c_bufs, M, N, n_tiles, n_groups, wide, 1, GROUP, BN, BK,
+                                  OUT_BF16, GROUP_M, WIDE)),
+            (_load_partition, (a_desc, b_desc, pa_desc, pb_desc, a_bufs, b_bufs, pa_bufs,
+                               pb_bufs, ready, empty, M, N, n_tiles, n_groups, STEPS, BK, BN,
+                               GROUP_M))], [4, 1], [232, 40])
+    elif PROMOTE and LOOKAHEAD:
         gl.warp_specialize([
             (_lookahead_partition, (a_bufs, b_bufs, pa_bufs, pb_bufs, ready, empty, c_desc,
                                     c_bufs, M, N, n_tiles, n_groups, wide, 0, GROUP, BN, BK,
