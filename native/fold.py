@@ -589,6 +589,8 @@ def folded_matmul_wgmma(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype
         raise ValueError(f"folded_matmul_wgmma: at least 2 stages, got {stages}")
     if lookahead not in (None, False, True, 0, 1, 2):
         raise ValueError(f"folded_matmul_wgmma: lookahead is 0, 1 or 2, got {lookahead!r}")
+    if bn not in (64, 128):  # (Gluon's shapes are powers of two; registers were checked up
+        raise ValueError(f"folded_matmul_wgmma: bn is 64 or 128, got {bn}")  # to 128)
     why = wgmma_supported(a, b, out_dtype, bn)
     if why:
         raise ValueError(f"folded_matmul_wgmma: {why}")

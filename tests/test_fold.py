@@ -1639,7 +1639,8 @@ def test_wgmma_folded_gemm_gives_the_triton_kernels_bits(promote, group, m, n, k
 def test_folded_matmul_kernel_choice_is_checked():
     """``folded_matmul(kernel=...)``: an unknown kernel and the Gluon one where it cannot run
     (off sm_90, a span) are refused by name, and so are the Gluon kernel's bad options (a
-    lookahead not 0, 1 or 2; fewer than 2 stages); 'auto' falls back to the Triton kernel."""
+    lookahead not 0, 1 or 2; fewer than 2 stages; a tile width not 64 or 128); 'auto' falls
+    back to the Triton kernel."""
     torch = pytest.importorskip("torch")
     from ocpmx import native
     from ocpmx.native import fold as native_fold
@@ -1658,6 +1659,8 @@ def test_folded_matmul_kernel_choice_is_checked():
         native_fold.folded_matmul_wgmma(f, f, lookahead=3)
     with pytest.raises(ValueError, match="at least 2 stages"):
         native_fold.folded_matmul_wgmma(f, f, stages=1)
+    with pytest.raises(ValueError, match="bn is 64 or 128, got 96"):
+        native_fold.folded_matmul_wgmma(f, f, bn=96)
     want = native_fold.folded_matmul(f, f, kernel="triton")
     assert torch.equal(native_fold.folded_matmul(f, f).view(torch.int32), want.view(torch.int32))
 

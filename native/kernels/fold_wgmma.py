@@ -471,13 +471,14 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                              M, N, K, GROUP: gl.constexpr, BN: gl.constexpr,
                              BK: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                              OUT_BF16: gl.constexpr, GROUP_M: gl.constexpr,
-                             WIDE: gl.constexpr = False, LOOKAHEAD: gl.constexpr = False):
+                             WIDE: gl.constexpr = False, LOOKAHEAD: gl.constexpr = 0):
     """C[M, N] = A Bᵀ of folded operands (module doc), persistent (a program per SM walks the
-    output tiles): A (M, K) and B (N, K) E4M3 through TMA
-    descriptors of [128, BK] and [BN, BK] boxes, C (float32, or bf16 as int16) through one of
-    [64, BN], the groups' 2^ea and 2^eb as flat group-major float32 (K / 32 GROUP groups of
-    M, of N) through boxes of [128] and [BN]. Computes only where neither operand is wide, or
-    with WIDE every launch (a wide one through the general epilogue)."""
+    output tiles): A (M, K) and B (N, K) E4M3 through TMA descriptors of [128, BK] and
+    [BN, BK] boxes, C (float32, or bf16 as int16) through one of [64, BN] (promoted with
+    LOOKAHEAD 1: [64, BN/2]; 2: [64, BN/4]), the groups' 2^ea and 2^eb as flat group-major
+    float32 (K / 32 GROUP groups of M, of N) through boxes of [128] and [BN]. Computes only
+    where neither operand is wide, or with WIDE every launch (a wide one through the general
+    epilogue)."""
     n_tiles = gl.cdiv(M, 2 * HALF_M) * gl.cdiv(N, BN)
     wide = gl.load(wide_a_ptr) | gl.load(wide_b_ptr)
     if not WIDE:
