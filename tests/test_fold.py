@@ -1784,3 +1784,50 @@ def test_gluon_folded_gemm_compiles_for_sm90_without_spills():
         want = {0: 0 if f["promote"] else 2 * 7, 1: 2 * 2 * (f["group"] - 1), 2: 2}
         assert f["depbar"] == want[f["lookahead"]], f
         assert f["depbar2"] == (2 * (4 * f["group"] - 2) if f["lookahead"] == 2 else 0), f
+
+
+def test_gluon_rank1_fma_premises_hold_on_the_whole_range():
+    """The Gluon kernel's promoted epilogue (``kernels.fold_wgmma._rank1_add``) computes
+    acc + (T 2^ea) 2^eb as one fused multiply-add with s = 2^(ea + eb) built from the float
+    bits: the same bits as the three rounded operations exactly when both products are exact
+    float32 values and s's bits are 2^(ea + eb). Checked here in numpy (GPU-free) over the
+    range the kernel takes: |ea|, |eb| <= RANK1_EXP, T = 0 or a float32 multiple of 2^-18
+    below 1024 * 448^2 (a group of at most WGMMA_MAX_GROUP blocks of E4M3 products), the
+    extremes included; and the fused form against the three operations on random
+    accumulators (numpy's float32 ops round to nearest even)."""
+    from ocpmx.native import fold as native_fold
+    from ocpmx.native.kernels.fold import RANK1_EXP
+    bound = int(RANK1_EXP)
+    top = native_fold.WGMMA_MAX_GROUP * 32 * 448.0 ** 2  # |T| below this
+    rng = np.random.default_rng(0)
+    # T: multiples of 2^-18 with 24-bit significands, from 2^-18 up to the top, both signs
+    mant = rng.integers(1, 1 << 24, 4000)
+    scale = np.exp2(rng.integers(0, 28, 4000).astype(np.float64) - 18)
+    largest = float(np.nextafter(np.float32(top), np.float32(0)))
+    # the extremes first, met by the extreme exponents below: the largest T at 2^+100, the
+    # smallest at 2^-100 (overflow and subnormal edges)
+    t = np.concatenate([[largest, 2.0 ** -18, largest, 2.0 ** -18], mant * scale])
+    t = t[np.abs(t) < top]
+    t = (t * rng.choice([-1.0, 1.0], t.size)).astype(np.float32)
+    assert t.dtype == np.float32
+    assert np.all(np.float64(t) % 2.0 ** -18 == 0) and np.abs(t).max() > 2.0 ** 27.5
+    ea = rng.integers(-bound, bound + 1, t.size)
+    eb = rng.integers(-bound, bound + 1, t.size)
+    ea[:4], eb[:4] = (bound, -bound, bound, -bound), (bound, -bound, -bound, bound)
+    sa, sb = np.exp2(ea).astype(np.float32), np.exp2(eb).astype(np.float32)
+    # s from the bits as the kernel builds it: (bits(sa) - 127 << 23) + bits(sb)
+    s = ((sa.view(np.int32) - (127 << 23)) + sb.view(np.int32)).view(np.float32)
+    assert np.array_equal(np.float64(s), np.exp2(ea + eb))
+    first = t * sa  # float32 products
+    second = first * sb
+    assert np.array_equal(np.float64(first), np.float64(t) * np.exp2(ea))  # exact
+    assert np.array_equal(np.float64(second), np.float64(t) * np.exp2(ea + eb))  # exact
+    assert np.all(np.abs(second[second != 0]) >= 2.0 ** -126)  # normal: no subnormal
+    # so acc + T s rounds once either way: the fused form's bits are the three operations'
+    acc = (rng.standard_normal(t.size) * np.exp2(rng.integers(-60, 60, t.size))).astype(
+        np.float32)
+    three = acc + second
+    fused = np.float32(np.float64(acc) + np.float64(t) * np.float64(s))  # exact sum in float64
+    exact = np.abs(np.log2(np.abs(acc) + 1e-300) - np.log2(np.abs(second) + 1e-300)) < 28
+    assert exact.sum() > 300  # (where the float64 sum is exact: both within 28 octaves)
+    assert np.array_equal(three[exact].view(np.int32), fused[exact].view(np.int32))
