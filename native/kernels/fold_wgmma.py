@@ -19,23 +19,25 @@ for the same group and promotion, because each element's arithmetic is the same 
 - per group: acc += (T * 2^ea) * 2^eb, two rounded products then a rounded add, only where
   every group exponent of both operands lies in +-RANK1_EXP (``fold.folded_gemm_kernel``'s
   RANK1 epilogue); there both products are exact, so the promoted form computes it as one
-  fused multiply-add (``_rank1_add``). A launch with a wide operand computes through the general
-  form (``_wide_scaled``, the exponents read back from the 2^R floats) with WIDE
+  fused multiply-add (``_rank1_add``). A launch with a wide operand computes through the
+  general form (``_wide_scaled``, the exponents read back from the 2^R floats) with WIDE
   (``native.fold.WGMMA_WIDE``, on by default; checked on an H200), or without it nothing
   here and the Triton kernel's RANK1=False launch does the whole GEMM.
   The groups' 2^ea and 2^eb come group-major (one row of M or N floats a group) through TMA
   with the group's last K step, so the epilogue never waits on a global load.
 
-Why two warpgroups: with promotion every 32 of K, the float32 adds of a partial sum take as
-long as the wgmma that made it (a 64 x BN partial: 64 BN adds over 128 lanes, against
-2 * 64 * BN * 32 flops at 8192 flops a clock), so the tensor cores stay busy only while one
-warpgroup adds and the other's wgmma runs. Left to the warp scheduler they overlap little:
-the promoted form runs at about half the bound the adds set (results/native_gpu/
-fold_wgmma_h200.md). Two attempts at making them take turns at the tensor cores through a pair
-of barriers (handing the turn on at issue, or once the wgmma is done) were slower on an H200
-and are gone; LOOKAHEAD (``_lookahead_partition``) keeps a wgmma of the same warpgroup in
-flight while it adds instead: 4% faster. The chained form adds once per group and is bound
-by the tensor cores.
+Why two warpgroups, and LOOKAHEAD: with promotion every 32 of K, the float32 adds of a partial
+sum take about as long as the wgmma that made it (a 64 x BN partial: 64 BN adds over 128
+lanes, against 2 * 64 * BN * 32 flops at 8192 flops a clock), so the tensor cores can stay busy
+only while one warpgroup adds and the other's wgmma runs. The promoted form runs at about half
+that bound (results/native_gpu/fold_wgmma_h200.md section 4), and the measurements there point
+at the latency from a wgmma to the adds that wait for it, not at the adds' count: a third
+fewer float32 operations (``_rank1_add``) gained 1.5%; making the warpgroups take turns at the
+tensor cores through barriers lost 30% (removed); keeping a wgmma of the same warpgroup in
+flight while it adds (LOOKAHEAD 1, ``_lookahead_partition``, column halves) gained 4%.
+LOOKAHEAD 2 (``_quarter_partition``: column quarters, two in flight) compiles without spills
+and has not run on a GPU yet. The chained form adds once per group and is bound by the
+tensor cores.
 
 GPU-only: Gluon has no interpreter. On CPU the module imports and compiles for sm_90
 (``tests/test_fold.py``); the bits are checked on an H100/H200 against the Triton kernel.
