@@ -628,7 +628,7 @@ def _wgmma_launch(a: FoldedTensor, b: FoldedTensor, out_dtype: torch.dtype, prom
     a_desc = desc(a.codes.view(torch.float8_e4m3fn), (2 * half, bk))
     b_desc = desc(b.codes.view(torch.float8_e4m3fn), (bn, bk))
     lookahead = int(bool(promote) and (WGMMA_LOOKAHEAD if lookahead is None else lookahead))
-    c_desc = desc(c_out, (half, bn // (4 if lookahead == 2 else 2 if lookahead else 1)))
+    c_desc = desc(c_out, (half, bn >> lookahead))  # (lookahead 1, 2: column halves, quarters)
     pa_desc = desc(group_pow2(a), (2 * half,))
     pb_desc = desc(group_pow2(b), (bn,))
     grid = (min(cdiv(m, 2 * half) * cdiv(n, bn), _sm_count(a.codes.device)),)

@@ -497,9 +497,10 @@ def folded_gemm_wgmma_kernel(a_desc, b_desc, c_desc, pa_desc, pb_desc, wide_a_pt
                                         pa_desc.layout)
     pb_bufs = gl.allocate_shared_memory(pb_desc.dtype, [STAGES] + pb_desc.block_type.shape,
                                         pb_desc.layout)
-    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * (4 if LOOKAHEAD == 2 else 2 if
-                                                          LOOKAHEAD else 1)] +
-                                       c_desc.block_type.shape, c_desc.layout)
+    # a C box per warpgroup and column part: 2^LOOKAHEAD parts (the host passes 0 unless
+    # PROMOTE), each its own box of [64, BN >> LOOKAHEAD]
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 << LOOKAHEAD] + c_desc.block_type.shape,
+                                       c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
