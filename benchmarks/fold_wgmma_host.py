@@ -15,12 +15,14 @@ import time
 
 import torch
 
+from fold_wgmma_probe import dims  # (this script's folder is on sys.path)
+
 
 def main():
     from ocpmx import native
     from ocpmx.native import fastlaunch, fold
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="256x256x1024")
+    p.add_argument("--shape", default="256x256x1024", type=dims(3))
     p.add_argument("--calls", type=int, default=1000)
     args = p.parse_args()
     m, n, k = (int(v) for v in args.shape.split("x"))

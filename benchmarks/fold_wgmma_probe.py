@@ -29,6 +29,33 @@ TOKENS = 8192
 SHAPES = ["4096x4096", "4096x14336", "14336x4096", "4096x6144"]  # K (in) x N (out)
 CONFIGS = ["exact,128,4,plain", "exact,128,4,lookahead", "chained,128,4"]
 GROUPS = {"exact": (4, True), "chained": (32, False)}
+# a config's fourth field: folded_matmul_wgmma's lookahead (fold_wgmma_stress.py takes it too)
+LOOKAHEADS = {"plain": 0, "lookahead": 1, "quarters": 2}
+
+
+def dims(count: int):
+    """An argparse type: ``count`` positive integers joined by 'x' (a bad one: a one-line
+    usage error, exit status 2), kept as the text (fold_wgmma_stress.py, fold_wgmma_host.py
+    take it too)."""
+    def parse(text: str) -> str:
+        parts = text.split("x")
+        if len(parts) != count or not all(v.isdigit() and int(v) > 0 for v in parts):
+            raise argparse.ArgumentTypeError(
+                f"expected {count} positive integers joined by 'x', got {text!r}")
+        return text
+    return parse
+
+
+def config_arg(text: str) -> str:
+    """An argparse type: METHOD,BN,STAGES[,LOOKAHEAD] (module doc), kept as the text."""
+    method, *rest = text.split(",")
+    if method not in GROUPS or len(rest) not in (2, 3) or not all(
+            v.isdigit() for v in rest[:2]) or rest[2:] and (
+            method != "exact" or rest[2] not in LOOKAHEADS):
+        raise argparse.ArgumentTypeError(
+            f"a config is {'|'.join(GROUPS)},BN,STAGES[,{'|'.join(LOOKAHEADS)} (exact only)], "
+            f"got {text!r}")
+    return text
 
 
 def operands(m, n, k, group, case, seed=0):
@@ -54,7 +81,7 @@ def one(shape: str, config: str) -> dict:
     m = TOKENS
     method, bn, stages, *extra = config.split(",")
     bn, stages = int(bn), int(stages)
-    lookahead = {"plain": 0, "lookahead": 1, "quarters": 2}[extra[0]] if extra else None
+    lookahead = LOOKAHEADS[extra[0]] if extra else None
     group, promote = GROUPS[method]
     row = dict(shape=f"{m}x{n}x{k}", method=" ".join([method, *extra]), bn=bn, stages=stages)
     bits = []
@@ -94,8 +121,8 @@ def one(shape: str, config: str) -> dict:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", nargs="+", default=SHAPES)
-    p.add_argument("--configs", nargs="+", default=CONFIGS)
+    p.add_argument("--shapes", nargs="+", default=SHAPES, type=dims(2))
+    p.add_argument("--configs", nargs="+", default=CONFIGS, type=config_arg)
     p.add_argument("--one", nargs=2, metavar=("SHAPE", "CONFIG"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:

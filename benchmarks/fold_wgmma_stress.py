@@ -15,6 +15,18 @@ import argparse
 
 import torch
 
+from fold_wgmma_probe import LOOKAHEADS, dims  # (this script's folder is on sys.path)
+
+
+def config_arg(text: str) -> str:
+    """An argparse type: PROMOTE,GROUP[,LOOKAHEAD] (module doc), kept as the text."""
+    promote, *rest = text.split(",")
+    if promote not in ("0", "1") or len(rest) not in (1, 2) or not rest[0].isdigit() or \
+            rest[1:] and (promote != "1" or rest[1] not in LOOKAHEADS):
+        raise argparse.ArgumentTypeError(
+            f"a config is 0|1,GROUP[,{'|'.join(LOOKAHEADS)} (promoted only)], got {text!r}")
+    return text
+
 
 def operands(m, n, k, seed=0):
     from ocpmx import native
@@ -30,9 +42,10 @@ def operands(m, n, k, seed=0):
 def main():
     from ocpmx.native import fold
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="8192x4096x4096")
+    p.add_argument("--shape", default="8192x4096x4096", type=dims(3))
     p.add_argument("--repeats", type=int, default=100)
-    p.add_argument("--configs", nargs="+", default=["0,4", "0,32", "1,4,plain", "1,4,lookahead"])
+    p.add_argument("--configs", nargs="+", default=["0,4", "0,32", "1,4,plain", "1,4,lookahead"],
+                   type=config_arg)
     args = p.parse_args()
     m, n, k = (int(v) for v in args.shape.split("x"))
     qa, qb = operands(m, n, k)
@@ -47,8 +60,7 @@ def main():
             bad, outputs = 0, 0
             for _ in range(args.repeats):
                 # (passed only where asked: an older tree's kernel may lack the argument)
-                kw = {"lookahead": {"plain": 0, "lookahead": 1, "quarters": 2}[extra[0]]} \
-                    if extra else {}
+                kw = {"lookahead": LOOKAHEADS[extra[0]]} if extra else {}
                 got = fold.folded_matmul_wgmma(fa, fb, out, promote=promote, **kw).view(iv)
                 d = int((got != want).sum())
                 bad += d > 0
